@@ -1,0 +1,146 @@
+"""The contract every LLM backend fulfils, and the errors it may raise.
+
+A backend is one small async object: ``complete(request) -> Completion``. It turns one
+``ChatRequest`` into one provider call and reports what the provider returned, including
+token usage and, when asked and available, the probabilities of candidate answer tokens.
+Retries, timeouts, rate limiting, caching and cost accounting are *not* a backend's job:
+they are written once in :mod:`judge.backends._resilient` around any backend.
+
+Errors are classified so that the wrapper can decide what to do:
+
+* :class:`RateLimitError` (HTTP 429): wait ``retry_after`` seconds if the provider said so,
+  slow the whole client down, try again.
+* :class:`TransientError` (timeouts, connection resets, HTTP 5xx): back off and retry.
+* :class:`PermanentError` (bad request, authentication, unknown model): never retried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat call. Everything that can change the reply is a field here.
+
+    ``json_schema``: a JSON schema the reply must follow; backends with a JSON mode or
+    structured output use it (llama.cpp grammar, OpenAI ``response_format``, DashScope
+    ``result_format``/json mode); backends without one ignore it and the caller parses.
+
+    ``answer_prefix``: text the assistant's reply is forced to start with (prefill). Used by
+    probability mode so that the very next token is the answer token.
+
+    ``candidates``: probability mode. When set, the backend returns in
+    ``Completion.token_probs`` the probability of each candidate string being the next
+    token after ``answer_prefix`` (renormalisation is left to the caller). Backends that
+    cannot expose token probabilities raise :class:`UnsupportedError`.
+    """
+
+    messages: tuple[Message, ...]
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    json_schema: dict[str, Any] | None = None
+    answer_prefix: str | None = None
+    candidates: tuple[str, ...] | None = None
+
+    def cache_params(self) -> dict[str, Any]:
+        """The request fields that change the output, for cache keys."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "json_schema": self.json_schema,
+            "answer_prefix": self.answer_prefix,
+            "candidates": list(self.candidates) if self.candidates else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    latency_s: float = 0.0
+    token_probs: dict[str, float] | None = None
+    finish_reason: str | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend module provides.
+
+    ``name`` is the spec string that selects it (``qwen:qwen-plus``, ``openai:gpt-4o-mini``,
+    ``local:qwen2.5-coder-1.5b-q4km``, ``deepeval:<class>``); ``model`` the model id sent to
+    the provider. ``params()`` returns the backend-level settings that change outputs (base
+    URL is not one of them; a quantisation or a model revision is) for cache keys; it never
+    contains secrets. ``supports_probabilities`` says whether ``candidates`` works.
+    ``max_concurrency`` is the most parallel calls this backend can usefully serve (1 for
+    the embedded model, None for unbounded remote APIs).
+    """
+
+    name: str
+    model: str
+    supports_probabilities: bool
+    max_concurrency: int | None
+
+    def params(self) -> dict[str, Any]: ...
+
+    async def complete(self, request: ChatRequest) -> Completion: ...
+
+    async def aclose(self) -> None: ...
+
+
+class BackendError(Exception):
+    """Base of every error a backend raises. Messages never contain API keys."""
+
+
+class TransientError(BackendError):
+    """Timeouts, dropped connections, HTTP 5xx: worth retrying after a backoff."""
+
+
+class RateLimitError(TransientError):
+    """HTTP 429. ``retry_after`` is the provider's Retry-After in seconds, if given."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(BackendError):
+    """Bad request, authentication failure, unknown model: retrying will not help."""
+
+
+class UnsupportedError(PermanentError):
+    """The backend cannot do what the request asks (e.g. token probabilities)."""
+
+
+class ConfigurationError(BackendError):
+    """A backend spec or its settings are invalid (unknown prefix, missing key)."""

@@ -1,0 +1,71 @@
+"""The ``judge`` command line: one module per subcommand, dispatched from here.
+
+Exit codes (documented in the README):
+  0  success (for ``stability``/``nightly``: the run passed its threshold)
+  1  the run completed but failed its check (stability breach)
+  2  bad input or bad usage (an error names the file, line and field); nothing was judged
+  3  the judge backend failed in a way retries could not mend (auth, unknown model)
+  130 interrupted (Ctrl-C); work done so far is kept
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from judge._env import configure_deepeval_env
+
+configure_deepeval_env()
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_BACKEND = 3
+EXIT_INTERRUPTED = 130
+
+# Each module defines ``register(subparsers) -> None`` that adds its subparser and sets
+# ``func=<callable(args) -> int>`` as the parser default.
+_COMMAND_MODULES: tuple[str, ...] = (
+    "judge.cli._trec",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="judge",
+        description="LLM relevance judging and trec_eval-exact retrieval metrics.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from judge.backends._base import BackendError, ConfigurationError, PermanentError
+    from judge.io._errors import InputError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except InputError as exc:
+        print(f"judge: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ConfigurationError as exc:
+        print(f"judge: configuration error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (PermanentError, BackendError) as exc:
+        print(f"judge: backend error: {exc}", file=sys.stderr)
+        return EXIT_BACKEND
+    except KeyboardInterrupt:
+        print("judge: interrupted; work done so far is kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+def run() -> None:
+    sys.exit(main())

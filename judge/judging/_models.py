@@ -1,0 +1,111 @@
+"""Strict data models for verdicts and results.
+
+``LLMVerdict`` / ``LLMGrade`` are what a model's reply must parse into. ``PassageVerdict`` is
+what `judge` records for one passage, whatever happened: a judged verdict with its grade,
+reason and provenance, or an explicit *unjudged* record that keeps the raw reply and the
+error. ``JudgeResult`` is one query's verdicts plus the metrics computed from them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Mode = Literal["binary", "graded"]
+VerdictLabel = Literal["yes", "no", "unjudged"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class LLMVerdict(_Strict):
+    """A binary reply: ``{"verdict": "yes"|"no", "reason": "..."}``."""
+
+    verdict: Literal["yes", "no"]
+    reason: str
+
+
+class LLMGrade(_Strict):
+    """A graded reply: ``{"grade": 0..3, "reason": "..."}``."""
+
+    grade: int = Field(ge=0, le=3)
+    reason: str
+
+
+class TokenUsage(_Strict):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class PassageVerdict(_Strict):
+    """The record of one passage's judgment.
+
+    ``verdict`` is ``unjudged`` when no valid reply could be had; then ``grade`` is None,
+    ``raw`` holds the last reply (if any) and ``error`` says why. ``confidence`` is the
+    probability of the chosen verdict in probability mode (None otherwise);
+    ``expected_grade`` the probability-weighted grade in graded probability mode.
+    """
+
+    index: int
+    passage_id: str | None = None
+    verdict: VerdictLabel
+    grade: int | None = Field(default=None, ge=0, le=3)
+    reason: str = ""
+    p_yes: float | None = None
+    confidence: float | None = None
+    expected_grade: float | None = None
+    template_id: str
+    template_hash: str
+    backend: str
+    latency_s: float = 0.0
+    tokens: TokenUsage = TokenUsage()
+    cost: float = 0.0
+    attempts: int = 1
+    cached: bool = False
+    raw: str | None = None
+    error: str | None = None
+    truncated: bool = False
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict != "unjudged"
+
+
+class UsageSummary(_Strict):
+    calls: int = 0
+    cached: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    currency: str = "CNY"
+
+
+class JudgeResult(_Strict):
+    """One query's verdicts (in input order) and the metrics computed from them.
+
+    ``score``: share of judged passages whose verdict is yes (deepeval's ``score``); None
+    when no passage could be judged. ``ap``: average precision with the no-ground-truth
+    denominator (relevant among the judged retrieved); 0.0 when passages were judged but
+    none relevant, None only when no passage could be judged. ``ndcg``: graded NDCG per cutoff k (IDCG from the judged list, or from qrels
+    when given). ``unjudged``: number of passages with no verdict, dropped from the ranking
+    as the ``conventions`` record says. ``conventions`` echoes every metric convention used.
+    """
+
+    query: str
+    mode: Mode
+    backend: str
+    verdicts: list[PassageVerdict]
+    score: float | None
+    ap: float | None
+    ndcg: dict[int, float]
+    unjudged: int
+    reason: str = ""
+    usage: UsageSummary = UsageSummary()
+    conventions: dict[str, str | int | float] = Field(default_factory=dict)
