@@ -16,6 +16,10 @@ Errors are classified so that the wrapper can decide what to do:
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -91,6 +95,28 @@ class Completion:
     latency_s: float = 0.0
     token_probs: dict[str, float] | None = None
     finish_reason: str | None = None
+    # Filled by ResilientBackend: the priced cost of this call in the price table's
+    # currency (None when nobody priced it; a deepeval model may report its own), and how
+    # many provider calls it took (1 = no retry).
+    cost: float | None = None
+    attempts: int = 1
+
+
+def candidate_probs(top_logprobs: Iterable[tuple[str, float]], candidates: Iterable[str]) -> dict[str, float]:
+    """Probability of each candidate answer from the next token's top log-probabilities.
+
+    A token counts for a candidate when its stripped, lower-cased text equals the
+    candidate's (so ``"yes"``, ``" yes"`` and ``"Yes"`` all count for ``yes``); the
+    probabilities of all such tokens are summed. A candidate no top token matches gets 0.0.
+    No renormalisation: the caller decides how to treat the mass outside the candidates.
+    """
+    keys = {c: c.strip().lower() for c in candidates}
+    totals = dict.fromkeys(keys.values(), 0.0)
+    for token, logprob in top_logprobs:
+        norm = token.strip().lower()
+        if norm in totals:
+            totals[norm] += math.exp(logprob)
+    return {c: min(1.0, totals[k]) for c, k in keys.items()}
 
 
 @runtime_checkable
@@ -144,3 +170,43 @@ class UnsupportedError(PermanentError):
 
 class ConfigurationError(BackendError):
     """A backend spec or its settings are invalid (unknown prefix, missing key)."""
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms``."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    millis = lowered.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+def error_for_status(
+    status: int, message: str, *, headers: Mapping[str, str] | None = None, code: str | None = None
+) -> BackendError:
+    """The error class for an HTTP status: 429 (or a ``Throttling*`` code) → RateLimitError
+    with Retry-After; 408, 409, 5xx → TransientError; other 4xx → PermanentError.
+    ``message`` must already be redacted."""
+    if status == 429 or (code or "").startswith("Throttling"):
+        return RateLimitError(message, retry_after=parse_retry_after(headers))
+    if status in (408, 409) or status >= 500:
+        return TransientError(message)
+    return PermanentError(message)

@@ -29,6 +29,10 @@ EXIT_INTERRUPTED = 130
 # ``func=<callable(args) -> int>`` as the parser default.
 _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._trec",
+    "judge.cli._score",
+    "judge.cli._eval",
+    "judge.cli._stability",
+    "judge.cli._agree",
 )
 
 
@@ -45,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from judge.backends._base import BackendError, ConfigurationError, PermanentError
     from judge.io._errors import InputError
 
     parser = build_parser()
@@ -55,15 +58,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"judge: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ConfigurationError as exc:
-        print(f"judge: configuration error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (PermanentError, BackendError) as exc:
-        print(f"judge: backend error: {exc}", file=sys.stderr)
-        return EXIT_BACKEND
     except KeyboardInterrupt:
         print("judge: interrupted; work done so far is kept", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        # Imported only on failure: commands such as ``judge trec`` never load the backends.
+        from judge.backends._base import BackendError, ConfigurationError
+
+        if isinstance(exc, ConfigurationError):
+            print(f"judge: configuration error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(exc, BackendError):
+            print(f"judge: backend error: {exc}", file=sys.stderr)
+            return EXIT_BACKEND
+        raise
     return code
 
 

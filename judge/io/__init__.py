@@ -1,1 +1,50 @@
+"""Input/output: TREC qrels and runs (trec_eval semantics), JSONL datasets, and the one
+bad-input exception, :class:`InputError`."""
 
+from judge.io._errors import InputError
+from judge.io._trec import (
+    JudgedRanking,
+    Qrels,
+    Run,
+    join_run_qrels,
+    read_qrels,
+    read_run,
+    write_qrels,
+    write_run,
+)
+
+__all__ = [
+    "InputError",
+    "JudgedRanking",
+    "Qrels",
+    "Run",
+    "join_run_qrels",
+    "read_qrels",
+    "read_run",
+    "write_qrels",
+    "write_run",
+]
+
+# --- JSONL datasets (owned by another helper) ------------------------------------------
+# Append its imports below this line and extend __all__ with its names.
+from judge.io._jsonl import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    MAPPABLE_FIELDS,
+    DatasetPassage,
+    DatasetRecord,
+    count_lines,
+    iter_dataset,
+    parse_field_map,
+    read_dataset,
+)
+
+__all__ += [
+    "DEFAULT_MAX_PASSAGE_CHARS",
+    "MAPPABLE_FIELDS",
+    "DatasetPassage",
+    "DatasetRecord",
+    "count_lines",
+    "iter_dataset",
+    "parse_field_map",
+    "read_dataset",
+]

@@ -48,8 +48,14 @@ class PassageVerdict(_Strict):
 
     ``verdict`` is ``unjudged`` when no valid reply could be had; then ``grade`` is None,
     ``raw`` holds the last reply (if any) and ``error`` says why. ``confidence`` is the
-    probability of the chosen verdict in probability mode (None otherwise);
-    ``expected_grade`` the probability-weighted grade in graded probability mode.
+    probability of the chosen verdict in probability mode (the share of samples that agree
+    with it when ``samples > 1``; None otherwise); ``expected_grade`` the probability-weighted
+    (or sample-averaged) grade in graded mode; ``probs`` the renormalised probabilities of the
+    candidate answers in probability mode. ``attempts`` counts the backend calls made for
+    this passage (re-asks and samples included), ``reasks`` the calls made because a reply
+    was invalid, ``retries`` the provider-level retries (timeouts, 5xx, 429) the resilient
+    wrapper made underneath them. ``cached`` says this verdict came from the verdict store (its tokens, cost
+    and latency are those of the original judgment and are not counted again in usage).
     """
 
     index: int
@@ -60,6 +66,7 @@ class PassageVerdict(_Strict):
     p_yes: float | None = None
     confidence: float | None = None
     expected_grade: float | None = None
+    probs: dict[str, float] | None = None
     template_id: str
     template_hash: str
     backend: str
@@ -67,6 +74,8 @@ class PassageVerdict(_Strict):
     tokens: TokenUsage = TokenUsage()
     cost: float = 0.0
     attempts: int = 1
+    reasks: int = 0
+    retries: int = 0
     cached: bool = False
     raw: str | None = None
     error: str | None = None
@@ -78,9 +87,15 @@ class PassageVerdict(_Strict):
 
 
 class UsageSummary(_Strict):
+    """What one result cost. ``calls``: backend requests made (cache hits excluded, re-asks
+    and the summary call included); ``cached``: verdicts taken from the store; ``retries``:
+    provider-level retries underneath the calls; ``reasks``: calls made because a reply was
+    invalid. Tokens and cost are those spent by this run (cached verdicts add nothing)."""
+
     calls: int = 0
     cached: int = 0
     retries: int = 0
+    reasks: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
@@ -93,8 +108,9 @@ class JudgeResult(_Strict):
     ``score``: share of judged passages whose verdict is yes (deepeval's ``score``); None
     when no passage could be judged. ``ap``: average precision with the no-ground-truth
     denominator (relevant among the judged retrieved); 0.0 when passages were judged but
-    none relevant, None only when no passage could be judged. ``ndcg``: graded NDCG per cutoff k (IDCG from the judged list, or from qrels
-    when given). ``unjudged``: number of passages with no verdict, dropped from the ranking
+    none relevant, None only when no passage could be judged. ``ndcg``: graded NDCG per
+    cutoff k (IDCG from the judged list, or from qrels when given); empty when no passage
+    could be judged. ``unjudged``: number of passages with no verdict, dropped from the ranking
     as the ``conventions`` record says. ``conventions`` echoes every metric convention used.
     """
 

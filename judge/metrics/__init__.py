@@ -1,1 +1,168 @@
+"""Ranking metrics: pure per-query functions, the measure registry, TREC-style evaluation
+and significance tests."""
 
+from typing import TYPE_CHECKING
+
+from judge.metrics._evaluate import (
+    Evaluation,
+    JudgedQuery,
+    Value,
+    evaluate,
+    format_trec_eval,
+    ordered_measures,
+)
+from judge.metrics._measures import (
+    MIN_GEO_MEAN,
+    NICKNAMES,
+    Aggregate,
+    ApDenominator,
+    IdcgSource,
+    Measure,
+    RankedQuery,
+    available_measures,
+    measure_family,
+    parse_measure,
+    parse_measure_args,
+    parse_measures,
+)
+from judge.metrics._ranking import (
+    NOT_IN_POOL,
+    UNJUDGED_IN_POOL,
+    Gain,
+    UnjudgedPolicy,
+    apply_unjudged,
+    average_precision,
+    binarize,
+    dcg,
+    f1_at_k,
+    gain_values,
+    hit_rate,
+    mean_reciprocal_rank_all_hits,
+    ndcg,
+    precision_at_k,
+    r_precision,
+    recall_at_k,
+    reciprocal_rank,
+    set_precision,
+    success_at_k,
+)
+from judge.metrics._significance import (
+    Comparison,
+    PairedTest,
+    bootstrap_ci,
+    compare_scores,
+    holm,
+    holm_adjust,
+    paired_t_test,
+    permutation_test,
+)
+
+__all__ = [
+    "MIN_GEO_MEAN",
+    "NICKNAMES",
+    "NOT_IN_POOL",
+    "UNJUDGED_IN_POOL",
+    "Aggregate",
+    "ApDenominator",
+    "Comparison",
+    "Evaluation",
+    "Gain",
+    "IdcgSource",
+    "JudgedQuery",
+    "Measure",
+    "PairedTest",
+    "RankedQuery",
+    "UnjudgedPolicy",
+    "Value",
+    "apply_unjudged",
+    "available_measures",
+    "average_precision",
+    "binarize",
+    "bootstrap_ci",
+    "compare_scores",
+    "dcg",
+    "evaluate",
+    "f1_at_k",
+    "format_trec_eval",
+    "gain_values",
+    "hit_rate",
+    "holm",
+    "holm_adjust",
+    "mean_reciprocal_rank_all_hits",
+    "measure_family",
+    "ndcg",
+    "ordered_measures",
+    "paired_t_test",
+    "parse_measure",
+    "parse_measure_args",
+    "parse_measures",
+    "permutation_test",
+    "precision_at_k",
+    "r_precision",
+    "recall_at_k",
+    "reciprocal_rank",
+    "set_precision",
+    "success_at_k",
+]
+
+# --- agreement metrics (judge/metrics/_agreement.py, owned by another helper) ---------
+# Append its names below and extend __all__ with them. They are imported on first use
+# (PEP 562 ``__getattr__``): _agreement pulls in scipy.stats and krippendorff, which cost
+# 0.5-2 s at start-up that `judge trec` and the ranking metrics do not need.
+_AGREEMENT_NAMES = (
+    "AgreementUndefinedError",
+    "AlphaLevel",
+    "KappaWeights",
+    "TauVariant",
+    "binary_kappa",
+    "cohen_kappa",
+    "confusion_matrix",
+    "exact_agreement",
+    "kendall_tau",
+    "krippendorff_alpha",
+    "roc_auc",
+    "spearman_rho",
+)
+if TYPE_CHECKING:
+    from judge.metrics._agreement import (
+        AgreementUndefinedError,
+        AlphaLevel,
+        KappaWeights,
+        TauVariant,
+        binary_kappa,
+        cohen_kappa,
+        confusion_matrix,
+        exact_agreement,
+        kendall_tau,
+        krippendorff_alpha,
+        roc_auc,
+        spearman_rho,
+    )
+
+__all__ += [
+    "AgreementUndefinedError",
+    "AlphaLevel",
+    "KappaWeights",
+    "TauVariant",
+    "binary_kappa",
+    "cohen_kappa",
+    "confusion_matrix",
+    "exact_agreement",
+    "kendall_tau",
+    "krippendorff_alpha",
+    "roc_auc",
+    "spearman_rho",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name in _AGREEMENT_NAMES:
+        from judge.metrics import _agreement
+
+        value = getattr(_agreement, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'judge.metrics' has no attribute {name!r}")
+
+
+# --- end of agreement metrics ------------------------------------------------------------

@@ -1,0 +1,60 @@
+"""``judge``: an LLM relevance judge for search and RAG retrieval.
+
+    import judge
+    result = judge.evaluate("小狗贫血的表现", ["段落一……", "段落二……"], mode="graded")
+    print(result.score, result.ap, result.ndcg)
+
+Everything here is imported lazily (module ``__getattr__``), so ``import judge`` stays
+light: CLI commands such as ``judge trec`` never import deepeval or an LLM client. Importing
+``judge`` sets deepeval's opt-outs (no telemetry, no files written, no ``.env`` reading)
+unless the user already chose otherwise; import ``judge`` before ``deepeval``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import judge._env  # noqa: F401  # deepeval opt-outs (telemetry, read-only FS) before any deepeval import
+
+if TYPE_CHECKING:
+    from judge._api import aevaluate, evaluate
+    from judge.backends import resolve_backend
+    from judge.judging._config import JudgeConfig, Passage
+    from judge.judging._metric import RelevancyJudge
+    from judge.judging._models import JudgeResult, PassageVerdict
+
+__all__ = [
+    "JudgeConfig",
+    "JudgeResult",
+    "Passage",
+    "PassageVerdict",
+    "RelevancyJudge",
+    "aevaluate",
+    "evaluate",
+    "resolve_backend",
+]
+
+_LAZY = {
+    "evaluate": "judge._api",
+    "aevaluate": "judge._api",
+    "JudgeConfig": "judge.judging._config",
+    "Passage": "judge.judging._config",
+    "JudgeResult": "judge.judging._models",
+    "PassageVerdict": "judge.judging._models",
+    "RelevancyJudge": "judge.judging._metric",
+    "resolve_backend": "judge.backends",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'judge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,107 @@
+"""The Python API: ``judge.evaluate`` / ``await judge.aevaluate``.
+
+One query and its ranked passages in, one :class:`~judge.judging.JudgeResult` out: a
+verdict per passage (input order) with reasons, the share of relevant passages (``score``),
+AP, NDCG@k, the unjudged count, a summary reason and the usage (calls, tokens, cost).
+``evaluate`` is a thin synchronous wrapper of ``aevaluate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from judge.judging._config import JudgeConfig, Passage, VerdictStore
+from judge.judging._core import judge_query
+from judge.judging._models import JudgeResult, Mode
+from judge.judging._resolve import resolve_judge_backend
+from judge.judging._sync import run_sync
+
+__all__ = ["aevaluate", "evaluate"]
+
+
+def _config(mode: Mode | None, config: JudgeConfig | None) -> JudgeConfig:
+    base = config if config is not None else JudgeConfig()
+    if mode is not None and mode != base.mode:
+        return replace(base, mode=mode)
+    return base
+
+
+async def aevaluate(
+    query: str,
+    retrieval_context: Sequence[str | Passage],
+    *,
+    backend: Any = None,
+    mode: Mode | None = None,
+    k: Sequence[int] = (5, 10),
+    config: JudgeConfig | None = None,
+    qrels: Mapping[str, int] | None = None,
+    store: VerdictStore | None = None,
+    summary: bool = True,
+    base_url: str | None = None,
+) -> JudgeResult:
+    """Judge every passage of ``retrieval_context`` (rank order) for ``query``.
+
+    ``backend``: a spec string (``qwen:qwen-plus``, ``openai:<model>``, ``local``), a
+    Backend, a ``deepeval.models.DeepEvalBaseLLM``, or None (from the environment:
+    ``DASHSCOPE_API_KEY`` -> Qwen, ``OPENAI_BASE_URL`` -> OpenAI-compatible, else the
+    embedded model); always wrapped in ``ResilientBackend``. ``mode``: ``binary`` or
+    ``graded`` (default: ``config.mode``, i.e. binary). ``config``: every other judging
+    setting (probability mode, thresholds, samples, template). ``qrels``: passage id ->
+    grade, makes NDCG's IDCG come from them (passages need ids: pass :class:`Passage`).
+    ``store``: a verdict cache. ``summary``: also ask for a summary reason (one more call).
+
+    A backend resolved here from a spec or the environment is closed when the call ends
+    (the embedded model is unloaded); to judge many queries, resolve it once with
+    ``judge.resolve_backend()`` and pass the object.
+    """
+    if isinstance(retrieval_context, str):
+        raise TypeError("retrieval_context must be a list of passages, not a single string")
+    resolved = resolve_judge_backend(backend, base_url=base_url)
+    try:
+        return await judge_query(
+            resolved,
+            query,
+            list(retrieval_context),
+            _config(mode, config),
+            store=store,
+            k=k,
+            qrels=qrels,
+            with_summary=summary,
+        )
+    finally:
+        if backend is None or isinstance(backend, str):
+            # Created here from a spec or the environment: ours to close. A backend object
+            # passed in stays open (its owner closes it).
+            await resolved.aclose()
+
+
+def evaluate(
+    query: str,
+    retrieval_context: Sequence[str | Passage],
+    *,
+    backend: Any = None,
+    mode: Mode | None = None,
+    k: Sequence[int] = (5, 10),
+    config: JudgeConfig | None = None,
+    qrels: Mapping[str, int] | None = None,
+    store: VerdictStore | None = None,
+    summary: bool = True,
+    base_url: str | None = None,
+) -> JudgeResult:
+    """Synchronous :func:`aevaluate` (same arguments, same result)."""
+    return run_sync(
+        aevaluate(
+            query,
+            retrieval_context,
+            backend=backend,
+            mode=mode,
+            k=k,
+            config=config,
+            qrels=qrels,
+            store=store,
+            summary=summary,
+            base_url=base_url,
+        )
+    )

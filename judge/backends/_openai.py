@@ -1,0 +1,312 @@
+"""``openai:<model>``: any OpenAI-compatible chat server through the ``openai`` AsyncOpenAI client.
+
+Works with DashScope's compatible mode (``https://dashscope.aliyuncs.com/compatible-mode/v1``),
+vLLM, Ollama (``http://localhost:11434/v1``) and OpenAI itself.
+
+* Base URL: ``base_url=`` (CLI ``--base-url``), else ``$OPENAI_BASE_URL``, else OpenAI's.
+* Key: ``api_key=``, else ``$OPENAI_API_KEY``, else ``$DASHSCOPE_API_KEY`` for a DashScope
+  URL, else the dummy ``"EMPTY"`` when a base URL is set (local servers need none).
+* The client's own retries are off (``max_retries=0``): :class:`ResilientBackend` retries.
+* JSON (``request.json_schema`` set): ``structured="json_schema"`` (default) sends
+  ``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``;
+  ``"json_object"`` sends ``{"type": "json_object"}`` (OpenAI and DashScope then require the
+  word "JSON" in the prompt); ``"none"`` sends nothing and the caller parses.
+* Prefill (``request.answer_prefix``): sent as a trailing assistant message. How the server
+  is told to continue it is ``prefill=``: ``"partial"`` marks the message ``"partial": true``
+  (DashScope), ``"continue_final_message"`` adds ``continue_final_message: true,
+  add_generation_prompt: false`` to the body (vLLM), ``"plain"`` sends the bare message
+  (Ollama continues a final assistant message by itself), ``"none"`` refuses prefill with
+  :class:`UnsupportedError` (OpenAI). ``"auto"`` (default) picks ``partial`` for a DashScope
+  URL, ``none`` for api.openai.com, else ``continue_final_message``. With a prefix the JSON
+  ``response_format`` is not sent (the prefix already fixes the format, and grammars would
+  restart at the prefix).
+* Probability mode (``request.candidates``): ``logprobs=True``, ``top_logprobs`` (default
+  20; 5 for DashScope, its maximum) and ``max_tokens=1``; ``Completion.token_probs[c]`` is
+  the summed probability of the top tokens whose stripped, lower-cased text is ``c``
+  (0.0 when none is). A server that returns no logprobs raises :class:`UnsupportedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlparse
+
+from judge.backends._base import (
+    BackendError,
+    ChatRequest,
+    Completion,
+    ConfigurationError,
+    PermanentError,
+    TransientError,
+    UnsupportedError,
+    Usage,
+    candidate_probs,
+    error_for_status,
+)
+from judge.backends._redact import redact, register_secret
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+__all__ = ["OpenAIBackend"]
+
+Structured = Literal["json_schema", "json_object", "none"]
+Prefill = Literal["auto", "partial", "continue_final_message", "plain", "none"]
+_PREFILLS = ("auto", "partial", "continue_final_message", "plain", "none")
+_STRUCTURED = ("json_schema", "json_object", "none")
+DUMMY_KEY = "EMPTY"
+
+
+def _host(url: str | None) -> str:
+    return (urlparse(url).hostname or "").lower() if url else ""
+
+
+def is_dashscope_url(url: str | None) -> bool:
+    host = _host(url)
+    return host.endswith("aliyuncs.com") or host.endswith("aliyun.com")
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible chat server (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        structured: Structured = "json_schema",
+        strict_schema: bool = False,
+        prefill: Prefill = "auto",
+        top_logprobs: int | None = None,
+        timeout_s: float | None = None,
+        max_concurrency: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        http_client: Any = None,
+    ) -> None:
+        if not model:
+            raise ConfigurationError("openai backend needs a model name, e.g. openai:qwen-plus")
+        if structured not in _STRUCTURED:
+            raise ConfigurationError(
+                f"structured must be one of {', '.join(_STRUCTURED)}; got {structured!r}"
+            )
+        if prefill not in _PREFILLS:
+            raise ConfigurationError(f"prefill must be one of {', '.join(_PREFILLS)}; got {prefill!r}")
+        self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        dashscope = is_dashscope_url(self._base_url)
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key and dashscope:
+            key = os.environ.get("DASHSCOPE_API_KEY")
+        if not key:
+            if self._base_url is None:
+                raise ConfigurationError(
+                    "openai backend: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server "
+                    "that needs no key)"
+                )
+            key = DUMMY_KEY
+        register_secret(key)
+        self._api_key = key
+        if prefill == "auto":
+            if dashscope:
+                prefill = "partial"
+            elif _host(self._base_url) in ("", "api.openai.com"):
+                prefill = "none"
+            else:
+                prefill = "continue_final_message"
+        if top_logprobs is None:
+            top_logprobs = 5 if dashscope else 20
+        if top_logprobs < 1:
+            raise ConfigurationError(f"top_logprobs must be >= 1, got {top_logprobs}")
+        self.name = f"openai:{model}"
+        self.model = model
+        self.supports_probabilities = True
+        self.max_concurrency = max_concurrency
+        self.structured: Structured = structured
+        self.strict_schema = strict_schema
+        self.prefill: Prefill = prefill
+        self.top_logprobs = top_logprobs
+        self.timeout_s = timeout_s
+        self._extra_body = dict(extra_body or {})
+        self._http_client = http_client
+        self._client: AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(name={self.name!r}, base_url={redact(self._base_url or 'default')!r})"
+
+    @property
+    def base_url(self) -> str | None:
+        return self._base_url
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "structured": self.structured,
+            "prefill": self.prefill,
+            "top_logprobs": self.top_logprobs,
+        }
+        if self.structured == "json_schema":
+            params["strict_schema"] = self.strict_schema
+        if self._extra_body:
+            params["extra_body"] = json.loads(json.dumps(self._extra_body, sort_keys=True, default=str))
+        return params
+
+    def _get_client(self) -> AsyncOpenAI:
+        # AsyncOpenAI's connection pool belongs to one event loop; a sync wrapper that calls
+        # asyncio.run() repeatedly gets a fresh client per loop.
+        loop = asyncio.get_running_loop()
+        if self._client is None or (self._client_loop is not loop and self._http_client is None):
+            import openai
+
+            kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0}
+            if self._base_url is not None:
+                kwargs["base_url"] = self._base_url
+            if self.timeout_s is not None:
+                kwargs["timeout"] = self.timeout_s
+            if self._http_client is not None:
+                kwargs["http_client"] = self._http_client
+            self._client = openai.AsyncOpenAI(**kwargs)
+            self._client_loop = loop
+        return self._client
+
+    def build_request(self, request: ChatRequest) -> dict[str, Any]:
+        """The keyword arguments for ``chat.completions.create`` (no network)."""
+        messages: list[dict[str, Any]] = [{"role": m.role, "content": m.content} for m in request.messages]
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": request.temperature,
+        }
+        if request.top_p is not None:
+            kwargs["top_p"] = request.top_p
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        extra_body = dict(self._extra_body)
+        if request.answer_prefix is not None:
+            if self.prefill == "none":
+                raise UnsupportedError(
+                    f"{self.name}: this server does not continue an assistant prefix (prefill='none')"
+                )
+            prefix_message: dict[str, Any] = {"role": "assistant", "content": request.answer_prefix}
+            if self.prefill == "partial":
+                prefix_message["partial"] = True
+            elif self.prefill == "continue_final_message":
+                extra_body["continue_final_message"] = True
+                extra_body["add_generation_prompt"] = False
+            messages.append(prefix_message)
+        if request.candidates is not None:
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = self.top_logprobs
+            kwargs["max_tokens"] = 1
+        elif request.json_schema is not None and request.answer_prefix is None:
+            if self.structured == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": _schema_name(request.json_schema),
+                        "schema": request.json_schema,
+                        "strict": self.strict_schema,
+                    },
+                }
+            elif self.structured == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+        if extra_body:
+            kwargs["extra_body"] = extra_body
+        return kwargs
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        kwargs = self.build_request(request)
+        client = self._get_client()
+        started = time.perf_counter()
+        try:
+            response = await client.chat.completions.create(**kwargs)
+        except Exception as exc:
+            raise _translate(self.name, exc) from None
+        latency = time.perf_counter() - started
+        if not response.choices:
+            raise TransientError(f"{self.name}: the server returned no choices")
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        usage = (
+            Usage(
+                prompt_tokens=response.usage.prompt_tokens or 0,
+                completion_tokens=response.usage.completion_tokens or 0,
+            )
+            if response.usage is not None
+            else Usage()
+        )
+        token_probs = None
+        if request.candidates is not None:
+            logprobs = choice.logprobs
+            content = logprobs.content if logprobs is not None else None
+            if not content:
+                raise UnsupportedError(f"{self.name}: the server returned no logprobs")
+            first = content[0]
+            top = [(t.token, t.logprob) for t in (first.top_logprobs or [])]
+            if not top:
+                top = [(first.token, first.logprob)]
+            token_probs = candidate_probs(top, request.candidates)
+        return Completion(
+            text=text,
+            usage=usage,
+            model=response.model or self.model,
+            latency_s=latency,
+            token_probs=token_probs,
+            finish_reason=choice.finish_reason,
+        )
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._http_client is None:
+            try:
+                if self._client_loop is asyncio.get_running_loop():
+                    await client.close()
+            except Exception:  # closing is best effort
+                pass
+
+
+def _schema_name(schema: Mapping[str, Any]) -> str:
+    title = schema.get("title")
+    name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in str(title)) if title else ""
+    return name[:64] or "response"
+
+
+def _translate(name: str, exc: Exception) -> BackendError:
+    """Map an openai exception onto our error classes, with a redacted message."""
+    import openai
+
+    if isinstance(exc, BackendError):
+        return exc
+    if isinstance(exc, openai.APITimeoutError):
+        return TransientError(f"{name}: request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return TransientError(redact(f"{name}: connection error: {exc}"))
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        detail = _error_detail(exc)
+        message = redact(f"{name}: HTTP {status}: {detail}")
+        headers = dict(exc.response.headers) if exc.response is not None else None
+        return error_for_status(status, message, headers=headers)
+    if isinstance(exc, openai.OpenAIError):
+        return PermanentError(redact(f"{name}: {type(exc).__name__}: {exc}"))
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return TransientError(redact(f"{name}: {type(exc).__name__}: {exc}"))
+    return PermanentError(redact(f"{name}: unexpected {type(exc).__name__}: {exc}"))
+
+
+def _error_detail(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        err = body.get("error", body)
+        if isinstance(err, Mapping):
+            msg = err.get("message")
+            code = err.get("code")
+            if msg:
+                return f"{msg} ({code})" if code else str(msg)
+    return str(getattr(exc, "message", None) or exc)

@@ -1,0 +1,524 @@
+"""Retries, timeouts, rate limiting and cost accounting, written once around any backend.
+
+:class:`ResilientBackend` is itself a Backend (same ``name``/``model``/``params()`` as the
+backend it wraps). For every request it
+
+* waits for the shared :class:`AdaptiveLimiter` (a concurrency window plus optional
+  requests-per-minute and tokens-per-minute buckets, all shared by every call through this
+  wrapper);
+* calls the inner backend under a per-call timeout (``asyncio.timeout``; expiry becomes a
+  :class:`~judge.backends.TransientError`);
+* retries with tenacity: :class:`TransientError` (timeouts, 5xx, dropped connections) after
+  an exponential backoff with jitter; :class:`RateLimitError` after exactly its
+  ``retry_after`` when the provider gave one (else the same backoff), and the whole client
+  pauses until then and halves its concurrency window (AIMD: the window grows back by one
+  after each window-full of successes). :class:`PermanentError` is never retried; other
+  exceptions (bugs) propagate untouched;
+* counts calls, retries, 429s, timeouts, failures, tokens and cost (from the API's usage
+  fields priced by :class:`~judge.backends.PriceTable`) in :attr:`ResilientBackend.stats`,
+  and returns the completion with ``cost`` and ``attempts`` filled in.
+
+Nothing in here reads the wall clock directly: ``sleep`` and ``clock`` are injectable.
+When only ``sleep`` is injected, the wrapper's clock advances by every injected sleep, so
+tests run instantly and still see the waits they expect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import unicodedata
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from judge.backends._base import (
+    Backend,
+    BackendError,
+    ChatRequest,
+    Completion,
+    ConfigurationError,
+    RateLimitError,
+    TransientError,
+    Usage,
+)
+from judge.backends._pricing import ModelPrice, PriceTable
+from judge.backends._redact import LOGGER, redact
+
+__all__ = [
+    "AdaptiveLimiter",
+    "BackendStats",
+    "ResilientBackend",
+    "ensure_resilient",
+    "estimate_tokens",
+]
+
+SleepFn = Callable[[float], Awaitable[None]]
+ClockFn = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStats:
+    """Counters of one :class:`ResilientBackend` (a snapshot; the wrapper keeps counting).
+
+    ``requests``: ``complete()`` calls; ``calls``: provider calls made (attempts, so
+    ``calls = requests + retries`` once all have finished); ``successes``/``failures``:
+    requests that finally succeeded/failed; ``rate_limited``: 429 replies; ``timeouts``:
+    attempts that ran past ``timeout_s``; tokens and ``cost`` (in ``currency``) from
+    successful calls; ``unpriced_calls``: successes whose model is not in the price table.
+    """
+
+    requests: int = 0
+    calls: int = 0
+    successes: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    timeouts: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    currency: str = "CNY"
+    unpriced_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def _is_cjk(ch: str) -> bool:
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def estimate_tokens(request: ChatRequest) -> int:
+    """A cheap upper-side estimate of a request's tokens, for the tokens-per-minute bucket.
+
+    Wide (CJK) characters count one token each, other text one token per 4 characters,
+    plus 4 per message and ``max_tokens`` for the reply. Corrected with the real usage
+    after the call.
+    """
+    total = 0
+    texts = [m.content for m in request.messages]
+    if request.answer_prefix:
+        texts.append(request.answer_prefix)
+    for text in texts:
+        wide = sum(1 for ch in text if _is_cjk(ch))
+        total += wide + math.ceil((len(text) - wide) / 4) + 4
+    return total + (request.max_tokens or 0)
+
+
+class _TokenBucket:
+    """``rate`` tokens per second, at most ``capacity`` banked; may go negative (debt)."""
+
+    def __init__(self, per_minute: float) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = max(1.0, self.rate)  # at most one second's worth of burst
+        self.tokens = self.capacity
+        self._last: float | None = None
+
+    def _refill(self, now: float) -> None:
+        if self._last is not None and now > self._last:
+            self.tokens = min(self.capacity, self.tokens + (now - self._last) * self.rate)
+        if self._last is None or now > self._last:
+            self._last = now
+
+    def wait_time(self, amount: float, now: float) -> float:
+        self._refill(now)
+        need = min(amount, self.capacity)
+        return 0.0 if self.tokens >= need else (need - self.tokens) / self.rate
+
+    def take(self, amount: float, now: float) -> None:
+        self._refill(now)
+        self.tokens -= amount
+
+    def adjust(self, delta: float) -> None:
+        """Charge ``delta`` more tokens (negative: refund)."""
+        self.tokens = min(self.capacity, self.tokens - delta)
+
+
+class AdaptiveLimiter:
+    """Concurrency window (AIMD) + global pause + rpm/tpm buckets, shared by all callers.
+
+    ``ceiling``: the most calls in flight (None: unbounded until the first 429). On a 429
+    the window halves (from the peak number in flight when it was unbounded), once per
+    congestion episode: calls that started before the last decrease do not halve it
+    again. After ``window`` successes in a row it grows by one, up to the ceiling.
+    ``pause_for(s)`` makes every new call wait until ``s`` seconds from now. Works across
+    event loops (waiters are plain futures of the running loop).
+    """
+
+    def __init__(
+        self,
+        *,
+        ceiling: int | None,
+        rpm: float | None,
+        tpm: float | None,
+        clock: ClockFn,
+        sleep: SleepFn,
+    ) -> None:
+        self.ceiling = ceiling
+        self.limit: int | None = ceiling
+        self.in_flight = 0
+        self.peak_in_flight = 0  # most calls in flight since the window last changed
+        self.epoch = 0
+        self.resume_at = -math.inf
+        self._successes = 0
+        self._rpm = _TokenBucket(rpm) if rpm else None
+        self._tpm = _TokenBucket(tpm) if tpm else None
+        self._clock = clock
+        self._sleep = sleep
+        self._waiters: list[asyncio.Future[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _check_loop(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A new event loop (e.g. another asyncio.run): calls of the old one are gone.
+            self._loop = loop
+            self._waiters = []
+            self.in_flight = 0
+        return loop
+
+    async def acquire(self, tokens: int) -> int:
+        """Wait for a slot, the pause and the buckets; return the congestion epoch."""
+        loop = self._check_loop()
+        while True:
+            if self.limit is not None and self.in_flight >= self.limit:
+                fut: asyncio.Future[None] = loop.create_future()
+                self._waiters.append(fut)
+                try:
+                    await fut
+                finally:
+                    if fut in self._waiters:
+                        self._waiters.remove(fut)
+                continue
+            now = self._clock()
+            wait = self.resume_at - now
+            if wait <= 0:
+                wait = max(
+                    self._rpm.wait_time(1, now) if self._rpm else 0.0,
+                    self._tpm.wait_time(tokens, now) if self._tpm else 0.0,
+                )
+            if wait > 0:
+                await self._sleep(wait)
+                continue
+            if self._rpm:
+                self._rpm.take(1, now)
+            if self._tpm:
+                self._tpm.take(tokens, now)
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            return self.epoch
+
+    def release(self, estimate: int, actual_tokens: int | None) -> None:
+        """End a call; correct the tpm bucket (``actual_tokens`` None: refund the estimate)."""
+        self.in_flight = max(0, self.in_flight - 1)
+        if self._tpm is not None:
+            self._tpm.adjust((actual_tokens if actual_tokens is not None else 0) - estimate)
+        self._wake()
+
+    def _wake(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters = []
+
+    def on_success(self) -> None:
+        if self.limit is None:
+            return
+        self._successes += 1
+        if self._successes >= self.limit:
+            self._successes = 0
+            if self.ceiling is None or self.limit < self.ceiling:
+                self.limit += 1
+                self._wake()
+
+    def on_rate_limited(self, epoch: int) -> bool:
+        """Halve the window unless this episode already did; True when it halved."""
+        self._successes = 0
+        if epoch < self.epoch:
+            return False
+        self.epoch += 1
+        base = self.limit if self.limit is not None else self.peak_in_flight
+        self.limit = max(1, base // 2)
+        self.peak_in_flight = self.in_flight
+        return True
+
+    def pause_for(self, seconds: float) -> None:
+        if seconds > 0:
+            self.resume_at = max(self.resume_at, self._clock() + seconds)
+
+
+class _Counters:
+    __slots__ = (
+        "calls",
+        "completion_tokens",
+        "cost",
+        "failures",
+        "prompt_tokens",
+        "rate_limited",
+        "requests",
+        "retries",
+        "successes",
+        "timeouts",
+        "unpriced_calls",
+    )
+
+    def __init__(self) -> None:
+        self.requests = self.calls = self.successes = self.retries = 0
+        self.rate_limited = self.timeouts = self.failures = self.unpriced_calls = 0
+        self.prompt_tokens = self.completion_tokens = 0
+        self.cost = 0.0
+
+
+class ResilientBackend:
+    """Wrap ``inner`` with retries, timeout, adaptive rate limiting and accounting.
+
+    ``max_retries``: retries after the first attempt (so at most ``max_retries + 1``
+    provider calls per request). ``timeout_s``: per attempt. ``rpm``/``tpm``: requests and
+    tokens per minute (None: unlimited). ``concurrency``: most calls in flight (default:
+    ``inner.max_concurrency``; None = unbounded until a 429 sets a window). ``prices``:
+    default ``PriceTable.from_env()``. ``backoff_base_s``/``backoff_max_s``: the retry
+    wait is ``min(base * 2**(n-1) + U(0, base), max)`` before retry *n*. ``sleep`` and
+    ``clock`` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        inner: Backend,
+        *,
+        max_retries: int = 5,
+        timeout_s: float = 60.0,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        concurrency: int | None = None,
+        prices: PriceTable | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        sleep: SleepFn = asyncio.sleep,
+        clock: ClockFn | None = None,
+    ) -> None:
+        if isinstance(inner, ResilientBackend):
+            raise ConfigurationError("backend is already wrapped in ResilientBackend")
+        if max_retries < 0:
+            raise ConfigurationError(f"max_retries must be >= 0, got {max_retries}")
+        if not timeout_s > 0:
+            raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s}")
+        for label, value in (("rpm", rpm), ("tpm", tpm)):
+            if value is not None and not value > 0:
+                raise ConfigurationError(f"{label} must be > 0, got {value}")
+        if concurrency is not None and concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
+        if backoff_base_s < 0 or backoff_max_s < 0:
+            raise ConfigurationError("backoff times must be >= 0")
+        self.inner = inner
+        self.name = inner.name
+        self.model = inner.model
+        self.supports_probabilities = inner.supports_probabilities
+        self.max_concurrency = concurrency if concurrency is not None else inner.max_concurrency
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.prices = prices if prices is not None else PriceTable.from_env()
+        self._inject_sleep = sleep
+        self._skew = 0.0
+        if clock is not None:
+            self._clock: ClockFn = clock
+        elif sleep is asyncio.sleep:
+            self._clock = time.monotonic
+        else:
+            self._clock = lambda: time.monotonic() + self._skew
+        self.limiter = AdaptiveLimiter(
+            ceiling=self.max_concurrency, rpm=rpm, tpm=tpm, clock=self._clock, sleep=self._sleep
+        )
+        self._backoff = wait_exponential_jitter(
+            multiplier=backoff_base_s, max=backoff_max_s, jitter=backoff_base_s
+        )
+        self._c = _Counters()
+        self._unpriced_warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"ResilientBackend({self.inner!r}, max_retries={self.max_retries}, timeout_s={self.timeout_s:g})"
+        )
+
+    # -- Backend protocol -------------------------------------------------------------------
+
+    def params(self) -> dict[str, Any]:
+        return self.inner.params()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        self._c.requests += 1
+        estimate = estimate_tokens(request)
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(TransientError),
+            sleep=self._sleep,
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+        completion: Completion | None = None
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    completion = await self._attempt(request, estimate)
+        except BackendError as exc:
+            self._c.failures += 1
+            LOGGER.warning(
+                "%s: request failed after %d attempt(s): %s: %s",
+                self.name,
+                attempts,
+                type(exc).__name__,
+                exc,
+            )
+            raise
+        if completion is None:  # tenacity ran no attempt: cannot happen with stop >= 1
+            raise TransientError(f"{self.name}: no attempt was made")
+        return self._account(completion, attempts)
+
+    # -- accounting -------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> BackendStats:
+        c = self._c
+        return BackendStats(
+            requests=c.requests,
+            calls=c.calls,
+            successes=c.successes,
+            retries=c.retries,
+            rate_limited=c.rate_limited,
+            timeouts=c.timeouts,
+            failures=c.failures,
+            prompt_tokens=c.prompt_tokens,
+            completion_tokens=c.completion_tokens,
+            cost=c.cost,
+            currency=self.prices.currency,
+            unpriced_calls=c.unpriced_calls,
+        )
+
+    @property
+    def currency(self) -> str:
+        return self.prices.currency
+
+    def cost_of(self, model: str, usage: Usage) -> float:
+        """Cost of ``usage`` on ``model`` in :attr:`currency` (0.0 when unpriced)."""
+        return self.prices.cost_of(model, usage)
+
+    def _account(self, completion: Completion, attempts: int) -> Completion:
+        c = self._c
+        c.successes += 1
+        c.prompt_tokens += completion.usage.prompt_tokens
+        c.completion_tokens += completion.usage.completion_tokens
+        if completion.cost is not None:
+            cost = completion.cost  # the model reported its own cost (e.g. a deepeval model)
+        else:
+            # Price what the provider says it ran, else what we asked for.
+            model = completion.model or self.model
+            if self.prices.price_for(model) is None:
+                model = self.model
+            price = self.prices.price_for(model)
+            if price is None and self.name.startswith("local:"):
+                price = ModelPrice(0.0, 0.0)  # the embedded judge runs on this machine
+            cost = price.cost(completion.usage) if price is not None else 0.0
+            if price is None:
+                c.unpriced_calls += 1
+                if model not in self._unpriced_warned:
+                    self._unpriced_warned.add(model)
+                    LOGGER.info("%s: no price for model %r; its cost is counted as 0", self.name, model)
+        c.cost += cost
+        return replace(completion, cost=cost, attempts=attempts)
+
+    # -- one attempt ------------------------------------------------------------------------
+
+    async def _sleep(self, seconds: float) -> None:
+        await self._inject_sleep(seconds)
+        if self._inject_sleep is not asyncio.sleep:
+            self._skew += seconds
+
+    async def _attempt(self, request: ChatRequest, estimate: int) -> Completion:
+        epoch = await self.limiter.acquire(estimate)
+        self._c.calls += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        actual: int | None = None
+        try:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    completion = await self.inner.complete(request)
+            except TimeoutError:
+                self._c.timeouts += 1
+                raise TransientError(
+                    f"{self.name}: no reply within {self.timeout_s:g} s (timeout_s)"
+                ) from None
+            except RateLimitError as exc:
+                self._c.rate_limited += 1
+                if self.limiter.on_rate_limited(epoch):
+                    LOGGER.warning(
+                        "%s: rate limited (HTTP 429); concurrency window now %s",
+                        self.name,
+                        self.limiter.limit,
+                    )
+                _redact_exception(exc)
+                raise
+            except BackendError as exc:
+                _redact_exception(exc)
+                raise
+            # A backend that reports no usage keeps its estimate charged.
+            actual = completion.usage.total_tokens or estimate
+        finally:
+            self.limiter.release(estimate, actual)
+        self.limiter.on_success()
+        if not completion.latency_s:
+            completion = replace(completion, latency_s=loop.time() - started)
+        return completion
+
+    def _wait(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, RateLimitError) and exc.retry_after is not None:
+            delay = max(0.0, float(exc.retry_after))
+        else:
+            delay = float(self._backoff(retry_state))
+        if isinstance(exc, RateLimitError):
+            self.limiter.pause_for(delay)
+        return delay
+
+    def _before_sleep(self, retry_state: RetryCallState) -> None:
+        self._c.retries += 1
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        wait = retry_state.next_action.sleep if retry_state.next_action is not None else 0.0
+        LOGGER.info(
+            "%s: attempt %d failed (%s: %s); retrying in %.2f s",
+            self.name,
+            retry_state.attempt_number,
+            type(exc).__name__,
+            redact(str(exc)),
+            wait,
+        )
+
+
+def _redact_exception(exc: BaseException) -> None:
+    if exc.args:
+        exc.args = tuple(redact(a) if isinstance(a, str) else a for a in exc.args)
+
+
+def ensure_resilient(backend: Backend, **options: Any) -> ResilientBackend:
+    """``backend`` itself when it is already a ResilientBackend, else wrapped with ``options``."""
+    if isinstance(backend, ResilientBackend):
+        return backend
+    return ResilientBackend(backend, **options)

@@ -1,0 +1,194 @@
+"""Choose the judge backend: an explicit spec or object wins, else the environment decides.
+
+Order (first match wins):
+
+1. an explicit ``spec`` — a Backend object (returned as is), a ``DeepEvalBaseLLM``
+   (wrapped in :class:`DeepEvalBackend`), or a string ``prefix:model``:
+   ``qwen:<model>``, ``openai:<model>``, ``local:<model id or .gguf path>``,
+   ``deepeval:<module>:<Class>`` (instantiated with ``**options``);
+2. ``base_url=`` given without a spec → ``openai:<$OPENAI_MODEL or default>``;
+3. ``$DASHSCOPE_API_KEY`` set → ``qwen:qwen-plus``;
+4. ``$OPENAI_BASE_URL`` set → ``openai:<$OPENAI_MODEL or default>`` (``qwen-plus`` for a
+   DashScope URL, else ``gpt-4o-mini``);
+5. else the embedded judge ``local:qwen2.5-coder-1.5b-q4km``.
+
+The returned backend is the raw one; wrap it once in :class:`ResilientBackend` (or call
+:func:`ensure_resilient`) before use. ``describe_backend`` gives the CLI's stderr line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from judge.backends._base import Backend, ConfigurationError
+
+if TYPE_CHECKING:
+    from deepeval.models import DeepEvalBaseLLM
+
+__all__ = [
+    "DEFAULT_LOCAL_MODEL",
+    "DEFAULT_QWEN_MODEL",
+    "SPEC_PREFIXES",
+    "describe_backend",
+    "resolve_backend",
+]
+
+DEFAULT_QWEN_MODEL = "qwen-plus"
+DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-q4km"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+SPEC_PREFIXES = ("qwen", "openai", "local", "deepeval")
+
+_reasons: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+
+def _remember(backend: Backend, reason: str) -> Backend:
+    # Not weak-referenceable: describe_backend just omits the reason.
+    with contextlib.suppress(TypeError):
+        _reasons[backend] = reason
+    return backend
+
+
+def _default_openai_model(base_url: str | None) -> str:
+    from judge.backends._openai import is_dashscope_url
+
+    env_model = os.environ.get("OPENAI_MODEL")
+    if env_model:
+        return env_model
+    return DEFAULT_QWEN_MODEL if is_dashscope_url(base_url) else DEFAULT_OPENAI_MODEL
+
+
+def resolve_backend(
+    spec: str | Backend | DeepEvalBaseLLM | None = None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    **options: Any,
+) -> Backend:
+    """The backend for ``spec`` (a string, a Backend, a DeepEvalBaseLLM) or the environment.
+
+    ``base_url``/``api_key`` go to the backends that take them; ``options`` to the backend's
+    constructor (e.g. ``structured="json_schema"``). Raises :class:`ConfigurationError` for
+    an unknown prefix, a missing key or a bad option.
+    """
+    from judge.backends._deepeval import DeepEvalBackend, is_deepeval_model
+
+    if spec is not None and not isinstance(spec, str):
+        if is_deepeval_model(spec):
+            return _remember(DeepEvalBackend(spec, **options), "deepeval model passed")
+        if isinstance(spec, Backend):
+            return _remember(spec, "backend object passed")
+        raise ConfigurationError(
+            "backend must be a spec string, a Backend or a deepeval DeepEvalBaseLLM; "
+            f"got {type(spec).__name__}"
+        )
+    if isinstance(spec, str) and spec.strip():
+        return _remember(_from_spec(spec.strip(), base_url, api_key, options), "explicit backend")
+    if base_url:
+        model = _default_openai_model(base_url)
+        return _remember(_build("openai", model, base_url, api_key, options), "--base-url given")
+    if os.environ.get("DASHSCOPE_API_KEY"):
+        return _remember(_build("qwen", DEFAULT_QWEN_MODEL, None, api_key, options), "DASHSCOPE_API_KEY set")
+    env_url = os.environ.get("OPENAI_BASE_URL")
+    if env_url:
+        model = _default_openai_model(env_url)
+        return _remember(_build("openai", model, None, api_key, options), "OPENAI_BASE_URL set")
+    return _remember(
+        _build("local", DEFAULT_LOCAL_MODEL, None, None, options),
+        "no DASHSCOPE_API_KEY or OPENAI_BASE_URL: embedded model",
+    )
+
+
+def _from_spec(spec: str, base_url: str | None, api_key: str | None, options: dict[str, Any]) -> Backend:
+    prefix, sep, model = spec.partition(":")
+    prefix = prefix.strip().lower()
+    if not sep or prefix not in SPEC_PREFIXES:
+        raise ConfigurationError(
+            f"unknown backend {spec!r}: expected one of "
+            + ", ".join(f"{p}:<model>" for p in SPEC_PREFIXES)
+            + " (e.g. qwen:qwen-plus, openai:gpt-4o-mini, local:qwen2.5-coder-1.5b-q4km)"
+        )
+    model = model.strip()
+    if not model:
+        if prefix == "qwen":
+            model = DEFAULT_QWEN_MODEL
+        elif prefix == "local":
+            model = DEFAULT_LOCAL_MODEL
+        elif prefix == "openai":
+            model = _default_openai_model(base_url or os.environ.get("OPENAI_BASE_URL"))
+        else:
+            raise ConfigurationError("deepeval backend spec needs a class: deepeval:<module>:<Class>")
+    return _build(prefix, model, base_url, api_key, options)
+
+
+def _build(
+    prefix: str, model: str, base_url: str | None, api_key: str | None, options: dict[str, Any]
+) -> Backend:
+    try:
+        if prefix == "qwen":
+            from judge.backends._qwen import QwenBackend
+
+            return QwenBackend(model, api_key=api_key, base_url=base_url, **options)
+        if prefix == "openai":
+            from judge.backends._openai import OpenAIBackend
+
+            return OpenAIBackend(model, base_url=base_url, api_key=api_key, **options)
+        if prefix == "local":
+            return _local(model, options)
+        return _deepeval_class(model, options)
+    except TypeError as exc:
+        raise ConfigurationError(f"bad option for backend {prefix}:{model}: {exc}") from None
+
+
+def _local(model: str, options: dict[str, Any]) -> Backend:
+    try:
+        module = importlib.import_module("judge.backends._local")
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the embedded judge is not available ({exc}); install it with: pip install 'judge[local]'"
+        ) from None
+    local_cls = module.LocalBackend
+    model_path = None if model == DEFAULT_LOCAL_MODEL else model
+    backend: Backend = local_cls(model_path, **options)
+    return backend
+
+
+def _deepeval_class(target: str, options: dict[str, Any]) -> Backend:
+    from judge.backends._deepeval import DeepEvalBackend, import_deepeval_models, is_deepeval_model
+
+    import_deepeval_models()
+    module_name, sep, class_name = target.partition(":")
+    if not sep:
+        module_name, _, class_name = target.rpartition(".")
+    if not module_name or not class_name:
+        raise ConfigurationError(f"deepeval backend spec needs <module>:<Class>, got {target!r}")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load deepeval model class {target!r}: {exc}") from None
+    instance = cls(**options)
+    if not is_deepeval_model(instance):
+        raise ConfigurationError(f"{target!r} is not a deepeval.models.DeepEvalBaseLLM")
+    return DeepEvalBackend(instance, name=f"deepeval:{class_name}")
+
+
+def _reason_of(backend: object) -> str | None:
+    try:
+        return _reasons.get(backend)
+    except TypeError:
+        return None
+
+
+def describe_backend(backend: Backend) -> str:
+    """The CLI's stderr line: ``judge: using judge qwen:qwen-plus (DASHSCOPE_API_KEY set)``."""
+    target: Any = backend
+    reason = _reason_of(target)
+    # Look through wrappers (ResilientBackend.inner) for the reason recorded at resolution.
+    while reason is None and hasattr(target, "inner"):
+        target = target.inner
+        reason = _reason_of(target)
+    suffix = f" ({reason})" if reason else ""
+    return f"judge: using judge {backend.name}{suffix}"

@@ -1,0 +1,175 @@
+"""Progress reporting for batch scoring: a rich bar on a terminal, plain lines otherwise.
+
+``make_progress("auto")`` picks the rich bar when stderr is a TTY and periodic plain lines
+on stderr when it is not; ``"quiet"`` reports nothing. Every reporter has the same small
+interface: ``start(total, done)``, ``update(snapshot)``, ``stop(snapshot)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import IO, Literal, Protocol
+
+ProgressMode = Literal["auto", "bar", "plain", "quiet"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Counters at one moment. ``queries_done`` includes queries finished by earlier runs."""
+
+    queries_done: int
+    queries_total: int
+    queries_this_run: int
+    passages_this_run: int
+    retries: int
+    rate_limited: int
+    unjudged: int
+    rejected: int
+    elapsed_s: float
+
+    @property
+    def qps(self) -> float:
+        return self.queries_this_run / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def pps(self) -> float:
+        return self.passages_this_run / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        remaining = max(0, self.queries_total - self.queries_done)
+        if remaining == 0:
+            return 0.0
+        return remaining / self.qps if self.qps > 0 else None
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def format_line(snap: Snapshot) -> str:
+    pct = 100.0 * snap.queries_done / snap.queries_total if snap.queries_total else 100.0
+    return (
+        f"judge score: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
+        f"{snap.qps:.2f} queries/s, {snap.pps:.1f} passages/s, ETA {format_duration(snap.eta_s)}, "
+        f"retries {snap.retries}, rate-limited {snap.rate_limited}, unjudged {snap.unjudged}, "
+        f"rejected {snap.rejected}"
+    )
+
+
+class ProgressReporter(Protocol):
+    def start(self, total: int, done: int) -> None: ...
+
+    def update(self, snap: Snapshot) -> None: ...
+
+    def stop(self, snap: Snapshot) -> None: ...
+
+
+class QuietProgress:
+    def start(self, total: int, done: int) -> None:
+        return None
+
+    def update(self, snap: Snapshot) -> None:
+        return None
+
+    def stop(self, snap: Snapshot) -> None:
+        return None
+
+
+class PlainProgress:
+    """Plain lines on ``stream``: at most one every ``interval_s`` seconds when a query has
+    finished since the last line, at least one every ``heartbeat_s`` seconds, one at the end.
+    """
+
+    def __init__(
+        self, stream: IO[str] | None = None, interval_s: float = 5.0, heartbeat_s: float = 60.0
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval_s = interval_s
+        self.heartbeat_s = max(heartbeat_s, interval_s)
+        self._last = 0.0
+        self._last_done = -1
+
+    def start(self, total: int, done: int) -> None:
+        self._last = time.monotonic()
+        if done:
+            print(f"judge score: resuming, {done}/{total} queries already in the output", file=self.stream)
+
+    def update(self, snap: Snapshot) -> None:
+        now = time.monotonic()
+        since = now - self._last
+        moved = snap.queries_done != self._last_done
+        if (moved and since >= self.interval_s) or since >= self.heartbeat_s:
+            self._last = now
+            self._last_done = snap.queries_done
+            print(format_line(snap), file=self.stream, flush=True)
+
+    def stop(self, snap: Snapshot) -> None:
+        print(format_line(snap), file=self.stream, flush=True)
+
+
+class BarProgress:
+    """A rich progress bar on stderr."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("[bold]judge score"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[qps]:.2f} q/s"),
+            TextColumn("{task.fields[pps]:.1f} passages/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("retries {task.fields[retries]} (429: {task.fields[rl]})"),
+            TextColumn("unjudged {task.fields[unjudged]}"),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            "score", total=None, qps=0.0, pps=0.0, retries=0, rl=0, unjudged=0
+        )
+
+    def start(self, total: int, done: int) -> None:
+        self._progress.update(self._task, total=total, completed=done)
+        self._progress.start()
+
+    def update(self, snap: Snapshot) -> None:
+        self._progress.update(
+            self._task,
+            completed=snap.queries_done,
+            qps=snap.qps,
+            pps=snap.pps,
+            retries=snap.retries,
+            rl=snap.rate_limited,
+            unjudged=snap.unjudged,
+        )
+
+    def stop(self, snap: Snapshot) -> None:
+        self.update(snap)
+        self._progress.stop()
+
+
+def make_progress(mode: ProgressMode = "auto", *, interval_s: float = 5.0) -> ProgressReporter:
+    if mode == "quiet":
+        return QuietProgress()
+    if mode == "bar" or (mode == "auto" and sys.stderr.isatty()):
+        return BarProgress()
+    return PlainProgress(interval_s=interval_s)

@@ -1,0 +1,241 @@
+"""Output records (one JSON object per query) and the run summary computed from them.
+
+A record holds everything needed to (a) report the query, (b) recompute the summary and
+(c) re-ask its unjudged passages without the input file (``--retry-unjudged``): the query,
+each passage's docno, the texts of the unjudged passages, the ground truth as given.
+
+Conventions (echoed in every record and in the summary):
+
+* judge metrics are computed on the *judged* passages in input order; unjudged passages
+  are dropped from the ranking (never counted as irrelevant);
+* a passage is relevant for AP / RR / P@k when its verdict is ``yes`` (in graded mode the
+  judging layer sets ``yes`` iff ``grade >= grade_threshold``); NDCG uses the grade
+  (binary: yes = 1) as gain;
+* ground-truth metrics use the input ranking and the given ground truth: qrels grades
+  (``expected_ids`` = grade 1); relevant iff grade >= 1; AP's denominator and NDCG's ideal
+  ranking come from the ground truth (trec_eval's conventions);
+* means are over the queries where the metric is defined (a query with no judged passage
+  has no judge AP and is counted in ``queries_without_judged``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from judge.batch._metrics import (
+    average_precision,
+    ndcg_at,
+    precision_at,
+    recall_at,
+    reciprocal_rank,
+)
+from judge.io._jsonl import DatasetRecord
+from judge.judging._models import JudgeResult, PassageVerdict
+
+RECORD_VERSION = 1
+
+JUDGE_CONVENTIONS: dict[str, str] = {
+    "unjudged": "dropped from the ranking (never scored as irrelevant)",
+    "relevant": "verdict == 'yes' (graded: grade >= grade_threshold)",
+    "ndcg_gain": "grade (binary: yes=1, no=0), linear gain, log2 discount",
+    "ndcg_ideal": "judged list re-sorted by gain",
+    "ap_denominator": "relevant among the judged retrieved passages",
+}
+
+GROUND_TRUTH_CONVENTIONS: dict[str, str] = {
+    "source": "qrels grades; expected_ids as grade 1",
+    "relevant": "grade >= 1",
+    "ap_denominator": "relevant passages in the ground truth (trec_eval)",
+    "ndcg_ideal": "ground-truth grades sorted (trec_eval ndcg_cut)",
+    "unmatched_passage": "a retrieved passage absent from the ground truth has grade 0",
+}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)
+
+
+def judge_rank_metrics(verdicts: Sequence[PassageVerdict], k: Sequence[int]) -> dict[str, Any]:
+    """RR and P@k on the judged passages (unjudged dropped)."""
+    judged = [v for v in verdicts if v.judged]
+    if not judged:
+        return {"rr": None, "precision": {str(c): None for c in k}}
+    rel = [1 if v.verdict == "yes" else 0 for v in judged]
+    return {
+        "rr": _round(reciprocal_rank(rel)),
+        "precision": {str(c): _round(precision_at(rel, c)) for c in k},
+    }
+
+
+def ground_truth_metrics(docnos: Sequence[str], truth: Mapping[str, int], k: Sequence[int]) -> dict[str, Any]:
+    """trec_eval-style metrics of the input ranking against the ground truth."""
+    gains = [int(truth.get(d, 0)) for d in docnos]
+    rel = [1 if g >= 1 else 0 for g in gains]
+    n_rel = sum(1 for g in truth.values() if g >= 1)
+    ideal = sorted((g for g in truth.values() if g > 0), reverse=True)
+    return {
+        "ap": _round(average_precision(rel, n_rel)),
+        "ndcg": {str(c): _round(ndcg_at(gains, ideal, c)) for c in k},
+        "rr": _round(reciprocal_rank(rel)),
+        "precision": {str(c): _round(precision_at(rel, c)) for c in k},
+        "recall": {str(c): _round(recall_at(rel, n_rel, c)) for c in k},
+        "n_relevant": n_rel,
+    }
+
+
+def agreement_counts(
+    verdicts: Sequence[PassageVerdict], docnos: Sequence[str], truth: Mapping[str, int]
+) -> dict[str, int]:
+    """Judge-vs-ground-truth counts on judged passages: tp, fp, fn, tn."""
+    c = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for v, d in zip(verdicts, docnos, strict=True):
+        if not v.judged:
+            continue
+        judge_rel = v.verdict == "yes"
+        true_rel = truth.get(d, 0) >= 1
+        c[("t" if judge_rel == true_rel else "f") + ("p" if judge_rel else "n")] += 1
+    return c
+
+
+def build_record(rec: DatasetRecord, result: JudgeResult, k: Sequence[int]) -> dict[str, Any]:
+    """The output line for one scored query."""
+    docnos = [p.docno for p in rec.passages]
+    unjudged_passages = [
+        {"index": i, "id": p.id, "text": p.text, "truncated": p.truncated}
+        for i, (p, v) in enumerate(zip(rec.passages, result.verdicts, strict=True))
+        if not v.judged
+    ]
+    out: dict[str, Any] = {
+        "id": rec.id,
+        "line": rec.line,
+        "query": rec.query,
+        "v": RECORD_VERSION,
+        "docnos": docnos,
+        "expected_ids": list(rec.expected_ids) if rec.expected_ids is not None else None,
+        "qrels": rec.qrels,
+        "unjudged_passages": unjudged_passages,
+    }
+    return finish_record(out, result, k)
+
+
+def finish_record(base: dict[str, Any], result: JudgeResult, k: Sequence[int]) -> dict[str, Any]:
+    """Fill a record's result fields from ``result`` (used for new and re-judged queries)."""
+    out = dict(base)
+    verdicts = result.verdicts
+    out.update(
+        {
+            "mode": result.mode,
+            "backend": result.backend,
+            "n_passages": len(verdicts),
+            "unjudged": result.unjudged,
+            "truncated": sum(1 for v in verdicts if v.truncated),
+            "score": _round(result.score),
+            "ap": _round(result.ap),
+            "ndcg": {str(c): _round(val) for c, val in result.ndcg.items()},
+            **judge_rank_metrics(verdicts, k),
+            "usage": result.usage.model_dump(),
+            "verdicts": [v.model_dump(mode="json") for v in verdicts],
+            "conventions": dict(result.conventions),
+        }
+    )
+    truth = _truth_of(out)
+    if truth is not None:
+        gt = ground_truth_metrics(out["docnos"], truth, k)
+        gt["agreement"] = agreement_counts(verdicts, out["docnos"], truth)
+        out["ground_truth"] = gt
+    else:
+        out["ground_truth"] = None
+    return out
+
+
+def _truth_of(record: Mapping[str, Any]) -> dict[str, int] | None:
+    if record.get("qrels") is not None:
+        return {str(a): int(b) for a, b in record["qrels"].items()}
+    if record.get("expected_ids") is not None:
+        return dict.fromkeys((str(x) for x in record["expected_ids"]), 1)
+    return None
+
+
+def verdicts_of(record: Mapping[str, Any]) -> list[PassageVerdict]:
+    return [PassageVerdict.model_validate_json(json.dumps(v)) for v in record["verdicts"]]
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [float(x) for x in values if x is not None]
+    return round(math.fsum(xs) / len(xs), 6) if xs else None
+
+
+def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) -> dict[str, Any]:
+    """The run summary (metrics part), computed from the output file's records only."""
+    ks = [str(c) for c in k]
+    verdict_counts: Counter[str] = Counter()
+    grade_counts: Counter[str] = Counter()
+    for r in records:
+        for v in r["verdicts"]:
+            verdict_counts[v["verdict"]] += 1
+            if v.get("grade") is not None:
+                grade_counts[str(v["grade"])] += 1
+    scores = [r["score"] for r in records if r.get("score") is not None]
+    bins = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    hist = [0] * (len(bins) - 1)
+    for s in scores:
+        idx = min(int(s * 5), 4)
+        hist[idx] += 1
+    usage_keys = ("calls", "cached", "retries", "prompt_tokens", "completion_tokens", "cost")
+    usage: dict[str, float] = dict.fromkeys(usage_keys, 0)
+    currency = "CNY"
+    for r in records:
+        u = r.get("usage") or {}
+        for key in usage_keys:
+            usage[key] += u.get(key, 0)
+        currency = u.get("currency", currency)
+    usage["cost"] = round(float(usage["cost"]), 6)
+    n_passages = sum(int(r["n_passages"]) for r in records)
+    unjudged = sum(int(r["unjudged"]) for r in records)
+    summary: dict[str, Any] = {
+        "queries": len(records),
+        "passages": n_passages,
+        "judged": n_passages - unjudged,
+        "unjudged": unjudged,
+        "queries_with_unjudged": sum(1 for r in records if r["unjudged"]),
+        "queries_without_judged": sum(1 for r in records if r.get("ap") is None),
+        "truncated_passages": sum(int(r.get("truncated", 0)) for r in records),
+        "judge": {
+            "map": _mean(r.get("ap") for r in records),
+            "ndcg": {c: _mean((r.get("ndcg") or {}).get(c) for r in records) for c in ks},
+            "mean_score": _mean(scores),
+            "mrr": _mean(r.get("rr") for r in records),
+            "precision": {c: _mean((r.get("precision") or {}).get(c) for r in records) for c in ks},
+        },
+        "score_distribution": {"bins": bins, "counts": hist},
+        "verdicts": dict(sorted(verdict_counts.items())),
+        "grades": dict(sorted(grade_counts.items())) if grade_counts else None,
+        "usage": {**usage, "currency": currency},
+        "conventions": {"judge": JUDGE_CONVENTIONS, "mean": "over queries where the metric is defined"},
+    }
+    gt_records = [r for r in records if r.get("ground_truth")]
+    if gt_records:
+        agree: Counter[str] = Counter()
+        for r in gt_records:
+            agree.update(r["ground_truth"].get("agreement", {}))
+        total = sum(agree.values())
+        summary["ground_truth"] = {
+            "queries": len(gt_records),
+            "map": _mean(r["ground_truth"]["ap"] for r in gt_records),
+            "ndcg": {c: _mean(r["ground_truth"]["ndcg"].get(c) for r in gt_records) for c in ks},
+            "mrr": _mean(r["ground_truth"]["rr"] for r in gt_records),
+            "precision": {c: _mean(r["ground_truth"]["precision"].get(c) for r in gt_records) for c in ks},
+            "recall": {c: _mean(r["ground_truth"]["recall"].get(c) for r in gt_records) for c in ks},
+            "judge_agreement": {
+                **dict(agree),
+                "accuracy": round((agree["tp"] + agree["tn"]) / total, 6) if total else None,
+            },
+        }
+        summary["conventions"]["ground_truth"] = GROUND_TRUTH_CONVENTIONS
+    else:
+        summary["ground_truth"] = None
+    return summary

@@ -1,0 +1,333 @@
+"""``judge stability`` and ``judge nightly``: re-run the judge and check that mAP holds still.
+
+Exit codes: 0 the relative spread is within the threshold (or ``--compare-settings``
+finished: it measures, each setting's pass/fail is in its table); 1 breach; 2 bad input or
+usage (nothing judged); 3 the backend failed permanently; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from judge.io._errors import InputError
+
+EXIT_PASS = 0
+EXIT_BREACH = 1
+
+
+def _judge_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
+    p.add_argument(
+        "--mode", choices=("binary", "graded"), default="binary", help="verdict kind (default binary)"
+    )
+    p.add_argument("--language", choices=("zh", "en"), default="zh", help="template language (default zh)")
+    p.add_argument("--template", default=None, help="template id or .toml path")
+    p.add_argument("--probability", action="store_true", help="verdicts from answer-token probabilities")
+    p.add_argument(
+        "--samples", type=int, default=1, metavar="N", help="majority vote over N samples per passage"
+    )
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    seed = p.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=42, help="seed sent to the backend (default 42)")
+    seed.add_argument("--no-seed", action="store_true", help="send no seed")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="provider calls in flight (default 16, or the backend's limit)",
+    )
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per provider call (default 120)")
+    p.add_argument(
+        "--max-retries", type=int, default=5, help="retries per call on transient errors (default 5)"
+    )
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "stability",
+        help="judge a dataset K times (cache bypassed) and check that mAP moves less than a threshold",
+        description=(
+            "Judge every passage of DATASET.jsonl --runs times with the verdict cache bypassed, "
+            "keep every run's verdicts (REPORT_DIR/runs/run-<i>.jsonl), and report per-run mAP, "
+            "mean score and NDCG@k, their relative spread ((max-min)/mean) and CV across runs, the "
+            "verdict flip rate, Fleiss' kappa and Krippendorff's alpha across runs, a bootstrap CI "
+            "over queries beside the run-to-run spread, and the least stable queries and passages "
+            "(REPORT_DIR/report.json, report.md, *.png)."
+        ),
+        epilog="exit codes: 0 pass; 1 breach (spread > threshold); 2 bad input/usage; 3 backend failed",
+    )
+    p.add_argument("dataset", help="dataset JSONL (or .jsonl.gz): id, query, retrieval_context")
+    p.add_argument("--runs", type=int, default=3, metavar="K", help="judgments of the dataset (default 3)")
+    _judge_flags(p)
+    p.add_argument(
+        "--threshold", type=float, default=0.01, help="largest relative spread allowed (default 0.01)"
+    )
+    p.add_argument("--metric", default="map", help="checked figure: map (default), score or ndcg@K")
+    p.add_argument(
+        "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
+    )
+    p.add_argument("-o", "--output", default=None, metavar="REPORT_DIR", help="report directory")
+    p.add_argument("--top", type=int, default=10, help="least stable queries/passages to list (default 10)")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
+    )
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument(
+        "--compare-settings",
+        action="store_true",
+        help="run the harness once per variance-reduction setting and tabulate the spreads",
+    )
+    p.add_argument(
+        "--settings",
+        default="baseline,t0-seed,vote,probability",
+        help="settings for --compare-settings (default baseline,t0-seed,vote,probability)",
+    )
+    p.add_argument("--vote-samples", type=int, default=5, help="samples of the vote setting (default 5)")
+    p.add_argument(
+        "--sampled-temperature",
+        type=float,
+        default=0.7,
+        help="temperature of the baseline/vote settings when --temperature is 0 (default 0.7)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run_stability_command)
+
+    n: argparse.ArgumentParser = subparsers.add_parser(
+        "nightly",
+        help="the nightly stability job: run the harness from a config, append history, redraw the trend",
+        description=(
+            "Run the stability harness as CONFIG (JSON or TOML) says, write the night's report into "
+            "a new dated directory under report_dir, append the result to the history JSONL and redraw "
+            "the trend plot. Prints a BREACH line on stderr and exits 1 when the spread is over the "
+            "threshold."
+        ),
+        epilog="exit codes: 0 pass; 1 breach; 2 bad config/input; 3 backend failed",
+    )
+    n.add_argument("config", help="nightly config (.json or .toml)")
+    n.add_argument("--quiet", action="store_true", help="no progress lines")
+    n.set_defaults(func=run_nightly_command)
+
+
+def open_backend(
+    spec: str | None, base_url: str | None, *, concurrency: int | None, timeout_s: float, max_retries: int
+) -> Any:
+    """Resolve the backend and wrap it (retries, timeouts, a ceiling on calls in flight)."""
+    from judge.backends import ensure_resilient, resolve_backend
+
+    if concurrency is not None and concurrency < 1:
+        raise InputError("must be >= 1", field="--concurrency")
+    if not timeout_s > 0:
+        raise InputError("must be > 0", field="--timeout")
+    if max_retries < 0:
+        raise InputError("must be >= 0", field="--max-retries")
+    inner = resolve_backend(spec, base_url=base_url)
+    limit = concurrency
+    if limit is None:
+        limit = 16 if inner.max_concurrency is None else min(16, inner.max_concurrency)
+    return ensure_resilient(inner, max_retries=max_retries, timeout_s=timeout_s, concurrency=limit)
+
+
+def _describe(backend: Any) -> str:
+    from judge.backends import describe_backend
+
+    text = str(describe_backend(backend))
+    return text.removeprefix("judge: using judge ")
+
+
+def _judge_config(args: argparse.Namespace) -> Any:
+    from judge.judging import JudgeConfig
+
+    try:
+        return JudgeConfig(
+            mode=args.mode,
+            language=args.language,
+            template=args.template,
+            probability=bool(args.probability),
+            samples=args.samples,
+            temperature=args.temperature,
+            seed=None if args.no_seed else args.seed,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc), field="--samples" if "samples" in str(exc) else None) from exc
+
+
+class _QueryProgress:
+    """A progress line at most every ``interval_s`` seconds: run i, queries done."""
+
+    def __init__(self, quiet: bool, runs: int, interval_s: float = 30.0) -> None:
+        self.quiet, self.runs, self.interval_s = quiet, runs, interval_s
+        self.last = time.monotonic()
+
+    def __call__(self, run_index: int, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.last < self.interval_s:
+            return
+        self.last = now
+        print(
+            f"judge stability: run {run_index + 1}/{self.runs}: {done}/{total} queries judged",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _progress(quiet: bool, runs: int, label: str = "") -> Any:
+    def on_run(run: Any) -> None:
+        if quiet:
+            return
+        from judge.stability import StabilityMetric
+
+        value = run.figure(StabilityMetric("map"))
+        print(
+            f"judge stability: {label}run {run.index + 1}/{runs} done: "
+            f"mAP {value:.4f} ({run.elapsed_s:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return on_run
+
+
+def run_stability_command(args: argparse.Namespace) -> int:
+    from judge.stability import (
+        StabilityOptions,
+        compare_settings,
+        load_records,
+        run_stability,
+        summary_lines,
+        variance_settings,
+        write_report,
+    )
+
+    options = StabilityOptions(
+        runs=args.runs,
+        threshold=args.threshold,
+        metric=args.metric,
+        k=tuple(dict.fromkeys(args.k)),
+        bootstrap_resamples=args.bootstrap,
+        bootstrap_seed=args.bootstrap_seed,
+        top=args.top,
+    )
+    config = _judge_config(args)
+    settings = None
+    if args.compare_settings:
+        names = [s.strip() for s in args.settings.split(",") if s.strip()]
+        settings = variance_settings(
+            config,
+            names=names,
+            vote_samples=args.vote_samples,
+            sampled_temperature=args.sampled_temperature,
+            seed=42 if args.no_seed else args.seed,
+        )
+    records = load_records(args.dataset)  # bad input fails here, before any backend work
+    out_dir = Path(args.output) if args.output else Path(f"{Path(args.dataset).name.split('.')[0]}.stability")
+    backend = open_backend(
+        args.backend,
+        args.base_url,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+        max_retries=args.max_retries,
+    )
+    description = _describe(backend)
+    if not args.quiet:
+        print(f"judge: using judge {description}", file=sys.stderr)
+
+    async def go() -> Any:
+        try:
+            if settings is not None:
+                return await compare_settings(
+                    backend,
+                    records,
+                    settings,
+                    options,
+                    out_dir,
+                    dataset=args.dataset,
+                    backend_description=description,
+                    on_run=lambda name, run: _progress(args.quiet, options.runs, f"{name}: ")(run),
+                    on_query=_QueryProgress(args.quiet, options.runs),
+                )
+            return await run_stability(
+                backend,
+                records,
+                config,
+                options,
+                dataset=args.dataset,
+                backend_description=description,
+                runs_dir=out_dir / "runs",
+                on_run=_progress(args.quiet, options.runs),
+                on_query=_QueryProgress(args.quiet, options.runs),
+            )
+        finally:
+            await backend.aclose()
+
+    result = asyncio.run(go())
+    if settings is not None:
+        print((out_dir / "settings.md").read_text(encoding="utf-8"))
+        print(f"judge stability: settings table in {out_dir / 'settings.md'}", file=sys.stderr)
+        return EXIT_PASS
+    report = result
+    paths = write_report(report, out_dir)
+    print("\n".join(summary_lines(report)))
+    print(f"judge stability: report in {paths['markdown']} and {paths['json']}", file=sys.stderr)
+    if not report.passed:
+        print(_breach_line(report), file=sys.stderr)
+    return int(report.exit_code)
+
+
+def _breach_line(report: Any, name: str = "") -> str:
+    d = report.data
+    chk = d["check"]
+    spread = "inf" if chk["relative_spread"] is None else f"{chk['relative_spread']:.2%}"
+    who = f" [{name}]" if name else ""
+    return (
+        f"BREACH{who}: judge stability: {chk['metric']} relative spread {spread} > threshold "
+        f"{chk['threshold']:.2%} over {d['settings']['runs']} runs "
+        f"(dataset {d['dataset']['path']}, backend {d['backend']})"
+    )
+
+
+def run_nightly_command(args: argparse.Namespace) -> int:
+    from judge.stability import load_nightly_config, load_records, run_nightly, summary_lines
+
+    cfg = load_nightly_config(args.config)
+    records = load_records(cfg.dataset)
+    backend = open_backend(
+        cfg.backend,
+        cfg.base_url,
+        concurrency=cfg.options.concurrency,
+        timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+    )
+    description = _describe(backend)
+    if not args.quiet:
+        print(f"judge: using judge {description}", file=sys.stderr)
+
+    async def go() -> Any:
+        try:
+            return await run_nightly(
+                cfg,
+                backend,
+                records=records,
+                backend_description=description,
+                on_run=_progress(args.quiet, cfg.options.runs),
+                on_query=_QueryProgress(args.quiet, cfg.options.runs),
+            )
+        finally:
+            await backend.aclose()
+
+    outcome = asyncio.run(go())
+    print("\n".join(summary_lines(outcome.report)))
+    print(
+        f"judge nightly: report {outcome.report_dir}; history {outcome.history} "
+        f"({outcome.entry['status']}); trend {outcome.trend_plot}",
+        file=sys.stderr,
+    )
+    if not outcome.passed:
+        print(_breach_line(outcome.report, cfg.name), file=sys.stderr, flush=True)
+        return EXIT_BREACH
+    return EXIT_PASS

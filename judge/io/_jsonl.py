@@ -1,0 +1,298 @@
+"""Reading and validating JSONL datasets for batch scoring.
+
+One line is one query::
+
+    {"id": "q1", "query": "...", "retrieval_context": ["text", {"id": "d7", "text": "..."}],
+     "expected_ids": ["d7"], "qrels": {"d7": 2}}
+
+``id`` is optional (the line number, as ``"#<line>"``, stands in); ``expected_ids`` (binary
+ground truth) and ``qrels`` (graded ground truth, passage id -> grade) are optional. Field
+names can be mapped (``{"query": "question"}`` reads the query from ``question``); the
+mappable names are the keys of :data:`MAPPABLE_FIELDS`. Input may be gzip-compressed
+(detected from its first bytes, whatever the file name).
+
+Every problem is an :class:`~judge.io._errors.InputError` naming the file, the 1-based line
+and the field. A line with a problem that makes it unusable is *rejected* (yielded as an
+``InputError``); a passage over the length limit is truncated, flagged on the passage and
+reported as a *warning* on its record, and the record is still scored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from judge.io._errors import InputError
+
+DEFAULT_MAX_PASSAGE_CHARS = 8000
+"""Passages longer than this many characters are truncated and flagged."""
+
+MAPPABLE_FIELDS: dict[str, str] = {
+    "id": "the query's id (optional; '#<line>' when absent)",
+    "query": "the query text (required)",
+    "retrieval_context": "the ranked passages (required, non-empty list)",
+    "expected_ids": "ids of the relevant passages (optional binary ground truth)",
+    "qrels": "passage id -> graded relevance (optional graded ground truth)",
+    "text": "a passage object's text key",
+    "passage_id": "a passage object's id key (named 'id' in the file by default)",
+}
+
+_DEFAULT_KEYS: dict[str, str] = {name: name for name in MAPPABLE_FIELDS} | {"passage_id": "id"}
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPassage:
+    """One passage of a dataset line. ``id`` is None when the file gave a bare string."""
+
+    text: str
+    id: str | None = None
+    truncated: bool = False
+    original_chars: int = 0
+
+    @property
+    def docno(self) -> str:
+        """A stable document id for TREC files: the passage id, else a hash of the text."""
+        if self.id is not None:
+            return self.id
+        return text_docno(self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRecord:
+    """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages)."""
+
+    id: str
+    query: str
+    passages: tuple[DatasetPassage, ...]
+    line: int
+    expected_ids: tuple[str, ...] | None = None
+    qrels: dict[str, int] | None = None
+    warnings: tuple[InputError, ...] = field(default=())
+
+    def ground_truth(self) -> dict[str, int] | None:
+        """Graded ground truth: ``qrels`` if given, else ``expected_ids`` as grade 1."""
+        if self.qrels is not None:
+            return dict(self.qrels)
+        if self.expected_ids is not None:
+            return dict.fromkeys(self.expected_ids, 1)
+        return None
+
+
+def text_docno(text: str) -> str:
+    """``h`` + the first 16 hex digits of the text's SHA-256: a docno without spaces."""
+    return "h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def parse_field_map(items: list[str] | None) -> dict[str, str]:
+    """Parse ``["query=question", "retrieval_context=passages"]`` into a field map."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        ours, sep, theirs = item.partition("=")
+        ours, theirs = ours.strip(), theirs.strip()
+        if not sep or not ours or not theirs:
+            raise InputError(f"--map expects NAME=FIELD, got {item!r}", field="--map")
+        if ours not in MAPPABLE_FIELDS:
+            known = ", ".join(sorted(MAPPABLE_FIELDS))
+            raise InputError(f"--map: unknown field {ours!r} (known: {known})", field="--map")
+        mapping[ours] = theirs
+    return mapping
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open a file for binary reading, transparently decompressing gzip."""
+    raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def count_lines(path: str | Path) -> int:
+    """Number of non-blank lines (a cheap pre-pass for progress totals)."""
+    n = 0
+    with open_binary(path) as fh:
+        for raw in fh:
+            if raw.strip():
+                n += 1
+    return n
+
+
+class _LineReader:
+    """Validates one line at a time; keeps the set of ids seen to flag duplicates."""
+
+    def __init__(self, path: str | Path, field_map: Mapping[str, str] | None, max_passage_chars: int) -> None:
+        if max_passage_chars < 1:
+            raise InputError("the passage length limit must be at least 1", field="--max-passage-chars")
+        self.path = str(path)
+        self.keys = dict(_DEFAULT_KEYS)
+        self.keys.update(field_map or {})
+        self.max_chars = max_passage_chars
+        self.seen: dict[str, int] = {}
+
+    def error(self, message: str, line: int, fld: str | None = None) -> InputError:
+        return InputError(message, path=self.path, line=line, field=fld)
+
+    def parse(self, raw: bytes, line: int) -> DatasetRecord | InputError:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return self.error(f"invalid UTF-8 at byte {exc.start}", line)
+        try:
+            obj: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return self.error(f"not valid JSON ({exc.msg} at column {exc.colno})", line)
+        if not isinstance(obj, dict):
+            return self.error(f"expected a JSON object, got {type(obj).__name__}", line)
+        k = self.keys
+
+        qid_raw = obj.get(k["id"])
+        if qid_raw is None:
+            qid = f"#{line}"
+        elif isinstance(qid_raw, bool) or not isinstance(qid_raw, str | int):
+            return self.error("must be a string or an integer", line, k["id"])
+        else:
+            qid = str(qid_raw)
+            if not qid.strip():
+                return self.error("must not be empty", line, k["id"])
+
+        if k["query"] not in obj:
+            return self.error("missing", line, k["query"])
+        query = obj[k["query"]]
+        if not isinstance(query, str):
+            return self.error(f"must be a string, got {type(query).__name__}", line, k["query"])
+        if not query.strip():
+            return self.error("must not be empty", line, k["query"])
+
+        ctx_key = k["retrieval_context"]
+        if ctx_key not in obj:
+            return self.error("missing", line, ctx_key)
+        ctx = obj[ctx_key]
+        if not isinstance(ctx, list):
+            return self.error(f"must be a list, got {type(ctx).__name__}", line, ctx_key)
+        if not ctx:
+            return self.error("is an empty list", line, ctx_key)
+
+        passages: list[DatasetPassage] = []
+        warnings: list[InputError] = []
+        for i, item in enumerate(ctx):
+            where = f"{ctx_key}[{i}]"
+            pid: str | None = None
+            if isinstance(item, str):
+                ptext = item
+            elif isinstance(item, dict):
+                text_val = item.get(k["text"])
+                if not isinstance(text_val, str):
+                    return self.error(
+                        f"a passage object needs a string '{k['text']}'", line, f"{where}.{k['text']}"
+                    )
+                ptext = text_val
+                pid_raw = item.get(k["passage_id"])
+                if pid_raw is not None:
+                    if isinstance(pid_raw, bool) or not isinstance(pid_raw, str | int):
+                        return self.error(
+                            "must be a string or an integer", line, f"{where}.{k['passage_id']}"
+                        )
+                    pid = str(pid_raw)
+            else:
+                return self.error(
+                    f"a passage must be a string or an object, got {type(item).__name__}", line, where
+                )
+            if not ptext.strip():
+                return self.error("empty passage", line, where)
+            truncated = len(ptext) > self.max_chars
+            original = len(ptext)
+            if truncated:
+                warnings.append(
+                    self.error(f"passage of {original} characters truncated to {self.max_chars}", line, where)
+                )
+                ptext = ptext[: self.max_chars]
+            passages.append(DatasetPassage(ptext, pid, truncated, original))
+
+        expected: tuple[str, ...] | None = None
+        exp_key = k["expected_ids"]
+        if obj.get(exp_key) is not None:
+            exp = obj[exp_key]
+            if not isinstance(exp, list) or any(
+                isinstance(x, bool) or not isinstance(x, str | int) for x in exp
+            ):
+                return self.error("must be a list of passage ids", line, exp_key)
+            expected = tuple(str(x) for x in exp)
+
+        qrels: dict[str, int] | None = None
+        qrels_key = k["qrels"]
+        if obj.get(qrels_key) is not None:
+            q = obj[qrels_key]
+            if not isinstance(q, dict) or any(
+                isinstance(v, bool) or not isinstance(v, int) for v in q.values()
+            ):
+                return self.error("must be an object mapping passage id to an integer grade", line, qrels_key)
+            qrels = {str(key): int(v) for key, v in q.items()}
+
+        if qid in self.seen:
+            return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, k["id"])
+        self.seen[qid] = line
+        return DatasetRecord(qid, query, tuple(passages), line, expected, qrels, tuple(warnings))
+
+
+def iter_dataset(
+    path: str | Path,
+    *,
+    field_map: Mapping[str, str] | None = None,
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+) -> Iterator[DatasetRecord | InputError]:
+    """Yield each non-blank line of a JSONL dataset as a record or as the error rejecting it.
+
+    Never raises for a bad line: the caller decides whether to go on (batch) or refuse the
+    file (``--strict``). Raises :class:`InputError` only when the file cannot be read at all.
+    """
+    reader = _LineReader(path, field_map, max_passage_chars)
+    try:
+        fh = open_binary(path)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from exc
+    with fh:
+        try:
+            for lineno, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                yield reader.parse(raw.rstrip(b"\r\n"), lineno)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InputError(f"cannot read: {exc}", path=str(path)) from exc
+
+
+def read_dataset(
+    path: str | Path,
+    *,
+    field_map: Mapping[str, str] | None = None,
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+) -> list[DatasetRecord]:
+    """Read a whole dataset strictly: the first bad line raises its :class:`InputError`."""
+    records: list[DatasetRecord] = []
+    for item in iter_dataset(path, field_map=field_map, max_passage_chars=max_passage_chars):
+        if isinstance(item, InputError):
+            raise item
+        records.append(item)
+    return records
+
+
+def error_record(err: InputError, *, action: str = "rejected") -> dict[str, Any]:
+    """The JSON object written to ``OUTPUT.rejects.jsonl`` for one problem."""
+    return {
+        "path": err.path,
+        "line": err.line,
+        "field": err.field,
+        "error": err.message,
+        "action": action,
+    }
+
+
+def write_jsonl_line(fh: IO[str] | io.TextIOBase, obj: Mapping[str, Any]) -> None:
+    """Write one compact JSON line (UTF-8 text kept readable)."""
+    fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")

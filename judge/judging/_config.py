@@ -1,0 +1,124 @@
+"""What a judgment is asked with: :class:`JudgeConfig`, :class:`Passage`, :class:`VerdictStore`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol
+
+from judge.judging._models import Mode, PassageVerdict
+from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
+
+Language = Literal["zh", "en"]
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """How passages are judged. Every field that changes a verdict is in :meth:`cache_params`.
+
+    ``mode``: ``binary`` (yes/no) or ``graded`` (0-3; verdict yes iff grade >= ``grade_threshold``).
+    ``language``: picks the built-in template (``<mode>.<language>.v1``); ``template`` overrides
+    it with another id or a ``.toml`` path.
+    ``probability``: one forward pass per passage; the verdict comes from the probabilities of
+    the candidate answer tokens (needs ``backend.supports_probabilities``):
+      - binary: ``p_yes = P(yes) / (P(yes) + P(no))``, verdict yes iff ``p_yes >= p_yes_threshold``,
+        ``confidence`` = P of the chosen verdict;
+      - graded: P("0".."3") renormalised (``probs``), ``expected_grade`` = sum g*P(g),
+        ``grade`` = argmax (ties go to the lower grade), verdict yes iff
+        ``grade >= grade_threshold``, ``p_yes`` = P(grade >= grade_threshold) and ``confidence``
+        = P of the chosen verdict (``p_yes`` or ``1 - p_yes``).
+      The reason is empty unless ``explain`` is set: then a second, short generation is asked
+      to explain the verdict already chosen (the reply is prefilled with it).
+    ``samples``: > 1 asks each passage that many times (seed, seed+1, ...) and takes the
+    majority: binary ties go to "no"; graded takes the most frequent grade (ties to the lower
+    grade). ``confidence`` is the share of judged samples agreeing with the final verdict,
+    ``p_yes`` the share of yes, ``expected_grade`` the mean grade. Not combinable with
+    ``probability`` (which already yields a distribution).
+    ``max_reasks``: invalid replies are re-asked this many times (with the parse error
+    appended to the conversation) before the passage is recorded as unjudged.
+    """
+
+    mode: Mode = "binary"
+    language: Language = "zh"
+    probability: bool = False
+    p_yes_threshold: float = 0.5
+    grade_threshold: int = 2
+    max_reasks: int = 2
+    samples: int = 1
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = 42
+    max_tokens: int = 256
+    template: str | None = None
+    explain: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("binary", "graded"):
+            raise ValueError(f"mode must be 'binary' or 'graded', not {self.mode!r}")
+        if self.language not in ("zh", "en"):
+            raise ValueError(f"language must be 'zh' or 'en', not {self.language!r}")
+        if not 0.0 <= self.p_yes_threshold <= 1.0:
+            raise ValueError(f"p_yes_threshold must be in [0, 1], not {self.p_yes_threshold}")
+        if isinstance(self.grade_threshold, bool) or not isinstance(self.grade_threshold, int):
+            raise ValueError("grade_threshold must be an integer 0..3")
+        if not 0 <= self.grade_threshold <= 3:
+            raise ValueError(f"grade_threshold must be in 0..3, not {self.grade_threshold}")
+        if self.max_reasks < 0:
+            raise ValueError("max_reasks must be >= 0")
+        if self.samples < 1:
+            raise ValueError("samples must be >= 1")
+        if self.samples > 1 and self.probability:
+            raise ValueError("samples > 1 cannot be combined with probability mode")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+
+    def cache_params(self) -> dict[str, Any]:
+        """The fields that change a stored verdict (all but ``max_reasks``: only judged
+        verdicts are stored, and a valid verdict does not depend on how many re-asks were
+        allowed)."""
+        params = asdict(self)
+        params.pop("max_reasks")
+        return params
+
+    def template_id(self) -> str:
+        return self.template or default_template_id(self.mode, self.language)
+
+
+def template_for(config: JudgeConfig) -> PromptTemplate:
+    """The verdict template ``config`` asks for, checked against its mode."""
+    template = load_template(config.template_id())
+    if template.mode != config.mode:
+        raise TemplateError(
+            f"template {template.id} is a {template.mode} template but mode is {config.mode}",
+            field="template",
+        )
+    if config.probability and not template.supports_probability:
+        raise TemplateError(
+            f"template {template.id} has no answer_prefix/candidates for probability mode",
+            field="template",
+        )
+    return template
+
+
+def summary_template_for(config: JudgeConfig) -> PromptTemplate:
+    return load_template(default_template_id("summary", config.language))
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved passage. ``truncated`` says the text was cut before judging."""
+
+    text: str
+    id: str | None = None
+    truncated: bool = False
+
+
+class VerdictStore(Protocol):
+    """Where verdicts are cached (e.g. :class:`judge.store.SQLiteVerdictStore`, or a dict)."""
+
+    async def get(self, key: str) -> PassageVerdict | None: ...
+
+    async def put(self, key: str, verdict: PassageVerdict) -> None: ...

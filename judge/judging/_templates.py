@@ -1,0 +1,240 @@
+"""Prompt templates: TOML files in ``prompts/``, rendered strictly.
+
+One file per template, named ``<id>.toml`` (ids look like ``binary.zh.v1``). Fields:
+
+``id``, ``language`` (``zh``/``en``), ``mode`` (``binary``/``graded``/``summary``),
+``description`` (optional), ``variables`` (the exact set of ``${name}`` placeholders that
+``system`` and ``user`` use), ``system``, ``user``, ``reask`` (optional; the follow-up user
+turn after an invalid reply, its only placeholder is ``${error}``), ``answer_prefix`` and
+``candidates`` (optional, together: probability mode forces the reply to start with
+``answer_prefix`` and reads the probabilities of ``candidates`` as the next token), and a
+``[json_schema]`` table (optional; handed to backends with a JSON mode or grammar).
+
+Rendering uses :class:`string.Template` (``${name}``; ``$$`` is a literal ``$``), so JSON
+braces in the prompt need no escaping and substituted text is never expanded again (a
+passage containing ``${query}`` stays literal). It is strict: a placeholder not declared in
+``variables``, a declared variable the text does not use, a value missing at render time
+or an extra value passed raise :class:`TemplateError`.
+
+Every template carries ``hash`` (sha256 of the file's bytes), recorded in every verdict and
+part of every cache key, so editing a prompt never reuses verdicts from the old wording.
+
+Where the files are found: ``prompts/`` at the repository root (a source checkout or an
+editable install), else ``judge/prompts/`` inside the installed package (the wheel ships the
+files there). A template can also be loaded from any ``.toml`` path, e.g. while tuning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from judge.backends._base import Message
+from judge.io._errors import InputError
+
+TemplateMode = Literal["binary", "graded", "summary"]
+
+_REQUIRED = ("id", "language", "mode", "variables", "system", "user")
+_OPTIONAL = ("description", "reask", "answer_prefix", "candidates", "json_schema")
+_LANGUAGES = ("zh", "en")
+_MODES = ("binary", "graded", "summary")
+_CANDIDATES: dict[str, frozenset[str]] = {
+    "binary": frozenset({"yes", "no"}),
+    "graded": frozenset({"0", "1", "2", "3"}),
+}
+_MARKER = "binary.zh.v1.toml"  # a file that marks a real prompts directory
+
+
+class TemplateError(InputError):
+    """A template file is malformed, unknown, or was rendered with wrong variables."""
+
+
+def _candidate_dirs() -> list[Path]:
+    here = Path(__file__).resolve()
+    return [here.parents[2] / "prompts", here.parents[1] / "prompts"]
+
+
+def templates_dir() -> Path:
+    """The directory the built-in templates are loaded from."""
+    for candidate in _candidate_dirs():
+        if (candidate / _MARKER).is_file():
+            return candidate
+    tried = ", ".join(str(p) for p in _candidate_dirs())
+    raise TemplateError(f"the prompt templates are not installed (looked in {tried})")
+
+
+def _placeholders(text: str, where: str, path: Path) -> set[str]:
+    tpl = string.Template(text)
+    if not tpl.is_valid():
+        raise TemplateError(
+            "invalid placeholder (use ${name}; write $$ for a literal dollar sign)",
+            path=path,
+            field=where,
+        )
+    return set(tpl.get_identifiers())
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """One loaded template. ``hash`` is the sha256 hex digest of the file's bytes."""
+
+    id: str
+    language: str
+    mode: TemplateMode
+    variables: tuple[str, ...]
+    system: str
+    user: str
+    hash: str
+    path: Path
+    description: str = ""
+    reask: str | None = None
+    answer_prefix: str | None = None
+    candidates: tuple[str, ...] | None = None
+    json_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+
+    @property
+    def supports_probability(self) -> bool:
+        return self.answer_prefix is not None and self.candidates is not None
+
+    def render(self, **values: str) -> tuple[Message, ...]:
+        """The system and user messages with ``values`` substituted (strictly)."""
+        self._check_values(values)
+        system = string.Template(self.system).substitute(values)
+        user = string.Template(self.user).substitute(values)
+        if system.strip():
+            return (Message("system", system), Message("user", user))
+        return (Message("user", user),)
+
+    def render_reask(self, error: str) -> str:
+        """The follow-up user turn after an invalid reply."""
+        if self.reask is None:
+            raise TemplateError(f"template {self.id} has no 'reask' text", path=self.path, field="reask")
+        return string.Template(self.reask).substitute(error=error)
+
+    def _check_values(self, values: dict[str, str]) -> None:
+        missing = sorted(set(self.variables) - set(values))
+        unknown = sorted(set(values) - set(self.variables))
+        if missing:
+            raise TemplateError(f"template {self.id}: missing value for {', '.join(missing)}")
+        if unknown:
+            raise TemplateError(f"template {self.id}: unknown variable {', '.join(unknown)}")
+        wrong = sorted(name for name, value in values.items() if not isinstance(value, str))
+        if wrong:
+            raise TemplateError(f"template {self.id}: values must be strings: {', '.join(wrong)}")
+
+
+def parse_template(data: bytes, path: Path) -> PromptTemplate:
+    """Validate one template file's bytes; ``path`` is used in error messages and for the id."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TemplateError(f"not a valid UTF-8 TOML file: {exc}", path=path) from exc
+    for key in _REQUIRED:
+        if key not in raw:
+            raise TemplateError("missing required field", path=path, field=key)
+    for key in raw:
+        if key not in _REQUIRED and key not in _OPTIONAL:
+            raise TemplateError("unknown field", path=path, field=key)
+    for key in ("id", "language", "mode", "system", "user", "description", "reask", "answer_prefix"):
+        if key in raw and not isinstance(raw[key], str):
+            raise TemplateError("must be a string", path=path, field=key)
+    if raw["id"] != path.stem:
+        raise TemplateError(f"id {raw['id']!r} must equal the file name {path.stem!r}", path=path, field="id")
+    if raw["language"] not in _LANGUAGES:
+        raise TemplateError(f"must be one of {', '.join(_LANGUAGES)}", path=path, field="language")
+    if raw["mode"] not in _MODES:
+        raise TemplateError(f"must be one of {', '.join(_MODES)}", path=path, field="mode")
+    variables = raw["variables"]
+    if not isinstance(variables, list) or not all(isinstance(v, str) for v in variables):
+        raise TemplateError("must be a list of names", path=path, field="variables")
+    declared = set(variables)
+    used = _placeholders(raw["system"], "system", path) | _placeholders(raw["user"], "user", path)
+    if used - declared:
+        raise TemplateError(
+            f"unknown variable {', '.join(sorted(used - declared))} (not in 'variables')",
+            path=path,
+            field="user",
+        )
+    if declared - used:
+        raise TemplateError(
+            f"declared but unused: {', '.join(sorted(declared - used))}", path=path, field="variables"
+        )
+    reask = raw.get("reask")
+    if reask is not None and _placeholders(reask, "reask", path) - {"error"}:
+        raise TemplateError("the only placeholder allowed in 'reask' is ${error}", path=path, field="reask")
+    mode = cast(TemplateMode, raw["mode"])
+    if mode != "summary" and reask is None:
+        raise TemplateError("verdict templates need a 'reask' text", path=path, field="reask")
+    prefix = raw.get("answer_prefix")
+    candidates = raw.get("candidates")
+    if (prefix is None) != (candidates is None):
+        raise TemplateError("'answer_prefix' and 'candidates' go together", path=path, field="candidates")
+    if candidates is not None:
+        if mode == "summary":
+            raise TemplateError("summary templates have no probability mode", path=path, field="candidates")
+        if (
+            not isinstance(candidates, list)
+            or set(candidates) != _CANDIDATES[mode]
+            or len(candidates) != len(_CANDIDATES[mode])
+        ):
+            expected = ", ".join(sorted(_CANDIDATES[mode]))
+            raise TemplateError(
+                f"{mode} candidates must be exactly {expected}", path=path, field="candidates"
+            )
+    schema = raw.get("json_schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise TemplateError("must be a table", path=path, field="json_schema")
+    return PromptTemplate(
+        id=raw["id"],
+        language=raw["language"],
+        mode=mode,
+        variables=tuple(variables),
+        system=raw["system"],
+        user=raw["user"],
+        hash=hashlib.sha256(data).hexdigest(),
+        path=path,
+        description=raw.get("description", ""),
+        reask=reask,
+        answer_prefix=prefix,
+        candidates=tuple(candidates) if candidates is not None else None,
+        json_schema=schema,
+    )
+
+
+@cache
+def _load_path(path: Path, mtime_ns: int, size: int) -> PromptTemplate:
+    return parse_template(path.read_bytes(), path)
+
+
+def load_template(ref: str | Path) -> PromptTemplate:
+    """A template by id (``binary.zh.v1``, from :func:`templates_dir`) or by ``.toml`` path."""
+    text = str(ref)
+    if isinstance(ref, Path) or text.endswith(".toml"):
+        path = Path(ref).expanduser().resolve()
+    else:
+        if not text or "/" in text or "\\" in text:
+            raise TemplateError(f"invalid template id {text!r}")
+        path = templates_dir() / f"{text}.toml"
+        if not path.is_file():
+            known = ", ".join(t.id for t in list_templates())
+            raise TemplateError(f"unknown template id {text!r} (known: {known})", field="template")
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise TemplateError(f"cannot read template: {exc.strerror}", path=path) from exc
+    return _load_path(path, stat.st_mtime_ns, stat.st_size)
+
+
+def list_templates() -> list[PromptTemplate]:
+    """Every built-in template, sorted by id."""
+    return [load_template(p) for p in sorted(templates_dir().glob("*.toml"))]
+
+
+def default_template_id(mode: TemplateMode, language: str) -> str:
+    """The built-in template for a mode and language, e.g. ``graded.en.v1``."""
+    return f"{mode}.{language}.v1"

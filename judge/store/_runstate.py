@@ -1,0 +1,154 @@
+"""Resume state, derived from the output file itself (no separate state file).
+
+Why no state file: a batch run already has two durable records, each written before the
+work it records is forgotten: the verdict cache (one committed row per judged passage) and
+the output JSONL (one fsynced line per completed query). A third file would be one more
+thing that a ``kill -9`` can leave disagreeing with the other two. So:
+
+* a query is *done* iff its line is complete in the output file;
+* a passage is *judged* iff its verdict is in the cache;
+* on start, :func:`recover_output` drops a torn last line (a write interrupted by the
+  kill), and the runner skips the ids already in the file; the queries that were in flight
+  are judged again, but every passage verdict they had received comes from the cache.
+
+:class:`OutputWriter` appends one line per query with ``flush`` + ``fsync``;
+:func:`atomic_write_lines` rewrites a file (temp file + ``os.replace``) for
+``--retry-unjudged``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from judge.io._errors import InputError
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def recover_output(path: str | Path) -> list[dict[str, Any]]:
+    """Read the records of an earlier (possibly killed) run and repair the file's tail.
+
+    A last line without its newline or that does not parse is a torn write: the file is
+    truncated to just before it. A bad line *before* the last one is not something this
+    program writes, so it is an :class:`InputError` (the file is left untouched).
+    Returns the complete records, in file order; ``[]`` if the file does not exist.
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    data = p.read_bytes()
+    records: list[dict[str, Any]] = []
+    good_end = 0
+    pos = 0
+    lineno = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        lineno += 1
+        end = len(data) if nl < 0 else nl + 1
+        chunk = data[pos:end]
+        is_last = end >= len(data)
+        parsed: Any = None
+        ok = nl >= 0
+        if ok and chunk.strip():
+            try:
+                parsed = json.loads(chunk.decode("utf-8"))
+                ok = isinstance(parsed, dict)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                ok = False
+        if not ok:
+            if is_last:
+                break
+            raise InputError(
+                "not a record written by 'judge score' (refusing to resume into it)", path=str(p), line=lineno
+            )
+        if parsed is not None:
+            records.append(parsed)
+        good_end = end
+        pos = end
+    if good_end < len(data):
+        with open(p, "r+b") as fh:
+            fh.truncate(good_end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return records
+
+
+class OutputWriter:
+    """Append-only JSONL writer: every line is flushed and fsynced before ``write`` returns.
+
+    ``awrite`` does the same on the writer's own thread (one thread: lines keep their
+    order), so an fsync never stalls the event loop.
+    """
+
+    def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._fsync = fsync
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def awrite(self, record: Mapping[str, Any]) -> None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-output")
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.write, record)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._fh.write(_dumps(record) + "\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> OutputWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def atomic_write_lines(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Replace ``path`` with ``records`` as JSONL: write a temp file beside it, fsync, rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(_dumps(rec) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file + ``os.replace``)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

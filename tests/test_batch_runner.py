@@ -1,0 +1,340 @@
+"""The batch runner with in-process fake backends: records, summary, cache, resume, retry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judge.backends._base import ChatRequest, PermanentError, TransientError
+from judge.backends._fake import Reply, RuleBackend
+from judge.backends._resilient import ResilientBackend
+from judge.batch import (
+    BatchOptions,
+    default_output_path,
+    read_output,
+    retry_unjudged,
+    score_dataset,
+    sidecar_path,
+)
+from judge.batch._runner import score_dataset_sync
+from judge.io._errors import InputError
+from judge.judging import JudgeConfig
+from judge.store import SQLiteVerdictStore
+
+QUIET = BatchOptions(progress="quiet", fsync=False)
+
+
+def _dataset(path: Path, rows: list[Any]) -> Path:
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+        encoding="utf-8",
+    )
+    return path
+
+
+ROWS: list[dict[str, Any]] = [
+    {"id": "q1", "query": "感冒", "retrieval_context": ["RELEVANT a", "b", "RELEVANT c"]},
+    {
+        "id": "q2",
+        "query": "高铁",
+        "retrieval_context": [{"id": "d1", "text": "x"}, {"id": "d2", "text": "RELEVANT y"}],
+    },
+    {"id": "q3", "query": "光合作用", "retrieval_context": ["z"]},
+]
+
+
+def _by_id(record: dict[str, Any]) -> str:
+    return str(record["id"])
+
+
+def _passage_of(request: ChatRequest) -> str:
+    text = "\n".join(m.content for m in request.messages if m.role == "user")
+    blocks = re.findall(r"<passage>\n(.*?)\n</passage>", text, flags=re.DOTALL)
+    return str(blocks[-1]) if blocks else text
+
+
+def _keyword(**kw: Any) -> RuleBackend:
+    return RuleBackend.keyword("RELEVANT", text_of=_passage_of, **kw)
+
+
+def _binary_ndcg(rel: list[int], k: int) -> float:
+    dcg = sum(r / math.log2(i + 2) for i, r in enumerate(rel[:k]))
+    ideal = sorted(rel, reverse=True)
+    idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal[:k]))
+    return dcg / idcg if idcg else 0.0
+
+
+async def test_scores_every_query_with_hand_computed_metrics(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "d.judged.jsonl"
+    backend = _keyword()
+    outcome = await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
+    recs = {r["id"]: r for r in read_output(out)}
+    assert sorted(recs) == ["q1", "q2", "q3"]
+    q1 = recs["q1"]
+    assert [v["verdict"] for v in q1["verdicts"]] == ["yes", "no", "yes"]
+    assert q1["score"] == pytest.approx(2 / 3, abs=1e-6)
+    assert q1["ap"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-6)
+    assert q1["ndcg"]["5"] == pytest.approx(_binary_ndcg([1, 0, 1], 5), abs=1e-6)
+    assert q1["rr"] == 1.0 and q1["precision"]["5"] == pytest.approx(0.4)
+    assert recs["q2"]["rr"] == 0.5 and recs["q2"]["docnos"] == ["d1", "d2"]
+    assert recs["q3"]["ap"] == 0.0 and recs["q3"]["score"] == 0.0
+    s = outcome.summary
+    assert s["queries"] == 3 and s["passages"] == 6 and s["unjudged"] == 0
+    assert s["judge"]["map"] == pytest.approx(((1 + 2 / 3) / 2 + 0.5 + 0.0) / 3, abs=1e-6)
+    assert s["judge"]["mrr"] == pytest.approx((1 + 0.5 + 0) / 3, abs=1e-6)
+    assert s["judge"]["mean_score"] == pytest.approx((2 / 3 + 1 / 2 + 0) / 3, abs=1e-6)
+    assert s["verdicts"] == {"no": 3, "yes": 3}
+    assert s["score_distribution"]["counts"] == [1, 0, 1, 1, 0]  # 0, 0.5, 0.667
+    assert s["ground_truth"] is None
+    assert s["this_run"]["queries_scored"] == 3
+    saved = json.loads(sidecar_path(out, "summary", "json").read_text(encoding="utf-8"))
+    assert saved["judge"] == s["judge"]
+    assert len(backend.requests) == 6
+
+
+async def test_second_run_makes_zero_llm_calls_and_cache_is_shared(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    async with SQLiteVerdictStore(tmp_path / "cache.sqlite") as store:
+        first = _keyword()
+        await score_dataset(inp, tmp_path / "a.jsonl", first, JudgeConfig(), store=store, options=QUIET)
+        assert len(first.requests) == 6
+        second = _keyword()
+        await score_dataset(inp, tmp_path / "b.jsonl", second, JudgeConfig(), store=store, options=QUIET)
+        assert second.requests == []
+        # System B retrieves one new passage: only that one is judged.
+        other = _dataset(
+            tmp_path / "sysb.jsonl",
+            [{"id": "q1", "query": "感冒", "retrieval_context": ["b", "new passage", "RELEVANT a"]}],
+        )
+        third = _keyword()
+        await score_dataset(other, tmp_path / "c.jsonl", third, JudgeConfig(), store=store, options=QUIET)
+        assert [_passage_of(r).strip() for r in third.requests] == ["new passage"]
+    a = read_output(tmp_path / "a.jsonl")
+    b = read_output(tmp_path / "b.jsonl")
+    assert [r["ap"] for r in sorted(a, key=_by_id)] == [r["ap"] for r in sorted(b, key=_by_id)]
+    assert all(v["cached"] for r in b for v in r["verdicts"])
+
+
+async def test_resume_skips_finished_queries_and_repairs_a_torn_line(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    await score_dataset(inp, out, _keyword(), JudgeConfig(), options=QUIET)
+    lines = out.read_bytes().splitlines(keepends=True)
+    done = json.loads(lines[0])["id"]
+    out.write_bytes(lines[0] + lines[1][:20])  # one record kept, one torn by a "kill"
+    backend = _keyword()
+    outcome = await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
+    ids = [r["id"] for r in read_output(out)]
+    assert sorted(ids) == ["q1", "q2", "q3"] and len(ids) == 3
+    assert outcome.skipped_done == 1 and outcome.scored_now == 2
+    asked = {_passage_of(r).strip() for r in backend.requests}
+    done_texts = {
+        p if isinstance(p, str) else p["text"]
+        for row in ROWS
+        if row["id"] == done
+        for p in row["retrieval_context"]
+    }
+    assert not asked & done_texts
+    assert outcome.summary["queries"] == 3  # the summary covers the earlier run's records too
+
+
+async def test_resume_refuses_an_output_of_another_mode(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    await score_dataset(inp, out, _keyword(), JudgeConfig(), options=QUIET)
+    with pytest.raises(InputError, match="--mode binary"):
+        await score_dataset(inp, out, _keyword(), JudgeConfig(mode="graded"), options=QUIET)
+
+
+def _flaky_rule(broken: set[str]) -> Any:
+    healthy = _keyword()
+
+    def rule(request: ChatRequest) -> Reply:
+        if any(b in _passage_of(request) for b in broken):
+            return TransientError("HTTP 500 (simulated)")
+        return healthy.rule(request)
+
+    return rule
+
+
+async def _no_sleep(_: float) -> None:
+    await asyncio.sleep(0)
+
+
+async def test_unjudged_passages_are_kept_explicit_and_retry_clears_them(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    store = SQLiteVerdictStore(tmp_path / "c.sqlite")
+    try:
+        flaky = ResilientBackend(
+            RuleBackend(_flaky_rule({"RELEVANT c", "z"})), max_retries=2, sleep=_no_sleep
+        )
+        outcome = await score_dataset(inp, out, flaky, JudgeConfig(), store=store, options=QUIET)
+        assert flaky.stats.retries == 4 and flaky.stats.failures == 2
+        recs = {r["id"]: r for r in read_output(out)}
+        assert sorted(recs) == ["q1", "q2", "q3"]  # no query dropped
+        q1 = recs["q1"]
+        assert [v["verdict"] for v in q1["verdicts"]] == ["yes", "no", "unjudged"]
+        assert q1["verdicts"][2]["error"]
+        assert q1["unjudged"] == 1
+        # Dropped, not counted as irrelevant: AP over [yes, no] = 1.0.
+        assert q1["ap"] == 1.0
+        assert [p["text"] for p in q1["unjudged_passages"]] == ["RELEVANT c"]
+        assert recs["q3"]["ap"] is None and recs["q3"]["score"] is None
+        assert outcome.summary["unjudged"] == 2 and outcome.summary["queries_without_judged"] == 1
+
+        healthy = _keyword()
+        again = await retry_unjudged(out, healthy, JudgeConfig(), store=store, options=QUIET)
+        assert sorted(_passage_of(r).strip() for r in healthy.requests) == ["RELEVANT c", "z"]
+        recs2 = {r["id"]: r for r in read_output(out)}
+        assert [r["id"] for r in read_output(out)] == [r["id"] for r in recs.values()]  # order kept
+        assert recs2["q1"]["unjudged"] == 0 and recs2["q1"]["unjudged_passages"] == []
+        assert recs2["q1"]["ap"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-6)
+        assert recs2["q3"]["ap"] == 0.0
+        assert recs2["q2"] == recs["q2"]  # untouched
+        assert again.summary["unjudged"] == 0
+        assert again.summary["this_run"]["passages_retried"] == 2
+        # Nothing left: a second retry asks nothing.
+        idle = _keyword()
+        await retry_unjudged(out, idle, JudgeConfig(), store=store, options=QUIET)
+        assert idle.requests == []
+    finally:
+        await store.aclose()
+
+
+async def test_permanent_error_propagates_and_keeps_finished_queries(tmp_path: Path) -> None:
+    rows = [{"id": f"q{i}", "query": "q", "retrieval_context": [f"p{i}"]} for i in range(5)]
+    inp = _dataset(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    ok = _keyword()
+
+    def rule(request: ChatRequest) -> Reply:
+        if "p3" in _passage_of(request):
+            return PermanentError("HTTP 401: invalid key")
+        return ok.rule(request)
+
+    opts = BatchOptions(progress="quiet", concurrency=1, window=1, fsync=False)
+    with pytest.raises(PermanentError, match="401"):
+        await score_dataset(inp, out, RuleBackend(rule), JudgeConfig(), options=opts)
+    assert [r["id"] for r in read_output(out)] == ["q0", "q1", "q2"]
+
+
+async def test_bad_lines_are_reported_and_the_rest_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows: list[Any] = [
+        ROWS[0],
+        "{oops",
+        {"id": "q2", "query": "x", "retrieval_context": []},
+        {"id": "q1", "query": "dup", "retrieval_context": ["a"]},
+        {"id": "q5", "query": "long", "retrieval_context": ["RELEVANT " + "x" * 50]},
+    ]
+    inp = _dataset(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    opts = BatchOptions(progress="quiet", max_passage_chars=20, fsync=False)
+    outcome = await score_dataset(inp, out, _keyword(), JudgeConfig(), options=opts)
+    err = capsys.readouterr().err
+    assert f"{inp}:2: not valid JSON" in err
+    assert f"{inp}:3: field 'retrieval_context': is an empty list" in err
+    assert f"{inp}:4: field 'id': duplicate id 'q1'" in err
+    assert f"{inp}:5: field 'retrieval_context[0]': passage of 59 characters truncated to 20" in err
+    rejects = [json.loads(x) for x in sidecar_path(out, "rejects", "jsonl").read_text().splitlines()]
+    assert [(r["line"], r["field"], r["action"]) for r in rejects] == [
+        (2, None, "rejected"),
+        (3, "retrieval_context", "rejected"),
+        (4, "id", "rejected"),
+        (5, "retrieval_context[0]", "truncated"),
+    ]
+    recs = {r["id"]: r for r in read_output(out)}
+    assert sorted(recs) == ["q1", "q5"]
+    assert recs["q5"]["verdicts"][0]["truncated"] is True and recs["q5"]["truncated"] == 1
+    assert outcome.rejected == 3
+
+
+async def test_strict_refuses_before_any_call(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", [ROWS[0], {"id": "x", "retrieval_context": ["a"]}, ROWS[1]])
+    out = tmp_path / "o.jsonl"
+    backend = _keyword()
+    opts = BatchOptions(progress="quiet", strict=True, fsync=False)
+    with pytest.raises(InputError, match="--strict refuses"):
+        await score_dataset(inp, out, backend, JudgeConfig(), options=opts)
+    assert backend.requests == []
+    assert not out.exists()
+    [rej] = [json.loads(x) for x in sidecar_path(out, "rejects", "jsonl").read_text().splitlines()]
+    assert (rej["line"], rej["field"]) == (2, "query")
+
+
+async def test_ground_truth_metrics_beside_the_judges(tmp_path: Path) -> None:
+    row = {
+        "id": "g1",
+        "query": "q",
+        "retrieval_context": [
+            {"id": "d1", "text": "RELEVANT 1"},
+            {"id": "d2", "text": "RELEVANT 2"},
+            {"id": "d3", "text": "c"},
+        ],
+        "qrels": {"d1": 2, "d9": 1},
+    }
+    row2 = {
+        "id": "g2",
+        "query": "q",
+        "retrieval_context": [{"id": "e1", "text": "n"}, {"id": "e2", "text": "RELEVANT"}],
+        "expected_ids": ["e2"],
+    }
+    inp = _dataset(tmp_path / "d.jsonl", [row, row2])
+    outcome = await score_dataset(inp, tmp_path / "o.jsonl", _keyword(), JudgeConfig(), options=QUIET)
+    recs = {r["id"]: r for r in read_output(tmp_path / "o.jsonl")}
+    gt = recs["g1"]["ground_truth"]
+    assert gt["ap"] == 0.5  # d1 at rank 1 found; d9 never retrieved: (1/1) / 2
+    idcg = 2 + 1 / math.log2(3)
+    assert gt["ndcg"]["5"] == pytest.approx(2 / idcg, abs=1e-6)
+    assert gt["recall"]["5"] == 0.5 and gt["rr"] == 1.0 and gt["precision"]["5"] == pytest.approx(0.2)
+    assert gt["agreement"] == {"tp": 1, "fp": 1, "fn": 0, "tn": 1}
+    gt2 = recs["g2"]["ground_truth"]
+    assert (gt2["ap"], gt2["rr"]) == (0.5, 0.5)
+    s = outcome.summary["ground_truth"]
+    assert s["queries"] == 2 and s["map"] == 0.5
+    assert s["judge_agreement"]["accuracy"] == pytest.approx(4 / 5)
+
+
+def test_default_paths() -> None:
+    assert default_output_path("data/x.jsonl") == Path("data/x.judged.jsonl")
+    assert default_output_path("data/x.jsonl.gz") == Path("data/x.judged.jsonl")
+    assert sidecar_path("o/x.judged.jsonl", "summary", "json") == Path("o/x.judged.summary.json")
+    assert sidecar_path("o/x.judged.jsonl", "rejects", "jsonl") == Path("o/x.judged.rejects.jsonl")
+
+
+def test_sync_wrapper_agrees_with_async(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    a = score_dataset_sync(inp, tmp_path / "a.jsonl", _keyword(), JudgeConfig(), options=QUIET)
+    b = asyncio.run(score_dataset(inp, tmp_path / "b.jsonl", _keyword(), JudgeConfig(), options=QUIET))
+    assert a.summary["judge"] == b.summary["judge"]
+
+    def strip(r: dict[str, Any]) -> dict[str, Any]:  # verdict latencies differ between runs
+        return {k: v for k, v in r.items() if k != "verdicts"}
+
+    ra = [strip(r) for r in sorted(read_output(tmp_path / "a.jsonl"), key=_by_id)]
+    rb = [strip(r) for r in sorted(read_output(tmp_path / "b.jsonl"), key=_by_id)]
+    assert ra == rb
+
+
+async def test_graded_mode_records_grades(tmp_path: Path) -> None:
+    inp = _dataset(
+        tmp_path / "d.jsonl", [{"id": "g", "query": "q", "retrieval_context": ["HIGH", "MID", "LOW", "none"]}]
+    )
+    backend = RuleBackend.keyword("HIGH", grades={"HIGH": 3, "MID": 2, "LOW": 1}, text_of=_passage_of)
+    outcome = await score_dataset(
+        inp, tmp_path / "o.jsonl", backend, JudgeConfig(mode="graded"), options=QUIET
+    )
+    [rec] = read_output(tmp_path / "o.jsonl")
+    assert [v["grade"] for v in rec["verdicts"]] == [3, 2, 1, 0]
+    assert [v["verdict"] for v in rec["verdicts"]] == ["yes", "yes", "no", "no"]
+    assert rec["ndcg"]["5"] == 1.0  # already ideally ordered
+    assert outcome.summary["grades"] == {"0": 1, "1": 1, "2": 1, "3": 1}

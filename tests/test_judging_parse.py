@@ -1,0 +1,101 @@
+"""Verdict parsing: JSON out of fenced or chatty replies, documented normalisation, strict models."""
+
+from __future__ import annotations
+
+import pytest
+
+from judge.judging import VerdictParseError, extract_json_object, parse_grade, parse_verdict
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"verdict": "yes", "reason": "提到了贫血症状"}',
+        '```json\n{"verdict": "yes", "reason": "提到了贫血症状"}\n```',
+        '```\n{"verdict": "yes", "reason": "提到了贫血症状"}\n```',
+        '好的，判断如下：\n```JSON\n{"verdict": "yes", "reason": "提到了贫血症状"}\n```\n希望有帮助。',
+        '我的判断是 {"verdict": "yes", "reason": "提到了贫血症状"} 以上。',
+        '{"verdict": "Yes ", "reason": "  提到了贫血症状 "}',
+        '{"verdict": "是", "reason": "提到了贫血症状"}',
+        '{" Verdict": "YES", "REASON": "提到了贫血症状"}',
+    ],
+)
+def test_binary_replies_parse_to_yes(reply: str) -> None:
+    v = parse_verdict(reply)
+    assert v.verdict == "yes"
+    assert v.reason == "提到了贫血症状"
+
+
+def test_no_and_fou() -> None:
+    assert parse_verdict('{"verdict": "否", "reason": "无关"}').verdict == "no"
+    assert parse_verdict('{"verdict": "NO", "reason": "无关"}').verdict == "no"
+
+
+def test_braces_inside_strings_and_leading_junk_object() -> None:
+    reply = 'note {not json} then {"verdict": "no", "reason": "段落讲的是 {别的} 事情"}'
+    v = parse_verdict(reply)
+    assert v.verdict == "no" and v.reason == "段落讲的是 {别的} 事情"
+
+
+def test_fenced_block_wins_over_earlier_braces() -> None:
+    reply = 'Example: {"verdict": "no", "reason": "例子"}\n```json\n{"verdict": "yes", "reason": "真"}\n```'
+    assert parse_verdict(reply).reason == "真"
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ("", "the reply is empty"),
+        ("   ", "the reply is empty"),
+        ("相关。", "no JSON object"),
+        ('{"verdict": "yes", "reason": "x"', "no JSON object"),
+        ('{"relevant": "yes", "reason": "x"}', "unexpected field 'relevant'"),
+        ('{"verdict": "yes"}', "missing field 'reason'"),
+        ('{"verdict": "yes", "reason": "x", "score": 1}', "unexpected field 'score'"),
+        ('{"verdict": "relevant", "reason": "x"}', '\'verdict\' must be "yes" or "no"'),
+        ('{"verdict": "yes.", "reason": "x"}', "'verdict' must be"),
+        ('{"verdict": true, "reason": "x"}', "'verdict' must be"),
+        ('{"verdict": "yes", "reason": 3}', "'reason' must be a string"),
+        ('{"verdict": "yes", "Verdict": "no", "reason": "x"}', "appears twice"),
+        ('["yes", "x"]', "no JSON object"),
+    ],
+)
+def test_invalid_binary_replies(reply: str, message: str) -> None:
+    with pytest.raises(VerdictParseError, match=message):
+        parse_verdict(reply)
+
+
+@pytest.mark.parametrize(
+    ("reply", "grade"),
+    [
+        ('{"grade": 3, "reason": "直接回答"}', 3),
+        ('{"grade": 0, "reason": "无关"}', 0),
+        ('{"grade": "2", "reason": "部分回答"}', 2),
+        ('{"grade": " 1 ", "reason": "话题相关"}', 1),
+        ('{"grade": 2.0, "reason": "部分回答"}', 2),
+        ('```json\n{"Grade": 3, "reason": "直接回答"}\n```', 3),
+    ],
+)
+def test_graded_replies(reply: str, grade: int) -> None:
+    assert parse_grade(reply).grade == grade
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ('{"grade": 4, "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": -1, "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": 2.5, "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": true, "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": "high", "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": "12", "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"verdict": "yes", "reason": "x"}', "unexpected field 'verdict'"),
+    ],
+)
+def test_invalid_graded_replies(reply: str, message: str) -> None:
+    with pytest.raises(VerdictParseError, match=message):
+        parse_grade(reply)
+
+
+def test_extract_json_object_returns_first_valid_object() -> None:
+    assert extract_json_object('x {"a": {"b": 1}} y {"c": 2}') == {"a": {"b": 1}}
