@@ -108,7 +108,10 @@ def run_judge(args: list[str], base_url: str, home: Path) -> tuple[dict[str, Any
 def deepeval_worker(data: Path, base_url: str, result: Path, timeout_s: float) -> None:
     import judge._env  # noqa: F401 - deepeval opt-outs before deepeval is imported
 
-    os.environ.setdefault("DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE", str(timeout_s))
+    if timeout_s > 0:
+        # Optional: deepeval's per-attempt timeout. Its per-task budget is derived from it,
+        # and test cases still queued when that budget runs out are dropped from the results.
+        os.environ.setdefault("DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE", str(timeout_s))
     from deepeval.evaluate.configs import AsyncConfig, DisplayConfig, ErrorConfig
     from deepeval.evaluate.evaluate import evaluate
     from deepeval.metrics import BaseMetric, ContextualRelevancyMetric
@@ -129,7 +132,7 @@ def deepeval_worker(data: Path, base_url: str, result: Path, timeout_s: float) -
     metrics: list[BaseMetric] = [metric]
     t0 = time.monotonic()
     crashed: str | None = None
-    scored = failed = 0
+    scored = failed = results = 0
     try:
         out = evaluate(
             test_cases=cases,
@@ -138,6 +141,7 @@ def deepeval_worker(data: Path, base_url: str, result: Path, timeout_s: float) -
             display_config=DisplayConfig(show_indicator=False, print_results=False, verbose_mode=False),
             error_config=ErrorConfig(ignore_errors=True),
         )
+        results = len(out.test_results)
         for tr in out.test_results:
             for md in tr.metrics_data or []:
                 if md.error or md.score is None:
@@ -148,7 +152,10 @@ def deepeval_worker(data: Path, base_url: str, result: Path, timeout_s: float) -
         crashed = f"{type(exc).__name__}: {exc}"[:300]
     wall = time.monotonic() - t0
     result.write_text(
-        json.dumps({"wall_s": wall, "scored": scored, "failed": failed, "crashed": crashed}), encoding="utf-8"
+        json.dumps(
+            {"wall_s": wall, "results": results, "scored": scored, "failed": failed, "crashed": crashed}
+        ),
+        encoding="utf-8",
     )
 
 
@@ -208,7 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--error-rate", type=float, default=0.05)
     p.add_argument("--garbage-rate", type=float, default=0.05)
     p.add_argument("--hang-rate", type=float, default=0.01)
-    p.add_argument("--timeout", type=float, default=5.0, help="per-call timeout for both systems (s)")
+    p.add_argument("--timeout", type=float, default=5.0, help="judge score's per-call timeout (s)")
+    p.add_argument(
+        "--deepeval-timeout",
+        type=float,
+        default=0.0,
+        help="deepeval per-attempt timeout override (s); 0 = deepeval's defaults (the default)",
+    )
     p.add_argument("--skip-deepeval", action="store_true")
     p.add_argument("--skip-faults", action="store_true")
     p.add_argument("--worker", choices=("deepeval",), help=argparse.SUPPRESS)
@@ -272,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             if not a.skip_deepeval:
                 sim.reset()
                 de = run_deepeval(
-                    data, sim.base_url, work, a.timeout, limit_s=max(600.0, 20 * n_pass / ceiling)
+                    data, sim.base_url, work, a.deepeval_timeout, limit_s=max(600.0, 20 * n_pass / ceiling)
                 )
                 st = sim.stats()
                 print("\ndeepeval.evaluate + ContextualRelevancyMetric (no faults)")
                 if de["wall_s"] > 0:
-                    de_pps = n_pass / de["wall_s"]
+                    # Only passages of test cases that got a score count as done.
+                    de_pps = de["scored"] * a.passages / de["wall_s"]
                     _line("wall time", f"{de['wall_s']:.2f} s")
                     _line("passages/s", f"{de_pps:.1f}")
                     _line("fraction of server ceiling", f"{de_pps / ceiling:.1%}")
@@ -287,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                         "429 replies / max in flight",
                         f"{st['outcomes'].get('429', 0)} / {st['max_inflight']}",
                     )
-                    _line("test cases scored / failed", f"{de['scored']} / {de['failed']}")
+                    _line(
+                        "test cases scored / failed / missing",
+                        f"{de['scored']} / {de['failed']} / {a.queries - de.get('results', 0)} "
+                        f"of {a.queries}",
+                    )
                     de_row = (de["wall_s"], de_pps, st["total"] / n_pass)
                 if de.get("crashed"):
                     _line("crashed", str(de["crashed"]))
@@ -365,14 +383,22 @@ def main(argv: list[str] | None = None) -> int:
                     sim.reset()
                     sim.configure(**faults, seed=11)
                     de = run_deepeval(
-                        data, sim.base_url, work, a.timeout, limit_s=max(900.0, 30 * n_pass / ceiling)
+                        data,
+                        sim.base_url,
+                        work,
+                        a.deepeval_timeout,
+                        limit_s=max(900.0, 30 * n_pass / ceiling),
                     )
                     st = sim.stats()
                     sim.configure(error_rate=0.0, garbage_rate=0.0, hang_rate=0.0)
                     print("deepeval.evaluate (faults on, ignore_errors=True)")
                     _line("wall time", f"{de['wall_s']:.2f} s")
                     _line("server outcomes", json.dumps(st["outcomes"], sort_keys=True))
-                    _line("test cases scored / failed", f"{de['scored']} / {de['failed']} of {a.queries}")
+                    _line(
+                        "test cases scored / failed / missing",
+                        f"{de['scored']} / {de['failed']} / {a.queries - de.get('results', 0)} "
+                        f"of {a.queries}",
+                    )
                     if de.get("crashed"):
                         _line("crashed", str(de["crashed"]))
 

