@@ -65,7 +65,10 @@ def make_dataset(path: Path, n_queries: int, n_passages: int, tag: str) -> None:
         for i in range(n_queries):
             topic = TOPICS[i % len(TOPICS)]
             ctx = [
-                {"id": f"q{i}-p{j}", "text": f"关于{topic}的第 {j} 段资料（查询 {i}，{tag}）。<rel={(i * 5 + j * 3) % 4}>"}
+                {
+                    "id": f"q{i}-p{j}",
+                    "text": f"关于{topic}的第 {j} 段资料（查询 {i}，{tag}）。<rel={(i * 5 + j * 3) % 4}>",
+                }
                 for j in range(n_passages)
             ]
             row = {"id": f"q{i}", "query": f"{topic}相关问题 {i}", "retrieval_context": ctx}
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passages", type=int, default=6)
     p.add_argument("--rounds", type=int, default=3, help="old/new pairs; the median is reported")
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--latency-ms", type=float, default=2.0, help="simulated server latency")
+    p.add_argument("--latency-ms", type=float, default=100.0, help="simulated server latency")
     p.add_argument("--baseline-ref", default=BASELINE_REF, help="git ref of the 'old' hot-path files")
     p.add_argument("--files", nargs="*", default=list(HOT_FILES), help="files taken from --baseline-ref")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one extra new round")

@@ -117,7 +117,7 @@ def test_passages_with_ids_and_qrels() -> None:
     assert [v.passage_id for v in result.verdicts] == ["d0", "d1", "d2"]
     # binary gains 1,0,1; IDCG from three relevant qrels: 1 + 1/log2(3) + 1/2
     assert result.ndcg[3] == pytest.approx(1.5 / (1 + 1 / 1.5849625007211563 + 0.5))
-    assert result.conventions["idcg"] == "qrels"
+    assert result.conventions["idcg"] == "judged+unretrieved_qrels"
 
 
 def test_a_single_string_is_refused() -> None:

@@ -85,7 +85,7 @@ def test_qrels_from_the_test_case() -> None:
     )
     metric.measure(tc)
     assert metric.result is not None
-    assert metric.result.conventions["idcg"] == "qrels"
+    assert metric.result.conventions["idcg"] == "judged+unretrieved_qrels"
     assert [v.passage_id for v in metric.result.verdicts] == ["d1", "d2", "d3"]
     # gains 1,0,1; ideal from three relevant qrels: 1, 1, 1
     assert metric.result.ndcg[3] == pytest.approx((1 + 0.5) / (1 + 1 / 1.5849625007211563 + 0.5))

@@ -135,12 +135,24 @@ async def test_graded_ndcg_hand_derived() -> None:
     assert result.ndcg[2] == pytest.approx(1.0)
     assert result.ap == pytest.approx(1.0)
     assert result.score == pytest.approx(0.5)
-    # With qrels, IDCG comes from the qrels grades (3,3,2): 3 + 3/log2(3) + 2/2 = 5.892789.
+    # With qrels, IDCG pools the judged grades of the retrieved passages (3, 2, 0, 1) with the
+    # qrels grades of relevant passages that were not retrieved (x=3, y=2; z=0 adds nothing):
+    # ideal 3,3,2,2,1 -> 3 + 3/log2(3) + 2/2 + 2/log2(5) + 1/log2(6) = 7.140995.
+    # The qrels grade of a retrieved passage (p1=1) does not replace the judge's grade.
+    ided = [Passage(text, id=f"p{i + 1}") for i, text in enumerate(passages)]
     with_qrels = await judge_query(
-        backend, QUERY, passages, config, k=(5,), qrels={"a": 3, "b": 3, "c": 2, "d": 0}
+        backend, QUERY, ided, config, k=(5,), qrels={"p1": 1, "x": 3, "y": 2, "z": 0}
     )
-    assert with_qrels.ndcg[5] == pytest.approx(4.692536 / 5.892789, abs=1e-6)
-    assert with_qrels.conventions["idcg"] == "qrels"
+    assert with_qrels.ndcg[5] == pytest.approx(4.692536 / 7.140995, abs=1e-6)
+    assert with_qrels.conventions["idcg"] == "judged+unretrieved_qrels"
+    # A judge that says 3 to everything can never beat the ideal: NDCG stays <= 1.
+    lenient = by_passage({t: grade(3) for t in passages})
+    capped = await judge_query(lenient, QUERY, ided, config, k=(5,), qrels={"x": 1, "y": 1})
+    assert capped.ndcg[5] == pytest.approx(
+        (3 + 3 / math.log2(3) + 3 / 2 + 3 / math.log2(5))
+        / (3 + 3 / math.log2(3) + 3 / 2 + 3 / math.log2(5) + 1 / math.log2(6)),
+        abs=1e-9,
+    )
     # A stricter grade threshold changes the binary verdicts, not the grades.
     strict = await judge_query(backend, QUERY, passages, JudgeConfig(mode="graded", grade_threshold=3))
     assert [v.verdict for v in strict.verdicts] == ["yes", "no", "no", "no"]

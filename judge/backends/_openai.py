@@ -24,12 +24,23 @@ vLLM, Ollama (``http://localhost:11434/v1``) and OpenAI itself.
   20; 5 for DashScope, its maximum) and ``max_tokens=1``; ``Completion.token_probs[c]`` is
   the summed probability of the top tokens whose stripped, lower-cased text is ``c``
   (0.0 when none is). A server that returns no logprobs raises :class:`UnsupportedError`.
+* Transport: the ``AsyncOpenAI`` client is built on an ``openai.DefaultAsyncHttpxClient``
+  (or ``http_client=``), and each call is one ``POST {base_url}chat/completions`` sent through
+  that same HTTP client with the openai client's own headers (auth, user agent), URL and
+  timeout. The body is built here (:meth:`OpenAIBackend.build_body`, the JSON
+  ``chat.completions.create(**build_request(r))`` would send) and the reply is read as plain
+  JSON: the SDK's typed request transform and response models cost about as much CPU as the
+  HTTP exchange itself, which limited batch throughput (see ``scripts/bench_client_cpu.py``).
+  HTTP errors map as the SDK's would (status, ``error.message``/``code``, Retry-After).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -51,6 +62,7 @@ from judge.backends._base import (
 from judge.backends._redact import redact, register_secret
 
 if TYPE_CHECKING:
+    import httpx2
     from openai import AsyncOpenAI
 
 __all__ = ["OpenAIBackend"]
@@ -135,6 +147,7 @@ class OpenAIBackend:
         self._http_client = http_client
         self._client: AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._wire: _Wire | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIBackend(name={self.name!r}, base_url={redact(self._base_url or 'default')!r})"
@@ -156,22 +169,28 @@ class OpenAIBackend:
         return params
 
     def _get_client(self) -> AsyncOpenAI:
+        return self._get_wire().client
+
+    def _get_wire(self) -> _Wire:
         # AsyncOpenAI's connection pool belongs to one event loop; a sync wrapper that calls
         # asyncio.run() repeatedly gets a fresh client per loop.
         loop = asyncio.get_running_loop()
-        if self._client is None or (self._client_loop is not loop and self._http_client is None):
+        wire = self._wire
+        if wire is None or (self._client_loop is not loop and self._http_client is None):
             import openai
 
-            kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0}
+            http = self._http_client if self._http_client is not None else openai.DefaultAsyncHttpxClient()
+            kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0, "http_client": http}
             if self._base_url is not None:
                 kwargs["base_url"] = self._base_url
             if self.timeout_s is not None:
                 kwargs["timeout"] = self.timeout_s
-            if self._http_client is not None:
-                kwargs["http_client"] = self._http_client
-            self._client = openai.AsyncOpenAI(**kwargs)
+            client = openai.AsyncOpenAI(**kwargs)
+            wire = _Wire(client, http)
+            self._client = client
             self._client_loop = loop
-        return self._client
+            self._wire = wire
+        return wire
 
     def build_request(self, request: ChatRequest) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (no network)."""
@@ -220,55 +239,130 @@ class OpenAIBackend:
             kwargs["extra_body"] = extra_body
         return kwargs
 
+    def build_body(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body sent for ``request``: :meth:`build_request` with ``extra_body``
+        merged in at the top level, as the openai client sends it (no network)."""
+        body = self.build_request(request)
+        extra = body.pop("extra_body", None)
+        if extra:
+            body.update(extra)
+        return body
+
     async def complete(self, request: ChatRequest) -> Completion:
-        kwargs = self.build_request(request)
-        client = self._get_client()
+        body = self.build_body(request)
+        wire = self._get_wire()
         started = time.perf_counter()
         try:
-            response = await client.chat.completions.create(**kwargs)
+            content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            response = await wire.http.post(
+                wire.url, content=content, headers=wire.headers, timeout=wire.timeout
+            )
         except Exception as exc:
             raise _translate(self.name, exc) from None
         latency = time.perf_counter() - started
-        if not response.choices:
+        status = response.status_code
+        if not 200 <= status < 300:
+            message = redact(f"{self.name}: HTTP {status}: {_status_detail(response)}")
+            raise error_for_status(status, message, headers=dict(response.headers))
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            raise TransientError(f"{self.name}: the server's reply is not JSON (HTTP {status})") from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise TransientError(f"{self.name}: the server returned no choices")
-        choice = response.choices[0]
-        text = choice.message.content or ""
+        choice: dict[str, Any] = choices[0]
+        message_obj = choice.get("message")
+        text = message_obj.get("content") if isinstance(message_obj, dict) else None
+        usage_obj = data.get("usage")
         usage = (
             Usage(
-                prompt_tokens=response.usage.prompt_tokens or 0,
-                completion_tokens=response.usage.completion_tokens or 0,
+                prompt_tokens=_int(usage_obj.get("prompt_tokens")),
+                completion_tokens=_int(usage_obj.get("completion_tokens")),
             )
-            if response.usage is not None
+            if isinstance(usage_obj, dict)
             else Usage()
         )
         token_probs = None
         if request.candidates is not None:
-            logprobs = choice.logprobs
-            content = logprobs.content if logprobs is not None else None
-            if not content:
-                raise UnsupportedError(f"{self.name}: the server returned no logprobs")
-            first = content[0]
-            top = [(t.token, t.logprob) for t in (first.top_logprobs or [])]
-            if not top:
-                top = [(first.token, first.logprob)]
-            token_probs = candidate_probs(top, request.candidates)
+            token_probs = candidate_probs(self._top_logprobs(choice), request.candidates)
+        model = data.get("model")
+        finish_reason = choice.get("finish_reason")
         return Completion(
-            text=text,
+            text=text if isinstance(text, str) else "",
             usage=usage,
-            model=response.model or self.model,
+            model=model if isinstance(model, str) and model else self.model,
             latency_s=latency,
             token_probs=token_probs,
-            finish_reason=choice.finish_reason,
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
+
+    def _top_logprobs(self, choice: Mapping[str, Any]) -> list[tuple[str, float]]:
+        """The first generated token's top alternatives (or the token itself)."""
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+        if not content or not isinstance(content, list) or not isinstance(content[0], Mapping):
+            raise UnsupportedError(f"{self.name}: the server returned no logprobs")
+        first = content[0]
+        top = [
+            (str(t.get("token", "")), float(t.get("logprob", -math.inf)))
+            for t in (first.get("top_logprobs") or [])
+            if isinstance(t, Mapping)
+        ]
+        if not top:
+            top = [(str(first.get("token", "")), float(first.get("logprob", -math.inf)))]
+        return top
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
+        self._wire = None
         if client is not None and self._http_client is None:
             try:
                 if self._client_loop is asyncio.get_running_loop():
                     await client.close()
             except Exception:  # closing is best effort
                 pass
+
+
+class _Wire:
+    """One openai client and the HTTP client it sends through, with what every call reuses:
+    the endpoint URL, the client's headers (auth, user agent, SDK headers) and timeout."""
+
+    __slots__ = ("client", "headers", "http", "timeout", "url")
+
+    def __init__(self, client: AsyncOpenAI, http: httpx2.AsyncClient) -> None:
+        self.client = client
+        self.http = http
+        base = client.base_url  # always ends with "/" (the client enforces it)
+        self.url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+        self.timeout: Any = client.timeout
+        merged = {**client.default_headers, **client.auth_headers}
+        headers = {k: v for k, v in merged.items() if isinstance(v, str)}  # drop the SDK's Omit()s
+        headers["X-Stainless-Retry-Count"] = "0"
+        read = getattr(self.timeout, "read", self.timeout)
+        if isinstance(read, int | float):
+            headers["X-Stainless-Read-Timeout"] = str(read)
+        self.headers = headers
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _status_detail(response: httpx2.Response) -> str:
+    """What the SDK's status error would say: the body's ``error.message`` (and code), else
+    ``Error code: N - <body>``."""
+    text = response.text.strip()
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        return f"Error code: {response.status_code}" + (f" - {text}" if text else "")
+    err = body.get("error", body) if isinstance(body, Mapping) else None
+    if isinstance(err, Mapping):
+        msg, code = err.get("message"), err.get("code")
+        if msg:
+            return f"{msg} ({code})" if code else str(msg)
+    return f"Error code: {response.status_code} - {body}"
 
 
 def _schema_name(schema: Mapping[str, Any]) -> str:
@@ -281,12 +375,13 @@ def _translate(name: str, exc: Exception) -> BackendError:
     """Map an openai exception onto our error classes, with a redacted message."""
     import openai
 
+    timeouts, transport = _http_errors()
     if isinstance(exc, BackendError):
         return exc
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, (openai.APITimeoutError, *timeouts)):
         return TransientError(f"{name}: request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return TransientError(redact(f"{name}: connection error: {exc}"))
+    if isinstance(exc, (openai.APIConnectionError, *transport)):
+        return TransientError(redact(f"{name}: connection error: {type(exc).__name__}: {exc}"))
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         detail = _error_detail(exc)
@@ -298,6 +393,22 @@ def _translate(name: str, exc: Exception) -> BackendError:
     if isinstance(exc, TimeoutError | ConnectionError):
         return TransientError(redact(f"{name}: {type(exc).__name__}: {exc}"))
     return PermanentError(redact(f"{name}: unexpected {type(exc).__name__}: {exc}"))
+
+
+@functools.cache
+def _http_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """Timeout and transport exception classes of the HTTP libraries the openai client may
+    send through (``httpx2`` for openai >= 3, ``httpx`` before)."""
+    timeouts: list[type[Exception]] = []
+    transport: list[type[Exception]] = []
+    for module_name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        timeouts.append(module.TimeoutException)
+        transport.append(module.TransportError)
+    return tuple(timeouts), tuple(transport)
 
 
 def _error_detail(exc: Any) -> str:

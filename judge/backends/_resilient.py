@@ -26,6 +26,8 @@ tests run instantly and still see the waits they expect.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import math
 import time
 import unicodedata
@@ -95,8 +97,27 @@ class BackendStats:
         return self.prompt_tokens + self.completion_tokens
 
 
-def _is_cjk(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F")
+class _WideChars(dict[int, int | None]):
+    """A ``str.translate`` table that deletes wide (CJK) characters and keeps the rest.
+
+    Filled lazily, one ``unicodedata.east_asian_width`` lookup per distinct character ever
+    seen, so counting is C-speed: ``len(text) - len(text.translate(table))``."""
+
+    def __missing__(self, code: int) -> int | None:
+        value = None if unicodedata.east_asian_width(chr(code)) in ("W", "F") else code
+        self[code] = value
+        return value
+
+
+_WIDE = _WideChars()
+
+
+@functools.lru_cache(maxsize=256)
+def _text_tokens(text: str) -> int:
+    """One text's share of :func:`estimate_tokens` (cached: a template's system prompt is
+    the same text in every request)."""
+    wide = 0 if text.isascii() else len(text) - len(text.translate(_WIDE))
+    return wide + -(-(len(text) - wide) // 4) + 4
 
 
 def estimate_tokens(request: ChatRequest) -> int:
@@ -106,13 +127,9 @@ def estimate_tokens(request: ChatRequest) -> int:
     plus 4 per message and ``max_tokens`` for the reply. Corrected with the real usage
     after the call.
     """
-    total = 0
-    texts = [m.content for m in request.messages]
+    total = sum(_text_tokens(m.content) for m in request.messages)
     if request.answer_prefix:
-        texts.append(request.answer_prefix)
-    for text in texts:
-        wide = sum(1 for ch in text if _is_cjk(ch))
-        total += wide + math.ceil((len(text) - wide) / 4) + 4
+        total += _text_tokens(request.answer_prefix)
     return total + (request.max_tokens or 0)
 
 
@@ -339,11 +356,11 @@ class ResilientBackend:
         self.limiter = AdaptiveLimiter(
             ceiling=self.max_concurrency, rpm=rpm, tpm=tpm, clock=self._clock, sleep=self._sleep
         )
-        self._backoff = wait_exponential_jitter(
-            multiplier=backoff_base_s, max=backoff_max_s, jitter=backoff_base_s
-        )
+        self._backoff = _backoff(backoff_base_s, backoff_max_s)
         self._c = _Counters()
         self._unpriced_warned: set[str] = set()
+        self._price_cache: dict[str, ModelPrice | None] = {}
+        self._price_cache_table: PriceTable | None = None
 
     def __repr__(self) -> str:
         return (
@@ -361,7 +378,18 @@ class ResilientBackend:
     async def complete(self, request: ChatRequest) -> Completion:
         self._c.requests += 1
         estimate = estimate_tokens(request)
-        attempts = 0
+        # Fast path: the first attempt runs outside tenacity (building its retry state costs
+        # more CPU than a whole successful call). A TransientError hands over to tenacity,
+        # which "replays" that failure as its attempt 1, so waits, before_sleep and the stop
+        # rule see exactly the attempts they would have seen.
+        try:
+            return self._account(await self._attempt(request, estimate), 1)
+        except TransientError as exc:
+            first_failure: TransientError | None = exc
+        except BackendError as exc:
+            self._log_failure(1, exc)
+            raise
+        attempts = 1
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=self._wait,
@@ -374,21 +402,27 @@ class ResilientBackend:
         try:
             async for attempt in retrying:
                 with attempt:
+                    if first_failure is not None:
+                        failure, first_failure = first_failure, None
+                        raise failure
                     attempts += 1
                     completion = await self._attempt(request, estimate)
         except BackendError as exc:
-            self._c.failures += 1
-            LOGGER.warning(
-                "%s: request failed after %d attempt(s): %s: %s",
-                self.name,
-                attempts,
-                type(exc).__name__,
-                exc,
-            )
+            self._log_failure(attempts, exc)
             raise
         if completion is None:  # tenacity ran no attempt: cannot happen with stop >= 1
             raise TransientError(f"{self.name}: no attempt was made")
         return self._account(completion, attempts)
+
+    def _log_failure(self, attempts: int, exc: BackendError) -> None:
+        self._c.failures += 1
+        LOGGER.warning(
+            "%s: request failed after %d attempt(s): %s: %s",
+            self.name,
+            attempts,
+            type(exc).__name__,
+            exc,
+        )
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -428,9 +462,9 @@ class ResilientBackend:
         else:
             # Price what the provider says it ran, else what we asked for.
             model = completion.model or self.model
-            if self.prices.price_for(model) is None:
+            if self._price_for(model) is None:
                 model = self.model
-            price = self.prices.price_for(model)
+            price = self._price_for(model)
             if price is None and self.name.startswith("local:"):
                 price = ModelPrice(0.0, 0.0)  # the embedded judge runs on this machine
             cost = price.cost(completion.usage) if price is not None else 0.0
@@ -441,6 +475,18 @@ class ResilientBackend:
                     LOGGER.info("%s: no price for model %r; its cost is counted as 0", self.name, model)
         c.cost += cost
         return replace(completion, cost=cost, attempts=attempts)
+
+    def _price_for(self, model: str) -> ModelPrice | None:
+        """``self.prices.price_for(model)``, memoised per table (a lookup of an unlisted
+        model scans every key; the table is immutable, ``prices`` may be replaced)."""
+        if self._price_cache_table is not self.prices or len(self._price_cache) >= 256:
+            self._price_cache = {}
+            self._price_cache_table = self.prices
+        try:
+            return self._price_cache[model]
+        except KeyError:
+            price = self._price_cache[model] = self.prices.price_for(model)
+            return price
 
     # -- one attempt ------------------------------------------------------------------------
 
@@ -510,6 +556,15 @@ class ResilientBackend:
             redact(str(exc)),
             wait,
         )
+
+
+def _backoff(base_s: float, max_s: float) -> wait_exponential_jitter:
+    """tenacity's ``min(base * 2**(n-1) + U(0, base), max)`` wait. tenacity >= 9.1 names the
+    base ``multiplier`` and deprecates ``initial`` (a DeprecationWarning on every wrapper);
+    older releases only know ``initial``."""
+    if "multiplier" in inspect.signature(wait_exponential_jitter).parameters:
+        return wait_exponential_jitter(multiplier=base_s, max=max_s, jitter=base_s)
+    return wait_exponential_jitter(initial=base_s, max=max_s, jitter=base_s)
 
 
 def _redact_exception(exc: BaseException) -> None:

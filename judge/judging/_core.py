@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 from judge.backends._base import (
@@ -77,21 +77,38 @@ def _defuse(text: str) -> str:
 def verdict_cache_key(backend: Backend, config: JudgeConfig, query: str, passage_text: str) -> str:
     """sha256 hex of everything that determines a verdict: the backend's name, model and
     output-changing params, ``config.cache_params()``, the template's id and hash, the
-    query and the passage text. Never includes secrets (``Backend.params()`` has none)."""
+    query and the passage text. Never includes secrets (``Backend.params()`` has none).
+
+    The hashed text is ``json.dumps(payload, ensure_ascii=False, sort_keys=True,
+    separators=(",", ":"), default=str)`` of ``{"v", "backend", "model", "backend_params",
+    "config", "template_id", "template_hash", "query", "passage"}``; everything but the
+    query and the passage is serialised once per (backend, params, config, template)."""
     template = template_for(config)
-    payload = {
-        "v": _CACHE_KEY_VERSION,
-        "backend": backend.name,
-        "model": backend.model,
-        "backend_params": backend.params(),
-        "config": config.cache_params(),
-        "template_id": template.id,
-        "template_hash": template.hash,
-        "query": query,
-        "passage": passage_text,
-    }
-    blob = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    params = _dumps(backend.params())
+    head, tail = _key_frame(backend.name, params, config, backend.model, template.id, template.hash)
+    blob = f'{head}{_dumps(passage_text)},"query":{_dumps(query)}{tail}'
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@lru_cache(maxsize=64)
+def _key_frame(
+    name: str, params_json: str, config: JudgeConfig, model: str, template_id: str, template_hash: str
+) -> tuple[str, str]:
+    """The cache-key text before the passage and after the query (keys in sorted order:
+    backend, backend_params, config, model, passage, query, template_hash, template_id, v)."""
+    head = (
+        f'{{"backend":{_dumps(name)},"backend_params":{params_json},'
+        f'"config":{_dumps(config.cache_params())},"model":{_dumps(model)},"passage":'
+    )
+    tail = (
+        f',"template_hash":{_dumps(template_hash)},"template_id":{_dumps(template_id)},'
+        f'"v":{_CACHE_KEY_VERSION}}}'
+    )
+    return head, tail
 
 
 def _call_cost(completion: Completion) -> float:

@@ -9,7 +9,10 @@ Conventions (echoed in ``JudgeResult.conventions``):
   (the number of relevant passages among the judged ones); 0.0 when none is relevant.
 * ``ndcg[k]``: graded NDCG@k with linear gain; gains are the grades in graded mode and
   yes=1/no=0 in binary mode. IDCG comes from the judged list itself, or, with ``qrels``,
-  from the qrels grades (graded mode: the grades; binary mode: 1 for each qrels grade >= 1).
+  from the pool of the judged list plus the qrels passages that were *not* retrieved
+  (graded mode: their grades; binary mode: 1 for each qrels grade >= 1). A retrieved
+  passage counts once, with the judge's gain, so the ideal ranking is always at least as
+  good as the judged one and NDCG stays within [0, 1] however lenient the judge is.
   Empty when nothing was judged.
 """
 
@@ -49,12 +52,21 @@ def _gains(judged: Sequence[PassageVerdict], config: JudgeConfig) -> list[float]
     return gains
 
 
-def _ideal(gains: Sequence[float], config: JudgeConfig, qrels: Mapping[str, int] | None) -> list[float]:
-    if qrels is None:
-        return sorted(gains, reverse=True)
-    if config.mode == "graded":
-        return sorted((float(g) for g in qrels.values() if g > 0), reverse=True)
-    return [1.0 for g in qrels.values() if g >= QRELS_BINARY_LEVEL]
+def _ideal(
+    judged: Sequence[PassageVerdict],
+    gains: Sequence[float],
+    config: JudgeConfig,
+    qrels: Mapping[str, int] | None,
+) -> list[float]:
+    pool = list(gains)
+    if qrels is not None:
+        retrieved = {v.passage_id for v in judged if v.passage_id is not None}
+        missed = [g for pid, g in qrels.items() if pid not in retrieved]
+        if config.mode == "graded":
+            pool.extend(float(g) for g in missed if g > 0)
+        else:
+            pool.extend(1.0 for g in missed if g >= QRELS_BINARY_LEVEL)
+    return sorted(pool, reverse=True)
 
 
 def usage_of(verdicts: Sequence[PassageVerdict]) -> UsageSummary:
@@ -77,7 +89,7 @@ def conventions_of(config: JudgeConfig, *, qrels_given: bool) -> dict[str, str |
         "mode": config.mode,
         "decision": "p_yes" if config.probability else ("vote" if config.samples > 1 else "generated"),
         "ap_denominator": "judged_relevant",
-        "idcg": "qrels" if qrels_given else "judged",
+        "idcg": "judged+unretrieved_qrels" if qrels_given else "judged",
         "gain": "linear",
         "ndcg_gains": "grade" if config.mode == "graded" else "yes=1,no=0",
         "grade_threshold": config.grade_threshold,
@@ -117,7 +129,7 @@ def summarize(
         score = float(rel.sum()) / len(judged)
         ap = float(average_precision(rel))
         gains = _gains(judged, config)
-        ideal = np.array(_ideal(gains, config, qrels), dtype=np.float64)
+        ideal = np.array(_ideal(judged, gains, config, qrels), dtype=np.float64)
         gain_arr = np.array(gains, dtype=np.float64)
         ndcgs = {c: float(ndcg(gain_arr, ideal=ideal, k=c, gain="linear")) for c in cutoffs}
     return JudgeResult(

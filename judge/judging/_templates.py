@@ -30,8 +30,9 @@ import hashlib
 import string
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Literal, cast
 
 from judge.backends._base import Message
@@ -59,13 +60,20 @@ def _candidate_dirs() -> list[Path]:
     return [here.parents[2] / "prompts", here.parents[1] / "prompts"]
 
 
+@cache
 def templates_dir() -> Path:
-    """The directory the built-in templates are loaded from."""
+    """The directory the built-in templates are loaded from (found once per process; a
+    failure is not cached)."""
     for candidate in _candidate_dirs():
         if (candidate / _MARKER).is_file():
             return candidate
     tried = ", ".join(str(p) for p in _candidate_dirs())
     raise TemplateError(f"the prompt templates are not installed (looked in {tried})")
+
+
+@lru_cache(maxsize=64)
+def _builtin_path(template_id: str) -> Path:
+    return templates_dir() / f"{template_id}.toml"
 
 
 def _placeholders(text: str, where: str, path: Path) -> set[str]:
@@ -212,17 +220,25 @@ def _load_path(path: Path, mtime_ns: int, size: int) -> PromptTemplate:
 
 
 def load_template(ref: str | Path) -> PromptTemplate:
-    """A template by id (``binary.zh.v1``, from :func:`templates_dir`) or by ``.toml`` path."""
+    """A template by id (``binary.zh.v1``, from :func:`templates_dir`) or by ``.toml`` path.
+
+    Parsed once per file version: each call costs one ``stat`` (an edited file, i.e. a new
+    modification time or size, is parsed again)."""
     text = str(ref)
     if isinstance(ref, Path) or text.endswith(".toml"):
         path = Path(ref).expanduser().resolve()
     else:
         if not text or "/" in text or "\\" in text:
             raise TemplateError(f"invalid template id {text!r}")
-        path = templates_dir() / f"{text}.toml"
-        if not path.is_file():
+        path = _builtin_path(text)
+        try:
+            stat = path.stat()
+        except OSError:
+            stat = None
+        if stat is None or not S_ISREG(stat.st_mode):
             known = ", ".join(t.id for t in list_templates())
             raise TemplateError(f"unknown template id {text!r} (known: {known})", field="template")
+        return _load_path(path, stat.st_mtime_ns, stat.st_size)
     try:
         stat = path.stat()
     except OSError as exc:
