@@ -225,6 +225,40 @@ async def test_openai_body_headers_and_one_pool_per_loop(stub: Stub) -> None:
     assert len(stub.peers) == 1  # three sequential calls, one kept-alive connection
 
 
+@pytest.mark.parametrize("timeout_s", [None, 12.5])
+async def test_openai_request_is_what_build_request_makes(timeout_s: float | None) -> None:
+    import openai
+
+    from judge.backends._openai import _Wire
+
+    http = openai.DefaultAsyncHttpxClient()
+    kwargs: dict[str, Any] = {"api_key": KEY, "base_url": "http://127.0.0.1:9/v1", "max_retries": 0}
+    if timeout_s is not None:
+        kwargs["timeout"] = timeout_s
+    client = openai.AsyncOpenAI(**kwargs, http_client=http)
+    wire = _Wire(client, http)
+    sdk_headers = {**client.default_headers, **client.auth_headers}
+    headers = {k: v for k, v in sdk_headers.items() if isinstance(v, str)}
+    headers["X-Stainless-Retry-Count"] = "0"
+    headers["X-Stainless-Read-Timeout"] = "12.5" if timeout_s else "600"
+    body = '{"a":"中文"}'.encode()
+    for with_cookie in (False, True):
+        if with_cookie:
+            http.cookies.set("session", "s1")  # a cookie a server set is sent back
+        mine = wire.request(body)
+        url = "http://127.0.0.1:9/v1/chat/completions"
+        ref = http.build_request("POST", url, content=body, headers=headers, timeout=client.timeout)
+        assert (mine.method, mine.url, mine.content, mine.extensions) == (
+            ref.method,
+            ref.url,
+            ref.content,
+            ref.extensions,
+        )
+        assert mine.headers.raw == ref.headers.raw
+        assert ("cookie" in mine.headers) is with_cookie
+    await client.close()
+
+
 async def test_openai_reply_without_usage_model_or_content(stub: Stub) -> None:
     stub.replies.append(
         (200, json.dumps({"choices": [{"message": {"role": "assistant", "content": None}}]}).encode(), {})

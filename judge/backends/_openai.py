@@ -26,12 +26,15 @@ vLLM, Ollama (``http://localhost:11434/v1``) and OpenAI itself.
   (0.0 when none is). A server that returns no logprobs raises :class:`UnsupportedError`.
 * Transport: the ``AsyncOpenAI`` client is built on an ``openai.DefaultAsyncHttpxClient``
   (or ``http_client=``), and each call is one ``POST {base_url}chat/completions`` sent through
-  that same HTTP client with the openai client's own headers (auth, user agent), URL and
-  timeout. The body is built here (:meth:`OpenAIBackend.build_body`, the JSON
-  ``chat.completions.create(**build_request(r))`` would send) and the reply is read as plain
-  JSON: the SDK's typed request transform and response models cost about as much CPU as the
-  HTTP exchange itself, which limited batch throughput (see ``scripts/bench_client_cpu.py``).
-  HTTP errors map as the SDK's would (status, ``error.message``/``code``, Retry-After).
+  that same HTTP client with the openai client's own headers (auth, user agent, SDK
+  headers), URL and timeout; the request is the one ``http_client.build_request`` makes
+  (merged once per client, cookies a server set are sent back). The body is built here
+  (:meth:`OpenAIBackend.build_body`: what ``chat.completions.create(**build_request(r))``
+  would send) and the reply is read as plain JSON: the SDK's typed request transform and
+  response models cost about as much CPU as the HTTP exchange itself, which limited batch
+  throughput (``scripts/bench_client_cpu.py`` measures it). HTTP errors map as the SDK's
+  would (status, ``error.message``/``code``, Retry-After); a 2xx reply that is not JSON or
+  has no choices is a :class:`TransientError`.
 """
 
 from __future__ import annotations
@@ -254,9 +257,7 @@ class OpenAIBackend:
         started = time.perf_counter()
         try:
             content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-            response = await wire.http.post(
-                wire.url, content=content, headers=wire.headers, timeout=wire.timeout
-            )
+            response = await wire.http.send(wire.request(content))
         except Exception as exc:
             raise _translate(self.name, exc) from None
         latency = time.perf_counter() - started
@@ -305,12 +306,12 @@ class OpenAIBackend:
             raise UnsupportedError(f"{self.name}: the server returned no logprobs")
         first = content[0]
         top = [
-            (str(t.get("token", "")), float(t.get("logprob", -math.inf)))
+            (str(t.get("token", "")), _logprob(t.get("logprob")))
             for t in (first.get("top_logprobs") or [])
             if isinstance(t, Mapping)
         ]
         if not top:
-            top = [(str(first.get("token", "")), float(first.get("logprob", -math.inf)))]
+            top = [(str(first.get("token", "")), _logprob(first.get("logprob")))]
         return top
 
     async def aclose(self) -> None:
@@ -326,27 +327,52 @@ class OpenAIBackend:
 
 class _Wire:
     """One openai client and the HTTP client it sends through, with what every call reuses:
-    the endpoint URL, the client's headers (auth, user agent, SDK headers) and timeout."""
+    the endpoint URL, the client's headers (auth, user agent, SDK headers) and timeout,
+    merged once with the HTTP client's own defaults into a template request."""
 
-    __slots__ = ("client", "headers", "http", "timeout", "url")
+    __slots__ = ("_headers", "_proto", "_request_cls", "client", "http")
 
     def __init__(self, client: AsyncOpenAI, http: httpx2.AsyncClient) -> None:
         self.client = client
         self.http = http
         base = client.base_url  # always ends with "/" (the client enforces it)
-        self.url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
-        self.timeout: Any = client.timeout
+        url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+        timeout: Any = client.timeout
         merged = {**client.default_headers, **client.auth_headers}
         headers = {k: v for k, v in merged.items() if isinstance(v, str)}  # drop the SDK's Omit()s
         headers["X-Stainless-Retry-Count"] = "0"
-        read = getattr(self.timeout, "read", self.timeout)
+        read = getattr(timeout, "read", timeout)
         if isinstance(read, int | float):
             headers["X-Stainless-Read-Timeout"] = str(read)
-        self.headers = headers
+        # What http.build_request() makes of every call but its body: URL, the merged
+        # headers (client defaults + ours + Host) and the timeout extension.
+        self._proto = http.build_request("POST", url, headers=headers, timeout=timeout)
+        self._request_cls = type(self._proto)
+        self._headers = self._proto.headers.copy()
+        self._headers.pop("Content-Length", None)  # each body sets its own
+
+    def request(self, content: bytes) -> httpx2.Request:
+        """The POST for one body; as ``http.build_request`` would make it (that is used
+        whenever the client holds cookies a server set, so they are sent back)."""
+        proto = self._proto
+        if self.http.cookies:
+            return self.http.build_request(
+                "POST", proto.url, content=content, headers=self._headers, extensions=proto.extensions
+            )
+        return self._request_cls(
+            "POST", proto.url, content=content, headers=self._headers, extensions=proto.extensions
+        )
 
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _logprob(value: object) -> float:
+    """A reported log-probability; a missing or non-numeric one counts as probability 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return -math.inf
 
 
 def _status_detail(response: httpx2.Response) -> str:

@@ -236,6 +236,11 @@ class AdaptiveLimiter:
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             return self.epoch
 
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether :meth:`acquire`/:meth:`release` use token counts (a tpm bucket is set)."""
+        return self._tpm is not None
+
     def release(self, estimate: int, actual_tokens: int | None) -> None:
         """End a call; correct the tpm bucket (``actual_tokens`` None: refund the estimate)."""
         self.in_flight = max(0, self.in_flight - 1)
@@ -297,11 +302,24 @@ class _Counters:
         self.cost = 0.0
 
 
+REMOTE_TIMEOUT_S = 60.0
+LOCAL_TIMEOUT_S = 600.0
+
+
+def default_timeout(backend: Backend) -> float:
+    """Per-call timeout when none is given: 60 s for remote APIs, 600 s for a backend that
+    serves one call at a time (the embedded model: calls wait for each other and the first
+    one assembles and loads the model)."""
+    return LOCAL_TIMEOUT_S if backend.max_concurrency == 1 else REMOTE_TIMEOUT_S
+
+
 class ResilientBackend:
     """Wrap ``inner`` with retries, timeout, adaptive rate limiting and accounting.
 
     ``max_retries``: retries after the first attempt (so at most ``max_retries + 1``
-    provider calls per request). ``timeout_s``: per attempt. ``rpm``/``tpm``: requests and
+    provider calls per request). ``timeout_s``: per attempt; None picks
+    :func:`default_timeout` (a one-call-at-a-time local model queues calls behind each other
+    and loads on its first call, so it gets longer). ``rpm``/``tpm``: requests and
     tokens per minute (None: unlimited). ``concurrency``: most calls in flight (default:
     ``inner.max_concurrency``; None = unbounded until a 429 sets a window). ``prices``:
     default ``PriceTable.from_env()``. ``backoff_base_s``/``backoff_max_s``: the retry
@@ -314,7 +332,7 @@ class ResilientBackend:
         inner: Backend,
         *,
         max_retries: int = 5,
-        timeout_s: float = 60.0,
+        timeout_s: float | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
         concurrency: int | None = None,
@@ -328,6 +346,8 @@ class ResilientBackend:
             raise ConfigurationError("backend is already wrapped in ResilientBackend")
         if max_retries < 0:
             raise ConfigurationError(f"max_retries must be >= 0, got {max_retries}")
+        if timeout_s is None:
+            timeout_s = default_timeout(inner)
         if not timeout_s > 0:
             raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s}")
         for label, value in (("rpm", rpm), ("tpm", tpm)):
@@ -377,9 +397,10 @@ class ResilientBackend:
 
     async def complete(self, request: ChatRequest) -> Completion:
         self._c.requests += 1
-        estimate = estimate_tokens(request)
-        # Fast path: the first attempt runs outside tenacity (building its retry state costs
-        # more CPU than a whole successful call). A TransientError hands over to tenacity,
+        # Only a tokens-per-minute bucket reads the estimate.
+        estimate = estimate_tokens(request) if self.limiter.counts_tokens else 0
+        # Fast path: the first attempt runs outside tenacity (its per-request setup was about
+        # a tenth of the client's CPU per passage). A TransientError hands over to tenacity,
         # which "replays" that failure as its attempt 1, so waits, before_sleep and the stop
         # rule see exactly the attempts they would have seen.
         try:
@@ -559,9 +580,9 @@ class ResilientBackend:
 
 
 def _backoff(base_s: float, max_s: float) -> wait_exponential_jitter:
-    """tenacity's ``min(base * 2**(n-1) + U(0, base), max)`` wait. tenacity >= 9.1 names the
-    base ``multiplier`` and deprecates ``initial`` (a DeprecationWarning on every wrapper);
-    older releases only know ``initial``."""
+    """tenacity's ``min(base * 2**(n-1) + U(0, base), max)`` wait. Recent tenacity (9.2 here)
+    names the base ``multiplier`` and deprecates ``initial`` (a DeprecationWarning for every
+    wrapper); older releases (the project allows >= 8.2) only know ``initial``."""
     if "multiplier" in inspect.signature(wait_exponential_jitter).parameters:
         return wait_exponential_jitter(multiplier=base_s, max=max_s, jitter=base_s)
     return wait_exponential_jitter(initial=base_s, max=max_s, jitter=base_s)

@@ -161,13 +161,10 @@ def run_score(args: argparse.Namespace) -> int:
         concurrency = 16
         if inner.max_concurrency is not None:
             concurrency = min(concurrency, inner.max_concurrency)
-    timeout = args.timeout
-    if timeout is None:
-        timeout = 600.0 if inner.max_concurrency == 1 else 60.0
     backend = ensure_resilient(
         inner,
         max_retries=args.max_retries,
-        timeout_s=timeout,
+        timeout_s=args.timeout,
         rpm=args.rpm,
         tpm=args.tpm,
         concurrency=concurrency,
@@ -184,7 +181,7 @@ def run_score(args: argparse.Namespace) -> int:
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,
-            "timeout_s": timeout,
+            "timeout_s": backend.timeout_s,
             "max_retries": args.max_retries,
             "cache": None if args.no_cache else str(args.cache or "default"),
         },

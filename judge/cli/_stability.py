@@ -42,7 +42,12 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="provider calls in flight (default 16, or the backend's limit)",
     )
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per provider call (default 120)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
+    )
     p.add_argument(
         "--max-retries", type=int, default=5, help="retries per call on transient errors (default 5)"
     )
@@ -115,14 +120,19 @@ def register(subparsers: Any) -> None:
 
 
 def open_backend(
-    spec: str | None, base_url: str | None, *, concurrency: int | None, timeout_s: float, max_retries: int
+    spec: str | None,
+    base_url: str | None,
+    *,
+    concurrency: int | None,
+    timeout_s: float | None,
+    max_retries: int,
 ) -> Any:
     """Resolve the backend and wrap it (retries, timeouts, a ceiling on calls in flight)."""
     from judge.backends import ensure_resilient, resolve_backend
 
     if concurrency is not None and concurrency < 1:
         raise InputError("must be >= 1", field="--concurrency")
-    if not timeout_s > 0:
+    if timeout_s is not None and not timeout_s > 0:
         raise InputError("must be > 0", field="--timeout")
     if max_retries < 0:
         raise InputError("must be >= 0", field="--max-retries")

@@ -19,7 +19,7 @@ the config file's directory. Keys (only ``dataset`` is required):
 ``metric``             ``map`` (default), ``score`` or ``ndcg@K``
 ``k``                  NDCG cutoffs (default [5, 10])
 ``concurrency``        queries in flight (default: the backend's limit)
-``timeout``            seconds per provider call (default 120)
+``timeout``            seconds per provider call (default 60; 600 for the embedded model)
 ``max_retries``        retries per call on transient errors (default 5)
 ``history``            history JSONL (default ``nightly/history.jsonl``)
 ``report_dir``         one sub-directory per night is written here (default ``nightly/reports``)
@@ -122,7 +122,7 @@ class NightlyConfig:
     base_url: str | None
     judge: JudgeConfig
     options: StabilityOptions
-    timeout_s: float
+    timeout_s: float | None
     max_retries: int
     history: Path
     report_dir: Path
@@ -196,8 +196,8 @@ def load_nightly_config(path: str | Path) -> NightlyConfig:
         )
     except InputError as exc:
         raise InputError(exc.message, path=where, field=(exc.field or "").lstrip("-") or None) from exc
-    timeout = float(obj.get("timeout", 120.0))
-    if timeout <= 0:
+    timeout = float(obj["timeout"]) if obj.get("timeout") is not None else None
+    if timeout is not None and timeout <= 0:
         raise InputError("must be > 0", path=where, field="timeout")
     retries = obj.get("max_retries", 5)
     if retries < 0:
