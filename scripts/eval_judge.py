@@ -287,6 +287,40 @@ def parse_config(spec: str) -> RunConfig:
     return RunConfig(spec, template, tpl.mode, flag != "gen", tpl.id, tpl.hash, datasets)
 
 
+@dataclass(frozen=True)
+class Scorer:
+    """What a table row scores pairs with: recorded configs, combined.
+
+    Spec: ``ROUTE|ROUTE...``; a route is ``CONFIG&CONFIG...`` (the mean P(yes) of those
+    configs; one config alone is used as is). For each dataset the first route whose configs
+    all cover it is used (``@DATASET`` restricts a config), e.g.
+    ``binary.zh.v2@rgb+kuake+qbqtc|binary.en.v2@dl19`` routes by language.
+    """
+
+    spec: str
+    routes: tuple[tuple[RunConfig, ...], ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.routes) == 1 and len(self.routes[0]) == 1:
+            return self.routes[0][0].label
+        return self.spec
+
+    def parts(self) -> list[RunConfig]:
+        return [c for route in self.routes for c in route]
+
+    def route_for(self, dataset: str) -> tuple[RunConfig, ...] | None:
+        for route in self.routes:
+            if all(c.datasets is None or dataset in c.datasets for c in route):
+                return route
+        return None
+
+
+def parse_scorer(spec: str) -> Scorer:
+    routes = tuple(tuple(parse_config(c) for c in route.split("&")) for route in spec.split("|"))
+    return Scorer(spec, routes)
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -514,6 +548,36 @@ def collect(records: Iterable[dict[str, Any]], dataset: str, mode: str, template
     return Judged(human, split, p_yes, expected, grade, yes, unjudged)
 
 
+def collect_route(
+    records: Sequence[dict[str, Any]], dataset: str, route: Sequence[RunConfig]
+) -> Judged | None:
+    """One config's verdicts, or the mean P(yes) of several over the pairs all of them judged."""
+    if len(route) == 1:
+        return collect(records, dataset, route[0].key, route[0].template_hash)
+    per: list[dict[str, dict[str, Any]]] = []
+    for cfg in route:
+        latest: dict[str, dict[str, Any]] = {}
+        for r in records:
+            if r["dataset"] == dataset and r["mode"] == cfg.key and r["template_hash"] == cfg.template_hash:
+                latest[r["pair_id"]] = r
+        per.append(latest)
+    common = sorted(set.intersection(*(set(d) for d in per)))
+    judged = [k for k in common if all(d[k]["verdict"]["verdict"] != "unjudged" for d in per)]
+    if not judged:
+        return None
+    first = per[0]
+    p_yes = np.array([np.mean([float(d[k]["verdict"]["p_yes"]) for d in per]) for k in judged])
+    return Judged(
+        np.array([first[k]["human"] for k in judged], dtype=np.int64),
+        np.array([first[k]["split"] for k in judged]),
+        p_yes,
+        None,
+        None,
+        p_yes >= 0.5,
+        len(common) - len(judged),
+    )
+
+
 def _fmt(value: float, ci: tuple[float, float] | None = None) -> str:
     if math.isnan(value):
         return "undef."
@@ -545,12 +609,19 @@ class Row:
 
 
 def analyse(
-    records: Sequence[dict[str, Any]], datasets: Sequence[str], configs: Sequence[RunConfig], split: str
+    records: Sequence[dict[str, Any]],
+    datasets: Sequence[str],
+    configs: Sequence[RunConfig | Scorer],
+    split: str,
 ) -> list[Row]:
-    """One row per (dataset, config): agreement on ``split`` with thresholds tuned on ``tune``."""
+    """One row per (dataset, scorer): agreement on ``split`` with thresholds tuned on ``tune``."""
     rows: list[Row] = []
-    for cfg in configs:
-        judged = {d: collect(records, d, cfg.key, cfg.template_hash) for d in datasets}
+    for item in configs:
+        cfg = item if isinstance(item, Scorer) else Scorer(item.spec, ((item,),))
+        judged: dict[str, Judged | None] = {}
+        for d in datasets:
+            route = cfg.route_for(d)
+            judged[d] = None if route is None else collect_route(records, d, route)
         # One global threshold per config: tuned on the pooled tune halves.
         pool_rel: list[np.ndarray] = []
         pool_p: list[np.ndarray] = []
@@ -840,7 +911,8 @@ def _datasets(text: str) -> list[str]:
 
 def cmd_judge(args: argparse.Namespace, *, run: bool) -> int:
     datasets = _datasets(args.datasets)
-    configs = [parse_config(c) for c in args.configs]
+    scorers = [parse_scorer(c) for c in args.configs]
+    configs = list({c.spec: c for s in scorers for c in s.parts()}.values())
     sample = build_sample(datasets, args.n, args.seed)
     rec = Recorder(Path(args.out) / "verdicts.jsonl", record_key)
     if run:
@@ -856,7 +928,7 @@ def cmd_judge(args: argparse.Namespace, *, run: bool) -> int:
         f"backend {args.backend}; records in {rec.path}"
     )
     for split in args.splits:
-        print_table(analyse(records, datasets, configs, split), split)
+        print_table(analyse(records, datasets, scorers, split), split)
     return 0
 
 

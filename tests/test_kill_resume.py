@@ -7,7 +7,6 @@ that were in flight at the moment of a kill: their reply never reached the cache
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,26 +16,16 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _helpers import load_sim
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = 6
 
 
-def _load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
-    if spec is None or spec.loader is None:
-        raise ImportError("scripts/sim_llm_server.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sim_mod = _load_sim()
+sim_mod = load_sim()
 
 
 @pytest.fixture

@@ -212,10 +212,10 @@ def test_stale_temp_files_are_cleaned(fake: Fake) -> None:
     assert not stale.exists()
 
 
-def test_two_processes_at_once_leave_one_valid_file(fake: Fake, tmp_path: Path) -> None:
-    spec, whole, home = fake
+def _ensure_model_script(spec: ModelSpec) -> str:
+    """A ``python -c`` script that runs ``ensure_model(argv[1], spec=spec)`` and prints the path."""
     parts = [(p.module, p.distribution, p.size, p.sha256) for p in spec.parts]
-    script = textwrap.dedent(
+    return textwrap.dedent(
         f"""
         import sys
         from pathlib import Path
@@ -225,7 +225,17 @@ def test_two_processes_at_once_leave_one_valid_file(fake: Fake, tmp_path: Path) 
         print(ensure_model(Path(sys.argv[1]), spec=spec))
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), *sys.path])}
+
+
+def _child_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a child process that imports the fake part modules."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), *sys.path])}
+
+
+def test_two_processes_at_once_leave_one_valid_file(fake: Fake, tmp_path: Path) -> None:
+    spec, whole, home = fake
+    script = _ensure_model_script(spec)
+    env = _child_env(tmp_path)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script, str(home)],
@@ -296,18 +306,8 @@ def test_waiting_process_reuses_the_file_built_by_the_lock_holder(fake: Fake, tm
     home.mkdir()
     for number in (1, 2, 3):  # a starter that did not wait would fail: no parts to assemble
         _part_file(tmp_path, spec, number).unlink()
-    parts = [(p.module, p.distribution, p.size, p.sha256) for p in spec.parts]
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from pathlib import Path
-        from judge.backends._model_file import ModelSpec, PartSpec, ensure_model
-        parts = tuple(PartSpec(*p) for p in {parts!r})
-        spec = ModelSpec({spec.filename!r}, {spec.size}, {spec.sha256!r}, "0.2.0", parts)
-        print(ensure_model(Path(sys.argv[1]), spec=spec))
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), *sys.path])}
+    script = _ensure_model_script(spec)
+    env = _child_env(tmp_path)
     with open(home / "fake-model.gguf.lock", "a+b") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         proc = subprocess.Popen(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import passage_of
 
 import judge.cli._stability as stability_cli
 from judge.backends import ChatRequest, ScriptedBackend
@@ -27,8 +28,6 @@ from judge.stability import (
 )
 from judge.stability._nightly import night_dir
 
-_PASSAGE = re.compile(r"\n<passage>\n(.*?)\n</passage>", re.S)
-
 
 class Judge:
     """yes iff "RELEVANT" in the passage; flips with probability p (seeded per occurrence)."""
@@ -38,10 +37,7 @@ class Judge:
         self.seen: Counter[str] = Counter()
 
     def __call__(self, request: ChatRequest, _index: int) -> Reply:
-        user = next(m.content for m in request.messages if m.role == "user")
-        m = _PASSAGE.search(user)
-        assert m is not None
-        text = m.group(1)
+        text = passage_of(request)
         n = self.seen[text]
         self.seen[text] += 1
         relevant = ("RELEVANT" in text) != (random.Random(f"{self.seed}|{n}|{text}").random() < self.p)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from _helpers import serve_posts
 from aiohttp import web
 
 from judge.backends import (
@@ -170,18 +171,9 @@ class Stub:
 @pytest.fixture
 async def stub() -> AsyncIterator[Stub]:
     s = Stub()
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", s.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    s.url = f"http://127.0.0.1:{port}/v1"
-    yield s
-    await runner.cleanup()
+    async with serve_posts(s.handle) as url:
+        s.url = f"{url}/v1"
+        yield s
 
 
 def ok_body(**extra: Any) -> bytes:

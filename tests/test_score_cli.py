@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _helpers import load_sim
 
 from judge.cli import main
 from judge.io import read_qrels, read_run
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
-    if spec is None or spec.loader is None:
-        raise ImportError("scripts/sim_llm_server.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sim_mod = _load_sim()
+sim_mod = load_sim()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from typing import Any
 import krippendorff
 import numpy as np
 import pytest
+from _helpers import passage_of
 
 import judge.cli._stability as stability_cli
 from judge.backends import ChatRequest, ScriptedBackend
@@ -30,16 +31,6 @@ from judge.stability import (
     run_stability_sync,
     write_report,
 )
-
-_PASSAGE = re.compile(r"\n<passage>\n(.*?)\n</passage>", re.S)
-
-
-def passage_of(request: ChatRequest) -> str:
-    first_user = next(m.content for m in request.messages if m.role == "user")
-    m = _PASSAGE.search(first_user)
-    if m is None:
-        raise AssertionError("no passage in the prompt")
-    return m.group(1)
 
 
 class NoisyJudge:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import passage_of
 
 import judge.cli._stability as stability_cli
 from judge.backends import ChatRequest, ScriptedBackend
@@ -18,8 +18,6 @@ from judge.cli import main
 from judge.io._errors import InputError
 from judge.judging import JudgeConfig
 from judge.stability import StabilityOptions, compare_settings, load_records, variance_settings
-
-_PASSAGE = re.compile(r"\n<passage>\n(.*?)\n</passage>", re.S)
 
 
 class SamplingJudge:
@@ -32,10 +30,7 @@ class SamplingJudge:
         self.seen: Counter[str] = Counter()
 
     def __call__(self, request: ChatRequest, _index: int) -> Reply:
-        user = next(m.content for m in request.messages if m.role == "user")
-        m = _PASSAGE.search(user)
-        assert m is not None
-        text = m.group(1)
+        text = passage_of(request)
         n = self.seen[text]
         self.seen[text] += 1
         relevant = "RELEVANT" in text

@@ -62,6 +62,14 @@ from judge.backends._base import (
     candidate_probs,
     error_for_status,
 )
+from judge.backends._common import (
+    Structured,
+    add_output_mode,
+    add_sampling,
+    chat_messages,
+    check_structured,
+    check_top_logprobs,
+)
 from judge.backends._redact import redact, register_secret
 
 if TYPE_CHECKING:
@@ -70,10 +78,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAIBackend"]
 
-Structured = Literal["json_schema", "json_object", "none"]
 Prefill = Literal["auto", "partial", "continue_final_message", "plain", "none"]
 _PREFILLS = ("auto", "partial", "continue_final_message", "plain", "none")
-_STRUCTURED = ("json_schema", "json_object", "none")
 DUMMY_KEY = "EMPTY"
 
 
@@ -106,10 +112,7 @@ class OpenAIBackend:
     ) -> None:
         if not model:
             raise ConfigurationError("openai backend needs a model name, e.g. openai:qwen-plus")
-        if structured not in _STRUCTURED:
-            raise ConfigurationError(
-                f"structured must be one of {', '.join(_STRUCTURED)}; got {structured!r}"
-            )
+        check_structured(structured)
         if prefill not in _PREFILLS:
             raise ConfigurationError(f"prefill must be one of {', '.join(_PREFILLS)}; got {prefill!r}")
         self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
@@ -135,8 +138,7 @@ class OpenAIBackend:
                 prefill = "continue_final_message"
         if top_logprobs is None:
             top_logprobs = 5 if dashscope else 20
-        if top_logprobs < 1:
-            raise ConfigurationError(f"top_logprobs must be >= 1, got {top_logprobs}")
+        check_top_logprobs(top_logprobs)
         self.name = f"openai:{model}"
         self.model = model
         self.supports_probabilities = True
@@ -197,18 +199,13 @@ class OpenAIBackend:
 
     def build_request(self, request: ChatRequest) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (no network)."""
-        messages: list[dict[str, Any]] = [{"role": m.role, "content": m.content} for m in request.messages]
+        messages = chat_messages(request)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "temperature": request.temperature,
         }
-        if request.top_p is not None:
-            kwargs["top_p"] = request.top_p
-        if request.seed is not None:
-            kwargs["seed"] = request.seed
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+        add_sampling(kwargs, request)
         extra_body = dict(self._extra_body)
         if request.answer_prefix is not None:
             if self.prefill == "none":
@@ -222,22 +219,14 @@ class OpenAIBackend:
                 extra_body["continue_final_message"] = True
                 extra_body["add_generation_prompt"] = False
             messages.append(prefix_message)
-        if request.candidates is not None:
-            kwargs["logprobs"] = True
-            kwargs["top_logprobs"] = self.top_logprobs
-            kwargs["max_tokens"] = 1
-        elif request.json_schema is not None and request.answer_prefix is None:
-            if self.structured == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": _schema_name(request.json_schema),
-                        "schema": request.json_schema,
-                        "strict": self.strict_schema,
-                    },
-                }
-            elif self.structured == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+        add_output_mode(
+            kwargs,
+            request,
+            structured=self.structured,
+            strict_schema=self.strict_schema,
+            top_logprobs=self.top_logprobs,
+            schema_name=_schema_name,
+        )
         if extra_body:
             kwargs["extra_body"] = extra_body
         return kwargs

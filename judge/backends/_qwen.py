@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from judge.backends._base import (
     BackendError,
@@ -46,6 +46,14 @@ from judge.backends._base import (
     candidate_probs,
     error_for_status,
 )
+from judge.backends._common import (
+    Structured,
+    add_output_mode,
+    add_sampling,
+    chat_messages,
+    check_structured,
+    check_top_logprobs,
+)
 from judge.backends._redact import redact, register_secret
 
 if TYPE_CHECKING:
@@ -53,8 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QwenBackend"]
 
-Structured = Literal["json_schema", "json_object", "none"]
-_STRUCTURED = ("json_schema", "json_object", "none")
 _QWEN3_OPEN = re.compile(r"^qwen3(\.\d+)?-\d")
 
 
@@ -77,12 +83,8 @@ class QwenBackend:
     ) -> None:
         if not model:
             raise ConfigurationError("qwen backend needs a model name, e.g. qwen:qwen-plus")
-        if structured not in _STRUCTURED:
-            raise ConfigurationError(
-                f"structured must be one of {', '.join(_STRUCTURED)}; got {structured!r}"
-            )
-        if top_logprobs < 1:
-            raise ConfigurationError(f"top_logprobs must be >= 1, got {top_logprobs}")
+        check_structured(structured)
+        check_top_logprobs(top_logprobs)
         key = api_key or os.environ.get("DASHSCOPE_API_KEY")
         if not key:
             raise ConfigurationError(
@@ -121,40 +123,26 @@ class QwenBackend:
 
     def build_parameters(self, request: ChatRequest) -> dict[str, Any]:
         """The keyword arguments for ``AioGeneration.call`` minus key/session (no network)."""
-        messages: list[dict[str, Any]] = [{"role": m.role, "content": m.content} for m in request.messages]
+        messages = chat_messages(request)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "result_format": "message",
             "temperature": request.temperature,
         }
-        if request.top_p is not None:
-            kwargs["top_p"] = request.top_p
-        if request.seed is not None:
-            kwargs["seed"] = request.seed
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+        add_sampling(kwargs, request)
         if self.enable_thinking is not None:
             kwargs["enable_thinking"] = self.enable_thinking
         if request.answer_prefix is not None:
             messages.append({"role": "assistant", "content": request.answer_prefix, "partial": True})
-        if request.candidates is not None:
-            kwargs["logprobs"] = True
-            kwargs["top_logprobs"] = self.top_logprobs
-            kwargs["max_tokens"] = 1
-        elif request.json_schema is not None and request.answer_prefix is None:
-            if self.structured == "json_schema":
-                title = request.json_schema.get("title")
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": str(title) if title else "response",
-                        "schema": request.json_schema,
-                        "strict": self.strict_schema,
-                    },
-                }
-            elif self.structured == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+        add_output_mode(
+            kwargs,
+            request,
+            structured=self.structured,
+            strict_schema=self.strict_schema,
+            top_logprobs=self.top_logprobs,
+            schema_name=_schema_title,
+        )
         for key, value in self._extra.items():
             kwargs.setdefault(key, value)
         return kwargs
@@ -263,6 +251,11 @@ class QwenBackend:
                     await session.close()
             except Exception:  # closing is best effort
                 pass
+
+
+def _schema_title(schema: Mapping[str, Any]) -> str:
+    title = schema.get("title")
+    return str(title) if title else "response"
 
 
 def _translate(name: str, exc: Exception) -> BackendError:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from judge.backends._base import Backend, PermanentError
-from judge.batch._progress import ProgressMode, Snapshot, make_progress
+from judge.batch._progress import ProgressMode, ProgressReporter, Snapshot, make_progress
 from judge.batch._records import build_record, finish_record, summarize_records, verdicts_of
 from judge.io._errors import InputError
 from judge.io._jsonl import (
@@ -173,6 +173,24 @@ class _Counters:
         self.unjudged = 0
         self.started = time.monotonic()
 
+    def on_passage(self, v: PassageVerdict) -> None:
+        self.passages += 1
+        if not v.judged:
+            self.unjudged += 1
+
+    def snapshot(self, backend: Backend, rejected: int) -> Snapshot:
+        return Snapshot(
+            queries_done=self.done,
+            queries_total=self.total,
+            queries_this_run=self.queries,
+            passages_this_run=self.passages,
+            retries=_stat(backend, "retries"),
+            rate_limited=_stat(backend, "rate_limited"),
+            unjudged=self.unjudged,
+            rejected=rejected,
+            elapsed_s=time.monotonic() - self.started,
+        )
+
 
 async def _ticker(fn: Callable[[], None], interval: float) -> None:
     while True:
@@ -246,6 +264,22 @@ async def _run_tasks(
         raise group.exceptions[0] from None
 
 
+async def _run_with_progress(
+    progress: ProgressReporter,
+    total: int,
+    snapshot: Callable[[], Snapshot],
+    schedule: Callable[[Callable[[Awaitable[None]], None]], Awaitable[None]],
+) -> None:
+    """:func:`_run_tasks` between ``progress.start`` and ``progress.stop``, ticking every 0.5 s."""
+    progress.start(total, 0)
+    tick = asyncio.ensure_future(_ticker(lambda: progress.update(snapshot()), 0.5))
+    try:
+        await _run_tasks(schedule)
+    finally:
+        tick.cancel()
+        progress.stop(snapshot())
+
+
 def _check_mode(records: Sequence[Mapping[str, Any]], config: JudgeConfig, output_path: Path) -> None:
     modes = {r.get("mode") for r in records}
     if modes and modes != {config.mode}:
@@ -311,22 +345,7 @@ async def score_dataset(
         skipped = 0
 
         def snapshot() -> Snapshot:
-            return Snapshot(
-                queries_done=counters.done,
-                queries_total=counters.total,
-                queries_this_run=counters.queries,
-                passages_this_run=counters.passages,
-                retries=_stat(backend, "retries"),
-                rate_limited=_stat(backend, "rate_limited"),
-                unjudged=counters.unjudged,
-                rejected=reporter.rejected,
-                elapsed_s=time.monotonic() - counters.started,
-            )
-
-        def on_passage(v: PassageVerdict) -> None:
-            counters.passages += 1
-            if not v.judged:
-                counters.unjudged += 1
+            return counters.snapshot(backend, reporter.rejected)
 
         with OutputWriter(out, fsync=opts.fsync) as writer:
 
@@ -334,7 +353,7 @@ async def score_dataset(
                 try:
                     items = [(i, Passage(p.text, p.id, p.truncated)) for i, p in enumerate(rec.passages)]
                     verdicts = await _judge_passages(
-                        backend, config, store, rec.query, items, sem, on_passage
+                        backend, config, store, rec.query, items, sem, counters.on_passage
                     )
                     result = summarize(rec.query, verdicts, config, name, k=k)
                     await writer.awrite(build_record(rec, result, k))
@@ -362,13 +381,7 @@ async def score_dataset(
                     await query_slots.acquire()
                     spawn(score_one(item))
 
-            progress.start(counters.total, 0)
-            tick = asyncio.ensure_future(_ticker(lambda: progress.update(snapshot()), 0.5))
-            try:
-                await _run_tasks(schedule)
-            finally:
-                tick.cancel()
-                progress.stop(snapshot())
+            await _run_with_progress(progress, counters.total, snapshot, schedule)
         wall = time.monotonic() - counters.started
         records = recover_output(out)
         extra = {
@@ -450,22 +463,7 @@ async def retry_unjudged(
     new_records = list(records)
 
     def snapshot() -> Snapshot:
-        return Snapshot(
-            queries_done=counters.done,
-            queries_total=counters.total,
-            queries_this_run=counters.queries,
-            passages_this_run=counters.passages,
-            retries=_stat(backend, "retries"),
-            rate_limited=_stat(backend, "rate_limited"),
-            unjudged=counters.unjudged,
-            rejected=0,
-            elapsed_s=time.monotonic() - counters.started,
-        )
-
-    def on_passage(v: PassageVerdict) -> None:
-        counters.passages += 1
-        if not v.judged:
-            counters.unjudged += 1
+        return counters.snapshot(backend, 0)
 
     async def redo(i: int) -> None:
         rec = records[i]
@@ -474,7 +472,9 @@ async def retry_unjudged(
             (int(p["index"]), Passage(str(p["text"]), p.get("id"), bool(p.get("truncated", False))))
             for p in rec["unjudged_passages"]
         ]
-        fresh = await _judge_passages(backend, config, store, str(rec["query"]), items, sem, on_passage)
+        fresh = await _judge_passages(
+            backend, config, store, str(rec["query"]), items, sem, counters.on_passage
+        )
         for (idx, _), v in zip(items, fresh, strict=True):
             verdicts[idx] = v
         result = summarize(str(rec["query"]), verdicts, config, name, k=k)
@@ -491,13 +491,7 @@ async def retry_unjudged(
         for i in todo:
             spawn(redo(i))
 
-    progress.start(counters.total, 0)
-    tick = asyncio.ensure_future(_ticker(lambda: progress.update(snapshot()), 0.5))
-    try:
-        await _run_tasks(schedule)
-    finally:
-        tick.cancel()
-        progress.stop(snapshot())
+    await _run_with_progress(progress, counters.total, snapshot, schedule)
     atomic_write_lines(out, new_records)
     wall = time.monotonic() - counters.started
     extra = {

@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from judge.cli._flags import add_judge_flags
 from judge.io._errors import InputError
 
 
@@ -35,14 +36,7 @@ def register(subparsers: Any) -> None:
         metavar="PASSAGE",
         help="a retrieved passage; repeat in rank order",
     )
-    p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
-    p.add_argument(
-        "--mode", choices=("binary", "graded"), default="binary", help="verdict kind (default binary)"
-    )
-    p.add_argument("--language", choices=("zh", "en"), default="zh", help="template language (default zh)")
-    p.add_argument("--template", default=None, help="template id or .toml path")
-    p.add_argument("--probability", action="store_true", help="verdicts from answer-token probabilities")
+    add_judge_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from judge.cli._flags import add_judge_flags
 from judge.io._errors import InputError
 
 EXIT_PASS = 0
@@ -21,14 +22,7 @@ EXIT_BREACH = 1
 
 
 def _judge_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
-    p.add_argument(
-        "--mode", choices=("binary", "graded"), default="binary", help="verdict kind (default binary)"
-    )
-    p.add_argument("--language", choices=("zh", "en"), default="zh", help="template language (default zh)")
-    p.add_argument("--template", default=None, help="template id or .toml path")
-    p.add_argument("--probability", action="store_true", help="verdicts from answer-token probabilities")
+    add_judge_flags(p)
     p.add_argument(
         "--samples", type=int, default=1, metavar="N", help="majority vote over N samples per passage"
     )

@@ -18,9 +18,10 @@ line and the column, before any evaluation work.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +46,10 @@ _QRELS_COLUMNS = ("qid", "iter", "docno", "grade")
 _RUN_COLUMNS = ("qid", "Q0", "docno", "rank", "score", "tag")
 
 Bytes = npt.NDArray[np.bytes_]
+_V = TypeVar("_V")
+_T = TypeVar("_T")
+_S = TypeVar("_S", bound=np.generic)
+_Keys = npt.NDArray[np.uint64] | Bytes
 
 
 def _decode(value: bytes | np.bytes_) -> str:
@@ -293,19 +298,13 @@ def _same_keys(a: npt.NDArray[np.uint64] | Bytes, b: npt.NDArray[np.uint64] | By
     return a.dtype == np.uint64 and b.dtype == np.uint64
 
 
-# ---------------------------------------------------------------------------- qrels
-@dataclass(frozen=True, eq=False)
-class Qrels:
-    """Judgements grouped by query. ``qids`` sorted bytewise; within a query ``docnos`` are
-    sorted bytewise and ``grades`` aligned with them; ``offsets[i]:offsets[i+1]`` is query i.
-    ``keys`` are the docnos as order-preserving integers when they fit in 8 bytes."""
+# ---------------------------------------------------------------------------- grouped rows
+class _ByQuery:
+    """What :class:`Qrels` and :class:`Run` share: rows grouped by query, ``qids`` sorted
+    bytewise, ``offsets[i]:offsets[i+1]`` the rows of query i."""
 
     qids: Bytes
     offsets: npt.NDArray[np.int64]
-    docnos: Bytes
-    grades: npt.NDArray[np.int64]
-    keys: npt.NDArray[np.uint64] | Bytes = field(repr=False)
-    path: str = "<memory>"
 
     def __len__(self) -> int:
         return int(self.qids.shape[0])
@@ -319,13 +318,55 @@ class Qrels:
         i = int(np.searchsorted(self.qids, key))
         return i if i < self.qids.shape[0] and self.qids[i] == key else None
 
-    def query(self, qid: str) -> dict[str, int]:
-        """``{docno: grade}`` of one query (empty if the query has no judgements)."""
+    def _rows(self, qid: str) -> slice | None:
+        """The rows of one query (None if the query is absent)."""
         i = self.index(qid)
         if i is None:
+            return None
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+
+def _flatten(
+    by_query: Mapping[str, Mapping[str, _V]], convert: Callable[[_V], _T]
+) -> tuple[list[bytes], list[bytes], list[_T]]:
+    """``{qid: {docno: value}}`` as three aligned lists: qids, docnos, converted values."""
+    qids = [q.encode() for q, docs in by_query.items() for _ in docs]
+    docnos = [d.encode() for docs in by_query.values() for d in docs]
+    values = [convert(x) for docs in by_query.values() for x in docs.values()]
+    return qids, docnos, values
+
+
+def _grouped(
+    qids: Bytes, docnos: Bytes, values: npt.NDArray[_S], lines: npt.NDArray[np.int64] | None
+) -> tuple[Bytes, npt.NDArray[np.int64], Bytes, npt.NDArray[_S], npt.NDArray[np.int64] | None, _Keys]:
+    """Rows grouped by query: ``(unique qids, offsets, docnos, values, lines, keys)``."""
+    unique, order, offsets = _group(qids)
+    if order is not None:
+        docnos, values = docnos[order], values[order]
+        lines = lines[order] if lines is not None else None
+    return unique, offsets, docnos, values, lines, _docno_keys(docnos)
+
+
+# ---------------------------------------------------------------------------- qrels
+@dataclass(frozen=True, eq=False)
+class Qrels(_ByQuery):
+    """Judgements grouped by query. ``qids`` sorted bytewise; within a query ``docnos`` are
+    sorted bytewise and ``grades`` aligned with them; ``offsets[i]:offsets[i+1]`` is query i.
+    ``keys`` are the docnos as order-preserving integers when they fit in 8 bytes."""
+
+    qids: Bytes
+    offsets: npt.NDArray[np.int64]
+    docnos: Bytes
+    grades: npt.NDArray[np.int64]
+    keys: npt.NDArray[np.uint64] | Bytes = field(repr=False)
+    path: str = "<memory>"
+
+    def query(self, qid: str) -> dict[str, int]:
+        """``{docno: grade}`` of one query (empty if the query has no judgements)."""
+        rows = self._rows(qid)
+        if rows is None:
             return {}
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        return {_decode(d): int(g) for d, g in zip(self.docnos[s:e], self.grades[s:e], strict=True)}
+        return {_decode(d): int(g) for d, g in zip(self.docnos[rows], self.grades[rows], strict=True)}
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         return {qid: self.query(qid) for qid in self.query_ids}
@@ -333,9 +374,7 @@ class Qrels:
     @classmethod
     def from_mapping(cls, judgements: Mapping[str, Mapping[str, int]]) -> Qrels:
         """Build from ``{qid: {docno: grade}}`` (no file)."""
-        qids = [q.encode() for q, docs in judgements.items() for _ in docs]
-        docnos = [d.encode() for docs in judgements.values() for d in docs]
-        grades = [int(g) for docs in judgements.values() for g in docs.values()]
+        qids, docnos, grades = _flatten(judgements, int)
         if not qids:
             raise ValueError("no judgements")
         return _build_qrels(
@@ -346,11 +385,7 @@ class Qrels:
 def _build_qrels(
     qids: Bytes, docnos: Bytes, grades: npt.NDArray[np.int64], lines: npt.NDArray[np.int64] | None, path: str
 ) -> Qrels:
-    unique, order, offsets = _group(qids)
-    if order is not None:
-        docnos, grades = docnos[order], grades[order]
-        lines = lines[order] if lines is not None else None
-    keys = _docno_keys(docnos)
+    unique, offsets, docnos, grades, lines, keys = _grouped(qids, docnos, grades, lines)
     bounds = offsets.tolist()
     for i in range(unique.shape[0]):
         s, e = bounds[i], bounds[i + 1]
@@ -385,7 +420,7 @@ def read_qrels(path: str | os.PathLike[str]) -> Qrels:
 
 # ---------------------------------------------------------------------------- runs
 @dataclass(frozen=True, eq=False)
-class Run:
+class Run(_ByQuery):
     """A run grouped by query, each query's documents in trec_eval rank order (score
     descending, docno descending on ties). ``qids`` sorted bytewise; ``keys`` are the
     docnos as order-preserving integers when they fit in 8 bytes."""
@@ -398,29 +433,16 @@ class Run:
     keys: npt.NDArray[np.uint64] | Bytes = field(repr=False)
     path: str = "<memory>"
 
-    def __len__(self) -> int:
-        return int(self.qids.shape[0])
-
-    @property
-    def query_ids(self) -> list[str]:
-        return [_decode(q) for q in self.qids]
-
     @property
     def num_lines(self) -> int:
         return int(self.docnos.shape[0])
 
-    def index(self, qid: str) -> int | None:
-        key = qid.encode()
-        i = int(np.searchsorted(self.qids, key))
-        return i if i < self.qids.shape[0] and self.qids[i] == key else None
-
     def ranking(self, qid: str) -> list[tuple[str, float]]:
         """``[(docno, score), ...]`` of one query in rank order (empty if absent)."""
-        i = self.index(qid)
-        if i is None:
+        rows = self._rows(qid)
+        if rows is None:
             return []
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        return [(_decode(d), float(x)) for d, x in zip(self.docnos[s:e], self.scores[s:e], strict=True)]
+        return [(_decode(d), float(x)) for d, x in zip(self.docnos[rows], self.scores[rows], strict=True)]
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         return {qid: dict(self.ranking(qid)) for qid in self.query_ids}
@@ -428,9 +450,7 @@ class Run:
     @classmethod
     def from_mapping(cls, scores: Mapping[str, Mapping[str, float]], *, run_id: str = "run") -> Run:
         """Build from ``{qid: {docno: score}}`` (no file)."""
-        qids = [q.encode() for q, docs in scores.items() for _ in docs]
-        docnos = [d.encode() for docs in scores.values() for d in docs]
-        values = [float(x) for docs in scores.values() for x in docs.values()]
+        qids, docnos, values = _flatten(scores, float)
         if not qids:
             raise ValueError("empty run")
         return _build_run(
@@ -446,11 +466,7 @@ def _build_run(
     run_id: str,
     path: str,
 ) -> Run:
-    unique, order, offsets = _group(qids)
-    if order is not None:
-        docnos, scores = docnos[order], scores[order]
-        lines = lines[order] if lines is not None else None
-    keys = _docno_keys(docnos)
+    unique, offsets, docnos, scores, lines, keys = _grouped(qids, docnos, scores, lines)
     bounds = offsets.tolist()
     for i in range(unique.shape[0]):  # duplicate docnos within a query (trec_eval refuses them)
         s, e = bounds[i], bounds[i + 1]

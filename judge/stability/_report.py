@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from judge.stability._harness import StabilityReport
-from judge.store import atomic_write_text
+from judge.store import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "PLOT_MAP_PER_RUN",
@@ -56,22 +54,6 @@ __all__ = [
 
 PLOT_MAP_PER_RUN = "map_per_run.png"
 PLOT_QUERY_RANGES = "query_ranges.png"
-
-
-def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload`` (temp file beside it + ``os.replace``)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _png(fig: Figure) -> bytes:

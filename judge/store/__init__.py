@@ -1,12 +1,19 @@
 """Persistence for judging: the SQLite verdict cache and resume helpers for batch output."""
 
 from judge.store._cache import CacheStats, SQLiteVerdictStore, default_cache_path, judge_home
-from judge.store._runstate import OutputWriter, atomic_write_lines, atomic_write_text, recover_output
+from judge.store._runstate import (
+    OutputWriter,
+    atomic_write_bytes,
+    atomic_write_lines,
+    atomic_write_text,
+    recover_output,
+)
 
 __all__ = [
     "CacheStats",
     "OutputWriter",
     "SQLiteVerdictStore",
+    "atomic_write_bytes",
     "atomic_write_lines",
     "atomic_write_text",
     "default_cache_path",

@@ -22,10 +22,10 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from judge.io._errors import InputError
 
@@ -121,34 +121,38 @@ class OutputWriter:
         self.close()
 
 
-def atomic_write_lines(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Replace ``path`` with ``records`` as JSONL: write a temp file beside it, fsync, rename."""
+def _atomic_replace(path: str | Path, write: Callable[[IO[Any]], object], *, binary: bool = False) -> None:
+    """Replace ``path`` with what ``write`` writes: a temp file beside it (UTF-8 text, or
+    bytes when ``binary``), fsync, ``os.replace``; the temp file is removed on any failure."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(_dumps(rec) + "\n")
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_lines(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Replace ``path`` with ``records`` as JSONL: write a temp file beside it, fsync, rename."""
+
+    def write(fh: IO[str]) -> None:
+        for rec in records:
+            fh.write(_dumps(rec) + "\n")
+
+    _atomic_replace(path, write)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (temp file + ``os.replace``)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _atomic_replace(path, lambda fh: fh.write(text))
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
+    """Replace ``path`` with ``payload`` (temp file beside it + ``os.replace``)."""
+    _atomic_replace(path, lambda fh: fh.write(payload), binary=True)

@@ -1,0 +1,60 @@
+"""Helpers shared by several test files (import as ``from _helpers import ...``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+
+from aiohttp import web
+
+from judge.backends import ChatRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_PASSAGE = re.compile(r"\n<passage>\n(.*?)\n</passage>", re.S)
+
+
+def passage_of(request: ChatRequest) -> str:
+    """The passage of the first user message of a judging prompt."""
+    first_user = next(m.content for m in request.messages if m.role == "user")
+    m = _PASSAGE.search(first_user)
+    if m is None:
+        raise AssertionError("no passage in the prompt")
+    return m.group(1)
+
+
+def load_sim() -> ModuleType:
+    """``scripts/sim_llm_server.py`` as the module ``sim_llm_server``."""
+    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
+    if spec is None or spec.loader is None:
+        raise ImportError("scripts/sim_llm_server.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sim_llm_server"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@asynccontextmanager
+async def serve_posts(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """An aiohttp server on a free local port answering every POST with ``handle``;
+    yields its root URL (``http://127.0.0.1:PORT``)."""
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
