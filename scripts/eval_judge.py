@@ -792,11 +792,17 @@ async def run_groups(
             progress.step()
 
 
-def _label(v: dict[str, Any]) -> str:
-    return str(v["verdict"])
+def _label(v: dict[str, Any], threshold: float = 0.5) -> str:
+    """yes/no/unjudged; a probability-mode verdict is re-decided at ``threshold`` on P(yes)."""
+    label = str(v["verdict"])
+    if label != "unjudged" and v.get("p_yes") is not None:
+        return "yes" if float(v["p_yes"]) >= threshold else "no"
+    return label
 
 
-def flip_stats(records: Sequence[dict[str, Any]], mode_label: str, template_hash: str) -> dict[str, Any]:
+def flip_stats(
+    records: Sequence[dict[str, Any]], mode_label: str, template_hash: str, threshold: float = 0.5
+) -> dict[str, Any]:
     """Verdict flips between a group's original order (perm0) and each shuffled order."""
     by_group: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for rec in records:
@@ -819,7 +825,7 @@ def flip_stats(records: Sequence[dict[str, Any]], mode_label: str, template_hash
                 if b is None or _label(b) == "unjudged" or _label(v) == "unjudged":
                     continue
                 compared += 1
-                flips += _label(b) != _label(v)
+                flips += _label(b, threshold) != _label(v, threshold)
                 if b.get("p_yes") is not None and v.get("p_yes") is not None:
                     max_dp = max(max_dp, abs(float(b["p_yes"]) - float(v["p_yes"])))
             per_dataset[d].append((flips, compared, max_dp))
@@ -836,9 +842,10 @@ def flip_stats(records: Sequence[dict[str, Any]], mode_label: str, template_hash
 
 
 def listwise_stats(
-    records: Sequence[dict[str, Any]], lw_hash: str, pw_hash: str, pw_mode: str
+    records: Sequence[dict[str, Any]], lw_hash: str, pw_hash: str, pw_mode: str, threshold: float = 0.5
 ) -> dict[str, dict[str, Any]]:
-    """Listwise (perm0) vs pointwise (perm0) vs humans, and calls/tokens, per dataset."""
+    """Listwise (perm0) vs pointwise (perm0, yes iff P(yes) >= ``threshold``) vs humans, and
+    calls/tokens, per dataset."""
     lw: dict[tuple[str, str], dict[str, Any]] = {}
     pw: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
@@ -868,7 +875,7 @@ def listwise_stats(
                     continue
                 human.append(int(a["human"][pid]))
                 lw_yes.append(_label(v) == "yes")
-                pw_yes.append(_label(u) == "yes")
+                pw_yes.append(_label(u, threshold) == "yes")
         level = DATASETS[d].level
         h = np.array(human) >= level
         lwa, pwa = np.array(lw_yes), np.array(pw_yes)
@@ -965,7 +972,7 @@ def cmd_order(args: argparse.Namespace) -> int:
     print("| dataset | mode | flips / compared | flip rate | max abs ΔP(yes) |")
     print("|---|---|---|---|---|")
     for mode_label, _, template_hash, _ in jobs:
-        for d, s in flip_stats(rec.records, mode_label, template_hash).items():
+        for d, s in flip_stats(rec.records, mode_label, template_hash, args.threshold).items():
             print(
                 f"| {d} | {mode_label} | {s['flips']} / {s['compared']} | {s['flip_rate']:.3f} "
                 f"| {s['max_abs_dp_yes']:.2e} |"
@@ -998,7 +1005,7 @@ def cmd_listwise(args: argparse.Namespace) -> int:
         "| calls LW / PW | fallback passages | tokens LW / PW |"
     )
     print("|" + "---|" * 10)
-    for d, s in listwise_stats(rec.records, lw.hash, pw_cfg.template_hash, pw_mode).items():
+    for d, s in listwise_stats(rec.records, lw.hash, pw_cfg.template_hash, pw_mode, args.threshold).items():
         print(
             f"| {d} | {s['groups']} | {s['passages']} | {s['agree_lw_pw']:.2f} | {_fmt(s['kappa_lw_pw'])} "
             f"| {_fmt(s['kappa_lw_human'], s['kappa_lw_human_ci'])} "
@@ -1009,7 +1016,7 @@ def cmd_listwise(args: argparse.Namespace) -> int:
     if args.shuffles:
         print("\nposition bias (verdict flips when the group is shuffled):")
         for mode_label, h in (("listwise", lw.hash), (pw_mode, pw_cfg.template_hash)):
-            for d, s in flip_stats(rec.records, mode_label, h).items():
+            for d, s in flip_stats(rec.records, mode_label, h, args.threshold).items():
                 print(f"  {d} {mode_label}: {s['flips']}/{s['compared']} = {s['flip_rate']:.3f}")
     return 0
 
@@ -1054,8 +1061,14 @@ def build_parser() -> argparse.ArgumentParser:
             "--size", type=int, default=6, help="passages per query at most (default: %(default)s)"
         )
         p.add_argument("--shuffles", type=int, default=1 if name == "order" else 0)
-        p.add_argument("--config", default="binary.zh.v1", help="pointwise config (default: %(default)s)")
+        p.add_argument("--config", default="binary.zh.v2", help="pointwise config (default: %(default)s)")
         p.add_argument("--listwise-template", default="listwise.zh.v1")
+        p.add_argument(
+            "--threshold",
+            type=float,
+            default=0.5,
+            help="pointwise probability-mode verdict: yes iff P(yes) >= this (default: %(default)s)",
+        )
         if name == "order":
             p.add_argument("--listwise", action="store_true", help="also measure listwise order effects")
         p.set_defaults(func=fn)
