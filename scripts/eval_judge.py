@@ -578,6 +578,19 @@ def collect_route(
     )
 
 
+def _kappa_at(t: float) -> Callable[[np.ndarray, np.ndarray], float]:
+    """Binary kappa of relevance against ``score >= t``."""
+
+    def stat(relevant: np.ndarray, scores: np.ndarray) -> float:
+        return cohen_kappa(relevant, scores >= t)
+
+    return stat
+
+
+def _qw_kappa(a: np.ndarray, b: np.ndarray) -> float:
+    return cohen_kappa(a, b, weights="quadratic")
+
+
 def _fmt(value: float, ci: tuple[float, float] | None = None) -> str:
     if math.isnan(value):
         return "undef."
@@ -622,28 +635,29 @@ def analyse(
         for d in datasets:
             route = cfg.route_for(d)
             judged[d] = None if route is None else collect_route(records, d, route)
-        # One global threshold per config: tuned on the pooled tune halves.
-        pool_rel: list[np.ndarray] = []
-        pool_p: list[np.ndarray] = []
+        # One threshold per route (a template's calibration), tuned on its pooled tune halves.
+        pools: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = defaultdict(lambda: ([], []))
         for d, j in judged.items():
             if j is not None:
                 t = j.part("tune")
-                pool_rel.append(t.human >= DATASETS[d].level)
-                pool_p.append(t.p_yes)
-        t_global = tune_threshold(np.concatenate(pool_rel), np.concatenate(pool_p)) if pool_rel else 0.5
+                rel_list, p_list = pools[cfg.routes.index(cfg.route_for(d))]  # type: ignore[arg-type]
+                rel_list.append(t.human >= DATASETS[d].level)
+                p_list.append(t.p_yes)
+        t_route = {
+            i: tune_threshold(np.concatenate(r), np.concatenate(p)) if r else 0.5
+            for i, (r, p) in pools.items()
+        }
         for d in datasets:
             j = judged[d]
             if j is None:
                 continue
+            t_global = t_route[cfg.routes.index(cfg.route_for(d))]  # type: ignore[arg-type]
             level = DATASETS[d].level
             tune, test = j.part("tune"), j.part(split)
             if test.human.size == 0:
                 continue
             rel = test.human >= level
             t_d = tune_threshold(tune.human >= level, tune.p_yes) if tune.human.size else 0.5
-
-            def kappa_at(t: float) -> Callable[[np.ndarray, np.ndarray], float]:
-                return lambda r, p: cohen_kappa(r, p >= t)
 
             row = Row(
                 dataset=d,
@@ -656,21 +670,17 @@ def analyse(
                 auc_ci=bootstrap_ci(roc_auc, [rel, test.p_yes]),
                 t_dataset=t_d,
                 kappa_t_dataset=_safe(cohen_kappa, rel, test.p_yes >= t_d),
-                kappa_t_dataset_ci=bootstrap_ci(kappa_at(t_d), [rel, test.p_yes]),
+                kappa_t_dataset_ci=bootstrap_ci(_kappa_at(t_d), [rel, test.p_yes]),
                 t_global=t_global,
                 kappa_t_global=_safe(cohen_kappa, rel, test.p_yes >= t_global),
-                kappa_t_global_ci=bootstrap_ci(kappa_at(t_global), [rel, test.p_yes]),
+                kappa_t_global_ci=bootstrap_ci(_kappa_at(t_global), [rel, test.p_yes]),
             )
             if test.grade is not None and test.expected is not None and tune.expected is not None:
                 top = max(DATASETS[d].grades)
                 model_grade = np.minimum(test.grade, top)
                 if len(DATASETS[d].grades) > 2:
-                    row.qwk = _safe(
-                        lambda a, b: cohen_kappa(a, b, weights="quadratic"), test.human, model_grade
-                    )
-                    row.qwk_ci = bootstrap_ci(
-                        lambda a, b: cohen_kappa(a, b, weights="quadratic"), [test.human, model_grade]
-                    )
+                    row.qwk = _safe(_qw_kappa, test.human, model_grade)
+                    row.qwk_ci = bootstrap_ci(_qw_kappa, [test.human, model_grade])
                 row.t_expected = tune_threshold(tune.human >= level, tune.expected, prefer=2.0)
                 row.kappa_expected = _safe(cohen_kappa, rel, test.expected >= row.t_expected)
             rows.append(row)
@@ -926,8 +936,13 @@ def cmd_judge(args: argparse.Namespace, *, run: bool) -> int:
         backend = make_backend(args.backend)
         splits = ("tune", "test") if args.judge_split == "both" else (args.judge_split,)
         asyncio.run(judge_sample(backend, sample, configs, rec, splits))
-    keep = {(p.dataset, p.pair_id) for p, _ in sample}
-    records = [r for r in rec.records if (r["dataset"], r["pair_id"]) in keep]
+    # The split comes from this sample (a record may have been judged for another sample).
+    split_of = {(p.dataset, p.pair_id): s for p, s in sample}
+    records = [
+        {**r, "split": split_of[(r["dataset"], r["pair_id"])]}
+        for r in rec.records
+        if (r["dataset"], r["pair_id"]) in split_of
+    ]
     counts = Counter(s for _, s in sample)
     print(
         f"sample: {args.n} pairs per dataset, seed {args.seed} "

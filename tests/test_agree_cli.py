@@ -166,3 +166,21 @@ def test_constant_system_scores_give_undefined_correlation(
     assert isinstance(ranking, dict)
     assert ranking["correlations"] == {"kendall_tau_b": None, "spearman_rho": None}
     assert "constant" in ranking["undefined"]["kendall_tau_b"]
+
+
+def test_overlap_only_scores_runs_on_common_pairs(
+    capsys: pytest.CaptureFixture[str], small: tuple[Path, Path], tmp_path: Path
+) -> None:
+    human, judged = small
+    a = _write(tmp_path / "a.run", ["q1 Q0 d3 1 2.0 a", "q2 Q0 d4 1 1.0 a"])
+    b = _write(tmp_path / "b.run", ["q1 Q0 d1 1 2.0 b", "q2 Q0 d4 1 1.0 b"])
+    argv = ["agree", str(human), str(judged), "-l", "2", "--runs", str(a), str(b), "-m", "P_1", "--json"]
+    # As is: q2 is judged by the human file only. P_1 human: a (1 + 1)/2, b (0 + 1)/2; judge: q1 only.
+    ranking = _json(capsys, argv)["ranking"]
+    assert isinstance(ranking, dict)
+    assert [(r["human"], r["judge"]) for r in ranking["runs"]] == [(1.0, 1.0), (0.5, 0.0)]
+    # Overlap only: both sides score q1 alone.
+    ranking = _json(capsys, [*argv, "--overlap-only"])["ranking"]
+    assert isinstance(ranking, dict)
+    assert [(r["human"], r["judge"]) for r in ranking["runs"]] == [(1.0, 1.0), (0.0, 0.0)]
+    assert ranking["qrels_scope"] == "pairs both files label"

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +131,30 @@ def test_output_writer_appends_whole_lines(tmp_path: Path) -> None:
     lines = p.read_text(encoding="utf-8").splitlines()
     assert [json.loads(x)["id"] for x in lines] == ["a", "b"]
     assert "中文" in lines[0]
+
+
+async def test_output_writer_keeps_a_line_whose_writer_task_was_cancelled(tmp_path: Path) -> None:
+    # The CI failure this pins: a query finished judging, handed its line to awrite, and a
+    # sibling's permanent error cancelled it before the writer thread had started the line.
+    gate = threading.Event()
+
+    class SlowWriter(OutputWriter):
+        def write(self, record: Mapping[str, Any]) -> None:
+            if record["id"] == "first":
+                gate.wait(timeout=10)
+            super().write(record)
+
+    p = tmp_path / "o.jsonl"
+    with SlowWriter(p, fsync=False) as w:
+        first = asyncio.create_task(w.awrite({"id": "first"}))
+        second = asyncio.create_task(w.awrite({"id": "second"}))
+        await asyncio.sleep(0.05)  # both queued; "first" holds the writer thread
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        gate.set()
+        await first
+    assert [json.loads(line)["id"] for line in p.read_text().splitlines()] == ["first", "second"]
 
 
 def test_atomic_write_lines_replaces_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -86,7 +86,10 @@ class OutputWriter:
     """Append-only JSONL writer: every line is flushed and fsynced before ``write`` returns.
 
     ``awrite`` does the same on the writer's own thread (one thread: lines keep their
-    order), so an fsync never stalls the event loop.
+    order), so an fsync never stalls the event loop. A line handed to ``awrite`` is
+    written even if the awaiting task is cancelled (a sibling query failing with a
+    permanent error, Ctrl-C): the query's verdicts are already paid for, and ``close``
+    waits for every submitted line.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
@@ -99,7 +102,10 @@ class OutputWriter:
     async def awrite(self, record: Mapping[str, Any]) -> None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-output")
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.write, record)
+        job = self._executor.submit(self.write, record)
+        # shield: cancelling the caller must not cancel a line that is queued but not yet
+        # started; close() (executor shutdown, wait=True) lets it finish.
+        await asyncio.shield(asyncio.wrap_future(job))
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._fh.write(_dumps(record) + "\n")
