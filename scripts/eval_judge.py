@@ -99,13 +99,14 @@ class DatasetSpec:
     grades: tuple[int, ...]
     level: int
     description: str
+    language: str
 
 
 DATASETS: dict[str, DatasetSpec] = {
-    "rgb": DatasetSpec("rgb", (0, 1), 1, "RGB zh_refine (positive=1, negative=0)"),
-    "kuake": DatasetSpec("kuake", (0, 1, 2, 3), 2, "KUAKE-QTR dev (0-3)"),
-    "qbqtc": DatasetSpec("qbqtc", (0, 1, 2), 2, "QBQTC dev (0-2)"),
-    "dl19": DatasetSpec("dl19", (0, 1, 2, 3), 2, "TREC DL 2019 passages (0-3)"),
+    "rgb": DatasetSpec("rgb", (0, 1), 1, "RGB zh_refine (positive=1, negative=0)", "zh"),
+    "kuake": DatasetSpec("kuake", (0, 1, 2, 3), 2, "KUAKE-QTR dev (0-3)", "zh"),
+    "qbqtc": DatasetSpec("qbqtc", (0, 1, 2), 2, "QBQTC dev (0-2)", "zh"),
+    "dl19": DatasetSpec("dl19", (0, 1, 2, 3), 2, "TREC DL 2019 passages (0-3)", "en"),
 }
 
 
@@ -482,18 +483,27 @@ def bootstrap_ci(
 
 
 def tune_threshold(relevant: np.ndarray, scores: np.ndarray, *, prefer: float = 0.5) -> float:
-    """The threshold ``t`` (relevant iff ``score >= t``) maximising binary kappa.
+    """The threshold ``t`` (relevant iff ``score >= t``) maximising binary kappa."""
+    return tune_threshold_macro([(relevant, scores)], prefer=prefer)
 
-    Candidates are the midpoints between consecutive distinct scores (plus one below the
-    lowest and one above the highest); ties go to the candidate closest to ``prefer``.
+
+def tune_threshold_macro(parts: Sequence[tuple[np.ndarray, np.ndarray]], *, prefer: float = 0.5) -> float:
+    """The threshold maximising the mean binary kappa over ``parts`` (one per dataset, so
+    every dataset weighs the same whatever its size).
+
+    Candidates are the midpoints between consecutive distinct scores of all parts (plus one
+    below the lowest and one above the highest); ties go to the candidate closest to
+    ``prefer``. A part where kappa is undefined at a candidate is left out of its mean.
     """
-    u = np.unique(scores)
+    u = np.unique(np.concatenate([scores for _, scores in parts]))
     cands = np.concatenate(([u[0] - 1e-9], (u[:-1] + u[1:]) / 2.0, [u[-1] + 1e-9]))
     best_t, best_k = prefer, -math.inf
     for t in cands:
-        k = _safe(cohen_kappa, relevant, scores >= t)
-        if math.isnan(k):
+        ks = [_safe(cohen_kappa, relevant, scores >= t) for relevant, scores in parts]
+        ks = [k for k in ks if not math.isnan(k)]
+        if not ks:
             continue
+        k = float(np.mean(ks))
         if k > best_k + 1e-12 or (abs(k - best_k) <= 1e-12 and abs(t - prefer) < abs(best_t - prefer)):
             best_t, best_k = float(t), k
     return best_t
@@ -621,6 +631,13 @@ class Row:
     kappa_expected: float | None = None
 
 
+def _pool_key(cfg: Scorer, dataset: str) -> tuple[int, str]:
+    route = cfg.route_for(dataset)
+    if route is None:
+        raise ValueError(f"{cfg.spec} has no route for {dataset}")
+    return cfg.routes.index(route), DATASETS[dataset].language
+
+
 def analyse(
     records: Sequence[dict[str, Any]],
     datasets: Sequence[str],
@@ -635,23 +652,19 @@ def analyse(
         for d in datasets:
             route = cfg.route_for(d)
             judged[d] = None if route is None else collect_route(records, d, route)
-        # One threshold per route (a template's calibration), tuned on its pooled tune halves.
-        pools: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = defaultdict(lambda: ([], []))
+        # One threshold per (route, language): a template's calibration, tuned for the mean
+        # kappa over the tune halves of that language's datasets (prompts/calibration.toml).
+        pools: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for d, j in judged.items():
             if j is not None:
                 t = j.part("tune")
-                rel_list, p_list = pools[cfg.routes.index(cfg.route_for(d))]  # type: ignore[arg-type]
-                rel_list.append(t.human >= DATASETS[d].level)
-                p_list.append(t.p_yes)
-        t_route = {
-            i: tune_threshold(np.concatenate(r), np.concatenate(p)) if r else 0.5
-            for i, (r, p) in pools.items()
-        }
+                pools[_pool_key(cfg, d)].append((t.human >= DATASETS[d].level, t.p_yes))
+        t_route = {key: tune_threshold_macro(parts) for key, parts in pools.items()}
         for d in datasets:
             j = judged[d]
             if j is None:
                 continue
-            t_global = t_route[cfg.routes.index(cfg.route_for(d))]  # type: ignore[arg-type]
+            t_global = t_route[_pool_key(cfg, d)]
             level = DATASETS[d].level
             tune, test = j.part("tune"), j.part(split)
             if test.human.size == 0:
@@ -694,7 +707,7 @@ def print_table(rows: Sequence[Row], split: str, file: Any = sys.stdout) -> None
     )
     print(
         "| dataset | config | n | unj. | κ native [95% CI] | AUC P(yes) [95% CI] "
-        "| κ @ t_dataset (t) [95% CI] | κ @ t_global (t) [95% CI] | qw-κ grade [95% CI] | κ @ E[g]≥t (t) |",
+        "| κ @ t_dataset (t) [95% CI] | κ @ t_lang (t) [95% CI] | qw-κ grade [95% CI] | κ @ E[g]≥t (t) |",
         file=file,
     )
     print("|" + "---|" * 10, file=file)

@@ -16,7 +16,7 @@ from judge.backends import ChatRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_PASSAGE = re.compile(r"\n<passage>\n(.*?)\n</passage>", re.S)
+_PASSAGE = re.compile(r"(?:^|\n)<passage>\n(.*?)\n</passage>", re.S)
 
 
 def passage_of(request: ChatRequest) -> str:

@@ -338,3 +338,59 @@ async def test_graded_mode_records_grades(tmp_path: Path) -> None:
     assert [v["verdict"] for v in rec["verdicts"]] == ["yes", "yes", "no", "no"]
     assert rec["ndcg"]["5"] == 1.0  # already ideally ordered
     assert outcome.summary["grades"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+
+
+def _listwise_rule(skip: int | None = None) -> RuleBackend:
+    """Listwise prompts get one verdict per numbered passage (``skip`` leaves one out, so
+    that passage falls back to pointwise); pointwise prompts the keyword verdict."""
+    pointwise = _keyword()
+
+    def rule(request: ChatRequest) -> Reply:
+        text = "\n".join(m.content for m in request.messages if m.role == "user")
+        items = re.findall(r'<passage id="(\d+)">\n(.*?)\n</passage>', text, flags=re.DOTALL)
+        if not items:
+            return pointwise.rule(request)
+        verdicts = [
+            {"id": int(i), "verdict": "yes" if "RELEVANT" in body else "no", "reason": "理由"}
+            for i, body in items
+            if int(i) != skip
+        ]
+        return json.dumps({"verdicts": verdicts}, ensure_ascii=False)
+
+    return RuleBackend(rule)
+
+
+async def test_listwise_run_makes_one_call_per_query_and_agrees_with_pointwise(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    pointwise = await score_dataset(inp, tmp_path / "p.jsonl", _keyword(), JudgeConfig(), options=QUIET)
+    backend = _listwise_rule()
+    opts = BatchOptions(progress="quiet", fsync=False, listwise=True)
+    listwise = await score_dataset(inp, tmp_path / "l.jsonl", backend, JudgeConfig(), options=opts)
+    assert len(backend.requests) == 3  # one per query instead of one per passage (6)
+    assert listwise.summary["judge"] == pointwise.summary["judge"]
+    assert listwise.summary["config"]["judging"] == "listwise"
+    recs = {r["id"]: r for r in read_output(tmp_path / "l.jsonl")}
+    assert [v["verdict"] for v in recs["q1"]["verdicts"]] == ["yes", "no", "yes"]
+    assert {v["template_id"] for v in recs["q1"]["verdicts"]} == {"listwise.zh.v1"}
+
+
+async def test_listwise_reply_missing_a_passage_falls_back_to_pointwise(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS[:1])
+    backend = _listwise_rule(skip=2)
+    opts = BatchOptions(progress="quiet", fsync=False, listwise=True)
+    out = await score_dataset(inp, tmp_path / "l.jsonl", backend, JudgeConfig(max_reasks=1), options=opts)
+    # One listwise call, one re-ask (still missing #2), then passage 2 alone.
+    assert len(backend.requests) == 3
+    (rec,) = read_output(tmp_path / "l.jsonl")
+    assert [v["verdict"] for v in rec["verdicts"]] == ["yes", "no", "yes"]
+    assert [v["template_id"] for v in rec["verdicts"]] == ["listwise.zh.v1", "binary.zh.v2", "listwise.zh.v1"]
+    assert out.summary["unjudged"] == 0
+
+
+async def test_listwise_refuses_probability_mode(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    opts = BatchOptions(progress="quiet", fsync=False, listwise=True)
+    with pytest.raises(InputError, match="listwise"):
+        await score_dataset(
+            inp, tmp_path / "l.jsonl", _keyword(), JudgeConfig(probability=True), options=opts
+        )

@@ -67,7 +67,7 @@ async def test_still_invalid_falls_back_to_pointwise_for_uncovered_passages() ->
     res = await judge_listwise(backend, "感冒吃什么药", PASSAGES, JudgeConfig(max_reasks=1))
     assert [v.verdict for v in res.verdicts] == ["yes", "no", "yes"]
     assert res.pointwise == (1, 2)
-    assert [v.template_id for v in res.verdicts] == ["listwise.zh.v1", "binary.zh.v1", "binary.zh.v1"]
+    assert [v.template_id for v in res.verdicts] == ["listwise.zh.v1", "binary.zh.v2", "binary.zh.v2"]
     assert res.listwise_calls == 2 and res.calls == 4
     assert res.problems[0] == "the reply contains no JSON object"
     assert "passage 2: 'verdict' must be" in res.problems[1] and "no verdict for passage 3" in res.problems[1]

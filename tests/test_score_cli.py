@@ -235,13 +235,18 @@ def test_permanent_backend_failure_exits_3(
         ["score", "missing.jsonl"],
         ["score", "x.jsonl", "--map", "nonsense"],
         ["score", "x.jsonl", "--concurrency", "0"],
+        ["score", "x.jsonl", "--p-yes-threshold", "1.5"],
+        ["score", "x.jsonl", "--listwise", "--probability"],
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.jsonl").write_text(json.dumps(_rows(1)[0]) + "\n")
     argv = [a if not a.endswith(".jsonl") or a.startswith("-") else str(tmp_path / a) for a in argv]
     assert main([*argv, "--backend", "openai:m", "--base-url", "http://127.0.0.1:9/v1", "--quiet"]) == 2
-    assert "judge: error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "judge: error" in err
+    if "--p-yes-threshold" in argv:
+        assert "field '--p-yes-threshold'" in err and "must be in [0, 1]" in err
 
 
 def test_hung_requests_time_out_and_no_query_is_dropped(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from judge.judging import (
     template_for,
     templates_dir,
 )
-from judge.judging._templates import parse_template
+from judge.judging._templates import parse_calibration, parse_template
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,3 +153,46 @@ def test_malformed_templates_are_refused(tmp_path: Path, text: str, message: str
     with pytest.raises(TemplateError, match=message) as info:
         parse_template(path.read_bytes(), path)
     assert str(path) in str(info.value)
+
+
+def test_shipped_calibration_matches_the_shipped_templates() -> None:
+    # Every calibrated threshold is bound to one exact template file: an edited template
+    # must be re-tuned (scripts/eval_judge.py) and its entry updated with the new hash.
+    path = templates_dir() / "calibration.toml"
+    entries = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert set(entries) == {"binary.zh.v2", "binary.en.v2"}
+    for template_id, entry in entries.items():
+        template = load_template(template_id)
+        assert entry["template_hash"] == template.hash, f"{template_id} changed since it was calibrated"
+        assert template.p_yes_threshold == entry["p_yes_threshold"]
+    assert load_template("binary.zh.v2").p_yes_threshold == 0.575
+    assert load_template("binary.zh.v1").p_yes_threshold is None  # not calibrated: 0.5
+
+
+def test_an_edited_template_loses_its_calibration(tmp_path: Path) -> None:
+    original = (templates_dir() / "binary.zh.v2.toml").read_text(encoding="utf-8")
+    same = _write(tmp_path, original, "binary.zh.v2")
+    assert load_template(same).p_yes_threshold == 0.575  # same bytes, same calibration
+    (tmp_path / "edited").mkdir()
+    edited = _write(tmp_path / "edited", original + "\n# edited\n", "binary.zh.v2")
+    assert load_template(edited).p_yes_threshold is None
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('["a"]\ntemplate_hash = "h"\np_yes_threshold = 1.5\n', "a.p_yes_threshold"),
+        ('["a"]\ntemplate_hash = "h"\np_yes_threshold = true\n', "a.p_yes_threshold"),
+        ('["a"]\np_yes_threshold = 0.5\n', "a"),
+    ],
+)
+def test_bad_calibration_entries_are_refused(text: str, field: str) -> None:
+    with pytest.raises(TemplateError) as info:
+        parse_calibration(text, Path("calibration.toml"))
+    assert info.value.field == field
+
+
+def test_default_templates_are_the_tuned_ones() -> None:
+    assert JudgeConfig().template_id() == "binary.zh.v2"
+    assert JudgeConfig(language="en").template_id() == "binary.en.v2"
+    assert JudgeConfig(mode="graded").template_id() == "graded.zh.v1"

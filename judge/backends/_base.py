@@ -127,7 +127,9 @@ class Backend(Protocol):
     ``local:qwen2.5-coder-1.5b-q4km``, ``deepeval:<class>``); ``model`` the model id sent to
     the provider. ``params()`` returns the backend-level settings that change outputs (base
     URL is not one of them; a quantisation or a model revision is) for cache keys; it never
-    contains secrets. ``supports_probabilities`` says whether ``candidates`` works.
+    contains secrets. ``supports_probabilities`` says whether ``candidates`` works; an
+    optional ``prefers_probabilities = True`` makes probability mode the default for this
+    backend (``JudgeConfig.probability=None``; the embedded model sets it).
     ``max_concurrency`` is the most parallel calls this backend can usefully serve (1 for
     the embedded model, None for unbounded remote APIs).
     """

@@ -69,6 +69,7 @@ class ScriptedBackend:
         usage: Usage | None = None,
         cycle: bool = False,
         supports_probabilities: bool = True,
+        prefers_probabilities: bool = False,
         max_concurrency: int | None = None,
         params: Mapping[str, Any] | None = None,
         sleep: SleepFn = asyncio.sleep,
@@ -86,6 +87,7 @@ class ScriptedBackend:
         self.name = name
         self.model = model
         self.supports_probabilities = supports_probabilities
+        self.prefers_probabilities = prefers_probabilities
         self.max_concurrency = max_concurrency
         self._token_probs = dict(token_probs) if token_probs is not None else None
         self._latency = latency_s

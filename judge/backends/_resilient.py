@@ -361,6 +361,7 @@ class ResilientBackend:
         self.name = inner.name
         self.model = inner.model
         self.supports_probabilities = inner.supports_probabilities
+        self.prefers_probabilities = bool(getattr(inner, "prefers_probabilities", False))
         self.max_concurrency = concurrency if concurrency is not None else inner.max_concurrency
         self.max_retries = max_retries
         self.timeout_s = timeout_s

@@ -9,6 +9,9 @@ Flow of :func:`score_dataset`:
    once (a FIFO semaphore, so earlier queries finish first); the backend's own
    :class:`~judge.backends.ResilientBackend` limiter bounds the provider calls in flight
    (``concurrency``, AIMD on 429, rpm/tpm buckets) and retries;
+   with ``listwise`` a query is one task instead: all its passages in one call
+   (:func:`judge.judging.judge_listwise`; passages the reply does not cover validly are
+   judged pointwise);
 4. a query's line is appended (flush + fsync) as soon as its last passage is judged;
 5. the summary is computed from the whole output file (so a resumed run covers everything)
    and written atomically to ``OUTPUT.summary.json``.
@@ -24,7 +27,7 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,7 +42,15 @@ from judge.io._jsonl import (
     error_record,
     iter_dataset,
 )
-from judge.judging import JudgeConfig, Passage, VerdictStore, judge_passage, summarize
+from judge.judging import (
+    JudgeConfig,
+    Passage,
+    VerdictStore,
+    judge_listwise,
+    judge_passage,
+    resolve_config,
+    summarize,
+)
 from judge.judging._models import PassageVerdict
 from judge.store._runstate import OutputWriter, atomic_write_lines, atomic_write_text, recover_output
 
@@ -51,6 +62,9 @@ class BatchOptions:
     ``window``: passage tasks in flight (default ``2 * concurrency`` so that passages
     sleeping in a retry backoff do not starve the provider); ``concurrency`` is echoed in
     the summary, the provider-call bound itself lives in the backend wrapper.
+    ``listwise``: judge each query's passages in one call (a listwise template: the
+    default for the mode and language, or ``listwise_template``); generation only, so
+    probability mode does not apply.
     """
 
     k: tuple[int, ...] = (5, 10)
@@ -65,6 +79,8 @@ class BatchOptions:
     summary_path: Path | None = None
     fsync: bool = True
     settings: Mapping[str, Any] = field(default_factory=dict)
+    listwise: bool = False
+    listwise_template: str | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -249,6 +265,37 @@ async def _judge_passages(
     return list(await asyncio.gather(*(one(i, p) for i, p in items)))
 
 
+def _batch_config(config: JudgeConfig, backend: Backend, opts: BatchOptions) -> JudgeConfig:
+    """The resolved config of a run; listwise verdicts are generated, so listwise runs
+    (fallbacks included) judge without probability mode."""
+    if opts.listwise:
+        if config.probability:
+            raise InputError(
+                "listwise judging generates its verdicts; drop --probability", field="--listwise"
+            )
+        config = replace(config, probability=False)
+    return resolve_config(config, backend)
+
+
+async def _judge_listwise(
+    backend: Backend,
+    config: JudgeConfig,
+    store: VerdictStore | None,
+    query: str,
+    items: Sequence[tuple[int, Passage]],
+    sem: asyncio.Semaphore,
+    on_passage: Callable[[PassageVerdict], None],
+    template: str | None,
+) -> list[PassageVerdict]:
+    async with sem:
+        result = await judge_listwise(
+            backend, query, [p for _, p in items], config, template=template, store=store
+        )
+    for verdict in result.verdicts:
+        on_passage(verdict)
+    return result.verdicts
+
+
 async def _run_tasks(
     schedule: Callable[[Callable[[Awaitable[None]], None]], Awaitable[None]],
 ) -> None:
@@ -314,6 +361,7 @@ async def score_dataset(
 ) -> BatchOutcome:
     """Score every query of ``input_path`` into ``output_path`` (resuming if it exists)."""
     opts = options or BatchOptions()
+    config = _batch_config(config, backend, opts)
     inp = Path(input_path)
     out = Path(output_path)
     if not inp.exists():
@@ -352,9 +400,21 @@ async def score_dataset(
             async def score_one(rec: DatasetRecord) -> None:
                 try:
                     items = [(i, Passage(p.text, p.id, p.truncated)) for i, p in enumerate(rec.passages)]
-                    verdicts = await _judge_passages(
-                        backend, config, store, rec.query, items, sem, counters.on_passage
-                    )
+                    if opts.listwise:
+                        verdicts = await _judge_listwise(
+                            backend,
+                            config,
+                            store,
+                            rec.query,
+                            items,
+                            sem,
+                            counters.on_passage,
+                            opts.listwise_template,
+                        )
+                    else:
+                        verdicts = await _judge_passages(
+                            backend, config, store, rec.query, items, sem, counters.on_passage
+                        )
                     result = summarize(rec.query, verdicts, config, name, k=k)
                     await writer.awrite(build_record(rec, result, k))
                     counters.queries += 1
@@ -427,6 +487,7 @@ def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> 
         | {"max_reasks": config.max_reasks, "template_id": config.template_id()},
         "k": list(opts.k),
         "concurrency": opts.concurrency,
+        "judging": "listwise" if opts.listwise else "pointwise",
         "max_passage_chars": opts.max_passage_chars,
         **dict(opts.settings),
     }
@@ -447,6 +508,7 @@ async def retry_unjudged(
     are in the cache, so the next retry gets them for free.
     """
     opts = options or BatchOptions()
+    config = _batch_config(config, backend, opts)
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))

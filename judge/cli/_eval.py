@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from judge.cli._flags import add_judge_flags
+from judge.cli._flags import add_judge_flags, config_error, decision_kwargs
 from judge.io._errors import InputError
 
 
@@ -59,9 +59,12 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InputError(f"passage #{i} is empty", field="--context")
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
-    config = JudgeConfig(
-        mode=args.mode, language=args.language, probability=args.probability, template=args.template
-    )
+    try:
+        config = JudgeConfig(
+            mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
+        )
+    except ValueError as exc:
+        raise config_error(exc) from exc
     backend = resolve_judge_backend(args.backend, base_url=args.base_url)
     print(describe_backend(backend), file=sys.stderr)
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from judge.io._errors import InputError
 
 
 def add_judge_flags(p: argparse.ArgumentParser) -> None:
-    """``--backend``, ``--base-url``, ``--mode``, ``--language``, ``--template``, ``--probability``."""
+    """``--backend``, ``--base-url``, ``--mode``, ``--language``, ``--template`` and the decision flags."""
     p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
     p.add_argument(
@@ -14,4 +17,44 @@ def add_judge_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--language", choices=("zh", "en"), default="zh", help="template language (default zh)")
     p.add_argument("--template", default=None, help="template id or .toml path")
-    p.add_argument("--probability", action="store_true", help="verdicts from answer-token probabilities")
+    add_decision_flags(p)
+
+
+def add_decision_flags(p: argparse.ArgumentParser) -> None:
+    """``--probability/--no-probability``, ``--p-yes-threshold``, ``--explain/--no-explain``."""
+    p.add_argument(
+        "--probability",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="verdicts from answer-token probabilities (default: on for the embedded model, off elsewhere)",
+    )
+    p.add_argument(
+        "--p-yes-threshold",
+        type=float,
+        default=None,
+        metavar="T",
+        help="probability mode: yes iff P(yes) >= T (default: the template's tuned threshold)",
+    )
+    p.add_argument(
+        "--explain",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="probability mode: also generate a short reason (default: on if probability mode is automatic)",
+    )
+
+
+def decision_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The JudgeConfig fields set by :func:`add_decision_flags` (None: automatic)."""
+    return {
+        "probability": args.probability,
+        "p_yes_threshold": args.p_yes_threshold,
+        "explain": args.explain,
+    }
+
+
+def config_error(exc: ValueError) -> InputError:
+    """A :class:`JudgeConfig` refusal as bad input naming the flag (its messages start with
+    the field name: ``p_yes_threshold must be in [0, 1], not 1.5`` -> ``--p-yes-threshold``)."""
+    message = str(exc)
+    name = message.split(" ", 1)[0]
+    return InputError(message, field="--" + name.replace("_", "-") if name.isidentifier() else None)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from judge.cli._flags import add_decision_flags, config_error, decision_kwargs
 from judge.io._errors import InputError
 
 
@@ -40,7 +41,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mode", choices=("binary", "graded"), default=None, help="verdict kind (default binary)")
     p.add_argument("--language", choices=("zh", "en"), default=None, help="template language (default zh)")
     p.add_argument("--template", default=None, help="template id or .toml path")
-    p.add_argument("--probability", action="store_true", help="verdicts from answer-token probabilities")
+    add_decision_flags(p)
+    p.add_argument(
+        "--listwise",
+        action="store_true",
+        help="judge all passages of a query in one call (fewer calls and tokens; generated verdicts)",
+    )
+    p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
     p.add_argument("--concurrency", type=int, default=None, help="provider calls in flight (default 16)")
     p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
     p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
@@ -91,7 +98,7 @@ def register(subparsers: Any) -> None:
 def _config(args: argparse.Namespace, mode: str | None) -> Any:
     from judge.judging import JudgeConfig
 
-    kwargs: dict[str, Any] = {"mode": mode or "binary", "probability": bool(args.probability)}
+    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
     if args.language:
         kwargs["language"] = args.language
     if args.template:
@@ -99,7 +106,7 @@ def _config(args: argparse.Namespace, mode: str | None) -> Any:
     try:
         return JudgeConfig(**kwargs)
     except ValueError as exc:
-        raise InputError(str(exc), field="--mode") from exc
+        raise config_error(exc) from exc
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -178,6 +185,8 @@ def run_score(args: argparse.Namespace) -> int:
         strict=bool(args.strict),
         progress=progress,
         progress_interval_s=args.progress_interval,
+        listwise=bool(args.listwise or args.listwise_template),
+        listwise_template=args.listwise_template,
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,

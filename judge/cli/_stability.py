@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_judge_flags
+from judge.cli._flags import add_judge_flags, config_error
 from judge.io._errors import InputError
 
 EXIT_PASS = 0
@@ -152,13 +152,15 @@ def _judge_config(args: argparse.Namespace) -> Any:
             mode=args.mode,
             language=args.language,
             template=args.template,
-            probability=bool(args.probability),
+            probability=args.probability,
+            p_yes_threshold=args.p_yes_threshold,
+            explain=args.explain,
             samples=args.samples,
             temperature=args.temperature,
             seed=None if args.no_seed else args.seed,
         )
     except ValueError as exc:
-        raise InputError(str(exc), field="--samples" if "samples" in str(exc) else None) from exc
+        raise config_error(exc) from exc
 
 
 class _QueryProgress:

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from judge.judging._config import JudgeConfig, Language, Passage, VerdictStore, template_for
+from judge.judging._config import (
+    JudgeConfig,
+    Language,
+    Passage,
+    VerdictStore,
+    resolve_config,
+    template_for,
+)
 from judge.judging._core import generate_summary, judge_passage, judge_query, verdict_cache_key
+from judge.judging._listwise import ListwiseResult, judge_listwise
 from judge.judging._models import (
     JudgeResult,
     LLMGrade,
@@ -40,6 +48,7 @@ __all__ = [
     "LLMGrade",
     "LLMVerdict",
     "Language",
+    "ListwiseResult",
     "Mode",
     "Passage",
     "PassageVerdict",
@@ -55,12 +64,14 @@ __all__ = [
     "extract_json_object",
     "fallback_reason",
     "generate_summary",
+    "judge_listwise",
     "judge_passage",
     "judge_query",
     "list_templates",
     "load_template",
     "parse_grade",
     "parse_verdict",
+    "resolve_config",
     "summarize",
     "template_for",
     "templates_dir",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
 from judge.judging._models import Mode, PassageVerdict
@@ -19,15 +19,23 @@ class JudgeConfig:
     ``language``: picks the built-in template (``<mode>.<language>.v1``); ``template`` overrides
     it with another id or a ``.toml`` path.
     ``probability``: one forward pass per passage; the verdict comes from the probabilities of
-    the candidate answer tokens (needs ``backend.supports_probabilities``):
+    the candidate answer tokens (needs ``backend.supports_probabilities``). ``None`` (the
+    default) decides per backend: on where the backend prefers it (``prefers_probabilities``:
+    the embedded model, where it is ~10x faster than generating and its threshold is the
+    tuned decision rule) and the template supports it, off elsewhere:
       - binary: ``p_yes = P(yes) / (P(yes) + P(no))``, verdict yes iff ``p_yes >= p_yes_threshold``,
-        ``confidence`` = P of the chosen verdict;
+        ``confidence`` = P of the chosen verdict. ``p_yes_threshold=None`` (the default)
+        takes the template's calibrated threshold (tuned against human labels, see
+        docs/agreement.md), or 0.5 if it has none;
       - graded: P("0".."3") renormalised (``probs``), ``expected_grade`` = sum g*P(g),
         ``grade`` = argmax (ties go to the lower grade), verdict yes iff
         ``grade >= grade_threshold``, ``p_yes`` = P(grade >= grade_threshold) and ``confidence``
         = P of the chosen verdict (``p_yes`` or ``1 - p_yes``).
       The reason is empty unless ``explain`` is set: then a second, short generation is asked
-      to explain the verdict already chosen (the reply is prefilled with it).
+      to explain the verdict already chosen (the reply is prefilled with it). ``explain=None``
+      (the default) explains exactly when probability mode was chosen automatically, so the
+      default job always records a Chinese reason, and ``probability=True`` stays the fast
+      path.
     ``samples``: > 1 asks each passage that many times (seed, seed+1, ...) and takes the
     majority: binary ties go to "no"; graded takes the most frequent grade (ties to the lower
     grade). ``confidence`` is the share of judged samples agreeing with the final verdict,
@@ -39,8 +47,8 @@ class JudgeConfig:
 
     mode: Mode = "binary"
     language: Language = "zh"
-    probability: bool = False
-    p_yes_threshold: float = 0.5
+    probability: bool | None = None
+    p_yes_threshold: float | None = None
     grade_threshold: int = 2
     max_reasks: int = 2
     samples: int = 1
@@ -49,14 +57,14 @@ class JudgeConfig:
     seed: int | None = 42
     max_tokens: int = 256
     template: str | None = None
-    explain: bool = False
+    explain: bool | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("binary", "graded"):
             raise ValueError(f"mode must be 'binary' or 'graded', not {self.mode!r}")
         if self.language not in ("zh", "en"):
             raise ValueError(f"language must be 'zh' or 'en', not {self.language!r}")
-        if not 0.0 <= self.p_yes_threshold <= 1.0:
+        if self.p_yes_threshold is not None and not 0.0 <= self.p_yes_threshold <= 1.0:
             raise ValueError(f"p_yes_threshold must be in [0, 1], not {self.p_yes_threshold}")
         if isinstance(self.grade_threshold, bool) or not isinstance(self.grade_threshold, int):
             raise ValueError("grade_threshold must be an integer 0..3")
@@ -66,7 +74,7 @@ class JudgeConfig:
             raise ValueError("max_reasks must be >= 0")
         if self.samples < 1:
             raise ValueError("samples must be >= 1")
-        if self.samples > 1 and self.probability:
+        if self.samples > 1 and self.probability is True:
             raise ValueError("samples > 1 cannot be combined with probability mode")
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
@@ -83,8 +91,39 @@ class JudgeConfig:
         params.pop("max_reasks")
         return params
 
+    @property
+    def decision_threshold(self) -> float:
+        """The P(yes) threshold in force; only a resolved config (:func:`resolve_config`) has one."""
+        if self.p_yes_threshold is None:
+            raise ValueError("p_yes_threshold is automatic here: call resolve_config(config, backend) first")
+        return self.p_yes_threshold
+
     def template_id(self) -> str:
         return self.template or default_template_id(self.mode, self.language)
+
+
+def resolve_config(config: JudgeConfig, backend: object) -> JudgeConfig:
+    """``config`` with its automatic settings (``None``) made concrete for ``backend``.
+
+    Every verdict, cache key and summary uses the resolved config, so an output file says
+    which decision rule was actually applied."""
+    probability, explain, threshold = config.probability, config.explain, config.p_yes_threshold
+    if probability is not None and explain is not None and threshold is not None:
+        return config
+    template = load_template(config.template_id())
+    if probability is None:
+        probability = (
+            bool(getattr(backend, "prefers_probabilities", False))
+            and bool(getattr(backend, "supports_probabilities", False))
+            and template.supports_probability
+            and template.mode == config.mode
+            and config.samples == 1
+        )
+        if explain is None:
+            explain = probability
+    if threshold is None:
+        threshold = template.p_yes_threshold if template.p_yes_threshold is not None else 0.5
+    return replace(config, probability=probability, explain=bool(explain), p_yes_threshold=threshold)
 
 
 def template_for(config: JudgeConfig) -> PromptTemplate:

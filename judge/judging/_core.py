@@ -49,6 +49,7 @@ from judge.judging._config import (
     JudgeConfig,
     Passage,
     VerdictStore,
+    resolve_config,
     summary_template_for,
     template_for,
 )
@@ -248,7 +249,7 @@ class _Asker:
             out.verdict = "yes" if grade >= cfg.grade_threshold else "no"
         else:
             out.p_yes = probs["yes"]
-            out.verdict = "yes" if out.p_yes >= cfg.p_yes_threshold else "no"
+            out.verdict = "yes" if out.p_yes >= cfg.decision_threshold else "no"
         out.confidence = out.p_yes if out.verdict == "yes" else 1.0 - out.p_yes
         if cfg.explain:
             await self._explain(out, messages, prefix)
@@ -337,6 +338,7 @@ async def judge_passage(
     store: VerdictStore | None = None,
 ) -> PassageVerdict:
     """One passage's verdict (see the module docstring for the flow)."""
+    config = resolve_config(config, backend)
     _check_probability(backend, config)
     template = template_for(config)
     key: str | None = None
@@ -451,6 +453,7 @@ async def judge_query(
     if not isinstance(query, str) or not query.strip():
         raise InputError("the query is empty", field="query")
     items = [_as_passage(p) for p in passages]
+    config = resolve_config(config, backend)
     _check_probability(backend, config)
     template_for(config)  # fail fast on a bad template, before any call
     jobs = [partial(judge_passage, backend, query, p, i, config, store) for i, p in enumerate(items)]

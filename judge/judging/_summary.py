@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from judge.judging._config import JudgeConfig, template_for
+from judge.judging._config import JudgeConfig, resolve_config, template_for
 from judge.judging._models import JudgeResult, PassageVerdict, UsageSummary
 from judge.metrics import average_precision, ndcg
 
@@ -84,6 +84,9 @@ def usage_of(verdicts: Sequence[PassageVerdict]) -> UsageSummary:
 
 
 def conventions_of(config: JudgeConfig, *, qrels_given: bool) -> dict[str, str | int | float]:
+    # Callers that judged resolve the config against their backend first (judge_query, the
+    # batch runner); a config that is still automatic here is read as having no backend.
+    config = resolve_config(config, None)
     template = template_for(config)
     conventions: dict[str, str | int | float] = {
         "mode": config.mode,
@@ -93,7 +96,7 @@ def conventions_of(config: JudgeConfig, *, qrels_given: bool) -> dict[str, str |
         "gain": "linear",
         "ndcg_gains": "grade" if config.mode == "graded" else "yes=1,no=0",
         "grade_threshold": config.grade_threshold,
-        "p_yes_threshold": config.p_yes_threshold,
+        "p_yes_threshold": config.decision_threshold,
         "unjudged": "dropped",
         "samples": config.samples,
         "template_id": template.id,

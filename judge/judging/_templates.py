@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import string
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from stat import S_ISREG
@@ -89,7 +89,12 @@ def _placeholders(text: str, where: str, path: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """One loaded template. ``hash`` is the sha256 hex digest of the file's bytes."""
+    """One loaded template. ``hash`` is the sha256 hex digest of the file's bytes.
+
+    ``p_yes_threshold``: the calibrated decision threshold for probability mode (verdict yes
+    iff P(yes) >= it) that ``prompts/calibration.toml`` holds for exactly this file (its
+    hash), tuned against human labels; None when there is none (0.5 is used).
+    """
 
     id: str
     language: str
@@ -104,6 +109,7 @@ class PromptTemplate:
     answer_prefix: str | None = None
     candidates: tuple[str, ...] | None = None
     json_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    p_yes_threshold: float | None = None
 
     @property
     def supports_probability(self) -> bool:
@@ -214,9 +220,48 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
     )
 
 
+CALIBRATION_FILE = "calibration.toml"
+
+
+def parse_calibration(text: str, path: Path) -> dict[str, float]:
+    """Template hash -> calibrated P(yes) threshold, from a calibration file's text."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TemplateError(f"not a valid TOML file: {exc}", path=path) from exc
+    out: dict[str, float] = {}
+    for template_id, entry in raw.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("template_hash"), str):
+            raise TemplateError("each entry needs a template_hash string", path=path, field=template_id)
+        value = entry.get("p_yes_threshold")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            where = f"{template_id}.p_yes_threshold"
+            raise TemplateError("must be a number in [0, 1]", path=path, field=where)
+        out[entry["template_hash"]] = float(value)
+    return out
+
+
+@cache
+def calibration() -> dict[str, float]:
+    """The built-in calibration, ``prompts/calibration.toml`` (see :func:`parse_calibration`).
+
+    An entry names a template id and the sha256 of the exact file it was tuned for; an
+    edited template no longer matches its entry and falls back to 0.5 until it is tuned
+    again (a test keeps the shipped entries in step with the shipped templates)."""
+    path = templates_dir() / CALIBRATION_FILE
+    try:
+        return parse_calibration(path.read_text(encoding="utf-8"), path)
+    except FileNotFoundError:
+        return {}
+
+
 @cache
 def _load_path(path: Path, mtime_ns: int, size: int) -> PromptTemplate:
-    return parse_template(path.read_bytes(), path)
+    template = parse_template(path.read_bytes(), path)
+    threshold = calibration().get(template.hash)
+    if threshold is None or template.mode != "binary" or not template.supports_probability:
+        return template
+    return replace(template, p_yes_threshold=threshold)
 
 
 def load_template(ref: str | Path) -> PromptTemplate:
@@ -248,9 +293,19 @@ def load_template(ref: str | Path) -> PromptTemplate:
 
 def list_templates() -> list[PromptTemplate]:
     """Every built-in template, sorted by id."""
-    return [load_template(p) for p in sorted(templates_dir().glob("*.toml"))]
+    paths = sorted(templates_dir().glob("*.toml"))
+    return [load_template(p) for p in paths if p.name != CALIBRATION_FILE]
+
+
+# The built-in default per (mode, language): the template that agreed best with human
+# labels on the tune halves of scripts/eval_judge.py (docs/agreement.md); the others
+# stay available by id.
+_DEFAULTS: dict[tuple[str, str], str] = {
+    ("binary", "zh"): "binary.zh.v2",
+    ("binary", "en"): "binary.en.v2",
+}
 
 
 def default_template_id(mode: TemplateMode, language: str) -> str:
-    """The built-in template for a mode and language, e.g. ``graded.en.v1``."""
-    return f"{mode}.{language}.v1"
+    """The built-in template for a mode and language, e.g. ``binary.zh.v2``, ``graded.en.v1``."""
+    return _DEFAULTS.get((mode, language), f"{mode}.{language}.v1")
