@@ -255,7 +255,18 @@ async def _judge_passages(
     items: Sequence[tuple[int, Passage]],
     sem: asyncio.Semaphore,
     on_passage: Callable[[PassageVerdict], None],
+    opts: BatchOptions,
 ) -> list[PassageVerdict]:
+    """One query's verdicts: a task per passage, or one listwise call for all of them."""
+    if opts.listwise:
+        async with sem:
+            result = await judge_listwise(
+                backend, query, [p for _, p in items], config, template=opts.listwise_template, store=store
+            )
+        for verdict in result.verdicts:
+            on_passage(verdict)
+        return result.verdicts
+
     async def one(index: int, passage: Passage) -> PassageVerdict:
         async with sem:
             verdict = await judge_passage(backend, query, passage, index, config, store=store)
@@ -275,25 +286,6 @@ def _batch_config(config: JudgeConfig, backend: Backend, opts: BatchOptions) -> 
             )
         config = replace(config, probability=False)
     return resolve_config(config, backend)
-
-
-async def _judge_listwise(
-    backend: Backend,
-    config: JudgeConfig,
-    store: VerdictStore | None,
-    query: str,
-    items: Sequence[tuple[int, Passage]],
-    sem: asyncio.Semaphore,
-    on_passage: Callable[[PassageVerdict], None],
-    template: str | None,
-) -> list[PassageVerdict]:
-    async with sem:
-        result = await judge_listwise(
-            backend, query, [p for _, p in items], config, template=template, store=store
-        )
-    for verdict in result.verdicts:
-        on_passage(verdict)
-    return result.verdicts
 
 
 async def _run_tasks(
@@ -400,21 +392,9 @@ async def score_dataset(
             async def score_one(rec: DatasetRecord) -> None:
                 try:
                     items = [(i, Passage(p.text, p.id, p.truncated)) for i, p in enumerate(rec.passages)]
-                    if opts.listwise:
-                        verdicts = await _judge_listwise(
-                            backend,
-                            config,
-                            store,
-                            rec.query,
-                            items,
-                            sem,
-                            counters.on_passage,
-                            opts.listwise_template,
-                        )
-                    else:
-                        verdicts = await _judge_passages(
-                            backend, config, store, rec.query, items, sem, counters.on_passage
-                        )
+                    verdicts = await _judge_passages(
+                        backend, config, store, rec.query, items, sem, counters.on_passage, opts
+                    )
                     result = summarize(rec.query, verdicts, config, name, k=k)
                     await writer.awrite(build_record(rec, result, k))
                     counters.queries += 1
@@ -527,6 +507,8 @@ async def retry_unjudged(
     def snapshot() -> Snapshot:
         return counters.snapshot(backend, 0)
 
+    pointwise = replace(opts, listwise=False)
+
     async def redo(i: int) -> None:
         rec = records[i]
         verdicts = verdicts_of(rec)
@@ -534,8 +516,9 @@ async def retry_unjudged(
             (int(p["index"]), Passage(str(p["text"]), p.get("id"), bool(p.get("truncated", False))))
             for p in rec["unjudged_passages"]
         ]
+        # Only some passages of the query are re-asked: always pointwise.
         fresh = await _judge_passages(
-            backend, config, store, str(rec["query"]), items, sem, counters.on_passage
+            backend, config, store, str(rec["query"]), items, sem, counters.on_passage, pointwise
         )
         for (idx, _), v in zip(items, fresh, strict=True):
             verdicts[idx] = v

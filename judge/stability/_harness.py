@@ -52,7 +52,7 @@ import numpy as np
 from judge.backends._base import Backend
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
-from judge.judging import JudgeConfig, JudgeResult, Passage, judge_query
+from judge.judging import JudgeConfig, JudgeResult, Passage, judge_query, resolve_config
 from judge.stability._stats import (
     Interval,
     bootstrap_mean_ci,
@@ -297,6 +297,7 @@ async def run_stability(
     """
     if not records:
         raise InputError("the dataset has no queries", path=dataset or None)
+    config = resolve_config(config, backend)  # the report echoes the settings in force
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     semaphore = asyncio.Semaphore(limit)
     out_dir = Path(runs_dir) if runs_dir is not None else None

@@ -179,7 +179,7 @@ def load_nightly_config(path: str | Path) -> NightlyConfig:
             mode=obj.get("mode", "binary"),
             language=obj.get("language", "zh"),
             template=obj.get("template"),
-            probability=obj.get("probability", False),
+            probability=obj.get("probability"),
             samples=obj.get("samples", 1),
             temperature=float(obj.get("temperature", 0.0)),
             seed=obj.get("seed", 42),
