@@ -75,7 +75,13 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_OUT = REPO / "runs" / "eval_judge"
 DEFAULT_BACKEND = "local:qwen2.5-coder-1.5b-q4km"
-DEFAULT_CONFIGS = ("baseline_plain.zh.v1", "binary.zh.v1", "graded.zh.v1")
+# The plain baseline, the previous default and the shipped defaults (Chinese template on the
+# Chinese datasets, English template on DL19), as in docs/agreement.md.
+DEFAULT_CONFIGS = (
+    "baseline_plain.zh.v1",
+    "binary.zh.v1",
+    "binary.zh.v2@rgb+kuake+qbqtc|binary.en.v2@dl19",
+)
 MAX_PASSAGE_CHARS = 1500
 BOOTSTRAP_RESAMPLES = 1000
 
@@ -967,6 +973,13 @@ def cmd_judge(args: argparse.Namespace, *, run: bool) -> int:
     return 0
 
 
+def _threshold(args: argparse.Namespace, cfg: RunConfig) -> float:
+    if args.threshold is not None:
+        return float(args.threshold)
+    calibrated = load_template(cfg.template).p_yes_threshold
+    return 0.5 if calibrated is None else calibrated
+
+
 def _groups(args: argparse.Namespace) -> dict[str, list[list[Pair]]]:
     return {
         d: query_groups(load_dataset(d), args.groups, args.size, args.seed) for d in _datasets(args.datasets)
@@ -1000,7 +1013,7 @@ def cmd_order(args: argparse.Namespace) -> int:
     print("| dataset | mode | flips / compared | flip rate | max abs ΔP(yes) |")
     print("|---|---|---|---|---|")
     for mode_label, _, template_hash, _ in jobs:
-        for d, s in flip_stats(rec.records, mode_label, template_hash, args.threshold).items():
+        for d, s in flip_stats(rec.records, mode_label, template_hash, _threshold(args, cfg)).items():
             print(
                 f"| {d} | {mode_label} | {s['flips']} / {s['compared']} | {s['flip_rate']:.3f} "
                 f"| {s['max_abs_dp_yes']:.2e} |"
@@ -1033,7 +1046,8 @@ def cmd_listwise(args: argparse.Namespace) -> int:
         "| calls LW / PW | fallback passages | tokens LW / PW |"
     )
     print("|" + "---|" * 10)
-    for d, s in listwise_stats(rec.records, lw.hash, pw_cfg.template_hash, pw_mode, args.threshold).items():
+    threshold = _threshold(args, pw_cfg)
+    for d, s in listwise_stats(rec.records, lw.hash, pw_cfg.template_hash, pw_mode, threshold).items():
         print(
             f"| {d} | {s['groups']} | {s['passages']} | {s['agree_lw_pw']:.2f} | {_fmt(s['kappa_lw_pw'])} "
             f"| {_fmt(s['kappa_lw_human'], s['kappa_lw_human_ci'])} "
@@ -1044,7 +1058,7 @@ def cmd_listwise(args: argparse.Namespace) -> int:
     if args.shuffles:
         print("\nposition bias (verdict flips when the group is shuffled):")
         for mode_label, h in (("listwise", lw.hash), (pw_mode, pw_cfg.template_hash)):
-            for d, s in flip_stats(rec.records, mode_label, h, args.threshold).items():
+            for d, s in flip_stats(rec.records, mode_label, h, _threshold(args, pw_cfg)).items():
                 print(f"  {d} {mode_label}: {s['flips']}/{s['compared']} = {s['flip_rate']:.3f}")
     return 0
 
@@ -1069,7 +1083,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         common(p)
         p.add_argument("--n", type=int, default=200, help="pairs per dataset (default: %(default)s)")
-        p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), help="TEMPLATE[:gen] ...")
+        p.add_argument(
+            "--configs",
+            nargs="+",
+            default=list(DEFAULT_CONFIGS),
+            help="TEMPLATE[:gen][@DATASET+...] or ROUTE|ROUTE ...",
+        )
         p.add_argument(
             "--splits", nargs="+", default=["test"], choices=["tune", "test"], help="halves to report"
         )
@@ -1094,8 +1113,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--threshold",
             type=float,
-            default=0.5,
-            help="pointwise probability-mode verdict: yes iff P(yes) >= this (default: %(default)s)",
+            default=None,
+            help="pointwise probability-mode verdict: yes iff P(yes) >= this "
+            "(default: the template's calibrated threshold, else 0.5)",
         )
         if name == "order":
             p.add_argument("--listwise", action="store_true", help="also measure listwise order effects")

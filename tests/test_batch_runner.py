@@ -223,7 +223,17 @@ async def test_permanent_error_propagates_and_keeps_finished_queries(tmp_path: P
     opts = BatchOptions(progress="quiet", concurrency=1, window=1, fsync=False)
     with pytest.raises(PermanentError, match="401"):
         await score_dataset(inp, out, RuleBackend(rule), JudgeConfig(), options=opts)
-    assert [r["id"] for r in read_output(out)] == ["q0", "q1", "q2"]
+    ids = [r["id"] for r in read_output(out)]
+    # Every query finished before the failure is kept, and whole. q4 was already in flight
+    # (queries in flight = window + 1): if it finished judging before the cancellation
+    # reached it, its line is kept too (its verdicts were paid for); q3 never is.
+    assert ids[:3] == ["q0", "q1", "q2"]
+    assert ids in (["q0", "q1", "q2"], ["q0", "q1", "q2", "q4"])
+    # A rerun after fixing the key judges only what is missing.
+    backend = _keyword()
+    await score_dataset(inp, out, backend, JudgeConfig(), options=opts)
+    assert sorted(r["id"] for r in read_output(out)) == ["q0", "q1", "q2", "q3", "q4"]
+    assert len(backend.requests) == 5 - len(ids)
 
 
 async def test_bad_lines_are_reported_and_the_rest_goes_on(
