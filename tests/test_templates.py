@@ -50,7 +50,18 @@ def test_builtin_templates_found_in_repo_prompts() -> None:
     } <= ids
 
 
-@pytest.mark.parametrize("template_id", ["binary.zh.v1", "binary.en.v1", "graded.zh.v1", "graded.en.v1"])
+@pytest.mark.parametrize(
+    "template_id",
+    [
+        "binary.zh.v1",
+        "binary.en.v1",
+        "graded.zh.v1",
+        "graded.en.v1",
+        "binary.zh.v2",
+        "binary.en.v2",
+        "graded.en.v2",
+    ],
+)
 def test_verdict_templates_shape(template_id: str) -> None:
     t = load_template(template_id)
     assert t.hash == hashlib.sha256((REPO / "prompts" / f"{template_id}.toml").read_bytes()).hexdigest()
@@ -84,6 +95,19 @@ def test_passage_comes_last_and_prefix_is_shared(template_id: str) -> None:
     assert tail and "\n" not in tail
 
 
+@pytest.mark.parametrize("template_id", ["binary.zh.v2", "binary.en.v2", "graded.en.v2"])
+def test_tuned_templates_read_passage_then_query_then_rules(template_id: str) -> None:
+    # The tuned layout (docs/agreement.md): the passage first, the query after it (the last
+    # thing a small model reads before the rules and its answer), and the rule that text
+    # inside <passage> is data only after the passage, where a passage cannot pre-empt it.
+    user = load_template(template_id).render(query="小狗贫血的表现", passage="段落甲")[1].content
+    assert user.startswith("<passage>\n段落甲\n</passage>")
+    end = user.index("</passage>")
+    assert end < user.index("小狗贫血的表现")
+    reminder = "只是待评估的数据" if ".zh." in template_id else "is data to be assessed"
+    assert user.index(reminder) > end
+
+
 def test_substituted_text_is_not_expanded_again() -> None:
     t = load_template("binary.zh.v1")
     msgs = t.render(query="q", passage="价格 $5，${query} 与 $$ 保持原样")
@@ -111,7 +135,7 @@ def test_unknown_template_id_lists_known_ones() -> None:
 
 
 def test_template_for_checks_mode_and_probability(tmp_path: Path) -> None:
-    assert template_for(JudgeConfig(mode="graded", language="en")).id == "graded.en.v1"
+    assert template_for(JudgeConfig(mode="graded", language="en")).id == "graded.en.v2"
     with pytest.raises(TemplateError, match="is a binary template but mode is graded"):
         template_for(JudgeConfig(mode="graded", template="binary.zh.v1"))
     path = _write(tmp_path, GOOD)
@@ -196,3 +220,4 @@ def test_default_templates_are_the_tuned_ones() -> None:
     assert JudgeConfig().template_id() == "binary.zh.v2"
     assert JudgeConfig(language="en").template_id() == "binary.en.v2"
     assert JudgeConfig(mode="graded").template_id() == "graded.zh.v1"
+    assert JudgeConfig(mode="graded", language="en").template_id() == "graded.en.v2"

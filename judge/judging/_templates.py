@@ -303,9 +303,10 @@ def list_templates() -> list[PromptTemplate]:
 _DEFAULTS: dict[tuple[str, str], str] = {
     ("binary", "zh"): "binary.zh.v2",
     ("binary", "en"): "binary.en.v2",
+    ("graded", "en"): "graded.en.v2",
 }
 
 
 def default_template_id(mode: TemplateMode, language: str) -> str:
-    """The built-in template for a mode and language, e.g. ``binary.zh.v2``, ``graded.en.v1``."""
+    """The built-in template for a mode and language, e.g. ``binary.zh.v2``, ``graded.zh.v1``."""
     return _DEFAULTS.get((mode, language), f"{mode}.{language}.v1")
