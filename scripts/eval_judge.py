@@ -273,9 +273,13 @@ class RunConfig:
         return f"{self.template_id} ({self.key})"
 
     def judge_config(self) -> JudgeConfig:
+        # The recorded verdict is the greedy one (P(yes) >= 0.5), whatever the template's
+        # calibration: records are keyed by template hash, not threshold, and the tables
+        # apply every threshold to the recorded P(yes) themselves ("κ native" = at 0.5).
         return JudgeConfig(
             mode=self.mode,  # type: ignore[arg-type]
             probability=self.probability,
+            p_yes_threshold=0.5,
             template=self.template,
             grade_threshold=2,
         )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from judge.backends import ChatRequest, RuleBackend
+from judge.judging import load_template, resolve_config
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "eval_judge.py"
 
@@ -211,3 +212,11 @@ def test_datasets_are_read_from_shared_data() -> None:
     rgb = ej.load_dataset("rgb")
     assert {p.grade for p in rgb} == {0, 1}
     assert json.dumps(ej.DATASETS["qbqtc"].grades) == "[0, 1, 2]"
+
+
+def test_recorded_verdicts_are_greedy_even_for_a_calibrated_template() -> None:
+    # binary.zh.v2 ships a calibrated threshold (0.575), but the script's records hold the
+    # 0.5 verdict ("κ native"), so records made before and after a calibration agree.
+    cfg = ej.parse_config("binary.zh.v2")
+    assert resolve_config(cfg.judge_config(), None).decision_threshold == 0.5
+    assert load_template("binary.zh.v2").p_yes_threshold == 0.575
