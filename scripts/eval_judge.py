@@ -980,8 +980,7 @@ def cmd_judge(args: argparse.Namespace, *, run: bool) -> int:
 def _threshold(args: argparse.Namespace, cfg: RunConfig) -> float:
     if args.threshold is not None:
         return float(args.threshold)
-    calibrated = load_template(cfg.template).p_yes_threshold
-    return 0.5 if calibrated is None else calibrated
+    return load_template(cfg.template).decision_threshold
 
 
 def _groups(args: argparse.Namespace) -> dict[str, list[list[Pair]]]:

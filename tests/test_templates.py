@@ -191,6 +191,8 @@ def test_shipped_calibration_matches_the_shipped_templates() -> None:
         assert template.p_yes_threshold == entry["p_yes_threshold"]
     assert load_template("binary.zh.v2").p_yes_threshold == 0.575
     assert load_template("binary.zh.v1").p_yes_threshold is None  # not calibrated: 0.5
+    assert load_template("binary.zh.v1").decision_threshold == 0.5
+    assert load_template("binary.zh.v2").decision_threshold == 0.575
 
 
 def test_an_edited_template_loses_its_calibration(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def resolve_config(config: JudgeConfig, backend: object) -> JudgeConfig:
         if explain is None:
             explain = probability
     if threshold is None:
-        threshold = template.p_yes_threshold if template.p_yes_threshold is not None else 0.5
+        threshold = template.decision_threshold
     return replace(config, probability=probability, explain=bool(explain), p_yes_threshold=threshold)
 
 

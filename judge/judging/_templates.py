@@ -112,6 +112,11 @@ class PromptTemplate:
     p_yes_threshold: float | None = None
 
     @property
+    def decision_threshold(self) -> float:
+        """The P(yes) threshold this template decides at: its calibration, else 0.5."""
+        return self.p_yes_threshold if self.p_yes_threshold is not None else 0.5
+
+    @property
     def supports_probability(self) -> bool:
         return self.answer_prefix is not None and self.candidates is not None
 
