@@ -8,16 +8,45 @@ from typing import Any
 from judge.io._errors import InputError
 
 
-def add_judge_flags(p: argparse.ArgumentParser) -> None:
-    """``--backend``, ``--base-url``, ``--mode``, ``--language``, ``--template`` and the decision flags."""
+def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    """``--backend``, ``--base-url``, ``--mode``, ``--language``, ``--template`` and the decision
+    flags. ``defaults=False`` leaves ``--mode`` and ``--language`` None when not given, for a
+    command that must tell "not given" apart (``judge score`` resumes an output in its mode)."""
     p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
     p.add_argument(
-        "--mode", choices=("binary", "graded"), default="binary", help="verdict kind (default binary)"
+        "--mode",
+        choices=("binary", "graded"),
+        default="binary" if defaults else None,
+        help="verdict kind (default binary)",
     )
-    p.add_argument("--language", choices=("zh", "en"), default="zh", help="template language (default zh)")
+    p.add_argument(
+        "--language",
+        choices=("zh", "en"),
+        default="zh" if defaults else None,
+        help="template language (default zh)",
+    )
     p.add_argument("--template", default=None, help="template id or .toml path")
     add_decision_flags(p)
+
+
+def add_call_flags(p: argparse.ArgumentParser) -> None:
+    """``--concurrency``, ``--timeout``, ``--max-retries``: how provider calls are made."""
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="provider calls in flight (default 16, or the backend's limit)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
+    )
+    p.add_argument(
+        "--max-retries", type=int, default=5, help="retries per call on 5xx/timeouts/429 (default 5)"
+    )
 
 
 def add_decision_flags(p: argparse.ArgumentParser) -> None:

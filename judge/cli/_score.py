@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_decision_flags, config_error, decision_kwargs
+from judge.cli._flags import add_call_flags, add_judge_flags, config_error, decision_kwargs
 from judge.io._errors import InputError
 
 
@@ -36,30 +36,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("input", nargs="?", help="dataset JSONL (or .jsonl.gz); one query per line")
     p.add_argument("-o", "--output", help="output JSONL (default: INPUT.judged.jsonl beside the input)")
-    p.add_argument("--backend", default=None, help="backend spec, e.g. openai:qwen-plus (default: auto)")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
-    p.add_argument("--mode", choices=("binary", "graded"), default=None, help="verdict kind (default binary)")
-    p.add_argument("--language", choices=("zh", "en"), default=None, help="template language (default zh)")
-    p.add_argument("--template", default=None, help="template id or .toml path")
-    add_decision_flags(p)
+    add_judge_flags(p, defaults=False)
     p.add_argument(
         "--listwise",
         action="store_true",
         help="judge all passages of a query in one call (fewer calls and tokens; generated verdicts)",
     )
     p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
-    p.add_argument("--concurrency", type=int, default=None, help="provider calls in flight (default 16)")
+    add_call_flags(p)
     p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
     p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
-    )
-    p.add_argument(
-        "--max-retries", type=int, default=5, help="retries per call on 5xx/timeouts/429 (default 5)"
-    )
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG/P cutoffs (default 5 10)"
     )

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_judge_flags, config_error
+from judge.cli._flags import add_call_flags, add_judge_flags, config_error
 from judge.io._errors import InputError
 
 EXIT_PASS = 0
@@ -30,21 +30,7 @@ def _judge_flags(p: argparse.ArgumentParser) -> None:
     seed = p.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=int, default=42, help="seed sent to the backend (default 42)")
     seed.add_argument("--no-seed", action="store_true", help="send no seed")
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        help="provider calls in flight (default 16, or the backend's limit)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
-    )
-    p.add_argument(
-        "--max-retries", type=int, default=5, help="retries per call on transient errors (default 5)"
-    )
+    add_call_flags(p)
 
 
 def register(subparsers: Any) -> None:
