@@ -23,7 +23,6 @@ process of this script (so its global state and imports do not touch the judge r
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,33 +30,30 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+# Sibling scripts: scripts/ is sys.path[0] when a script is run.
+import sim_llm_server
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
-    if spec is None or spec.loader is None:
-        raise ImportError("scripts/sim_llm_server.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 TOPICS = ["感冒用药", "高铁时刻", "光合作用", "个人所得税", "Python 异步", "咖啡因", "地震预警", "量子计算"]
 
 
-def make_dataset(path: Path, n_queries: int, n_passages: int) -> list[dict[str, Any]]:
+def make_dataset(path: Path, n_queries: int, n_passages: int, tag: str = "") -> list[dict[str, Any]]:
+    """Synthetic queries whose passages carry their grade (``<rel=g>``) for the simulated
+    server; a ``tag`` makes every passage new to the verdict cache (bench_client_cpu)."""
     rows = []
+    suffix = f"，{tag}" if tag else ""
     for i in range(n_queries):
         topic = TOPICS[i % len(TOPICS)]
         ctx = []
         for j in range(n_passages):
             grade = (i * 5 + j * 3) % 4
-            ctx.append({"id": f"q{i}-p{j}", "text": f"关于{topic}的第 {j} 段资料（查询 {i}）。<rel={grade}>"})
+            ctx.append(
+                {"id": f"q{i}-p{j}", "text": f"关于{topic}的第 {j} 段资料（查询 {i}{suffix}）。<rel={grade}>"}
+            )
         rows.append({"id": f"q{i}", "query": f"{topic}相关问题 {i}", "retrieval_context": ctx})
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:
@@ -233,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
         deepeval_worker(Path(a.data), a.base_url, Path(a.result), a.timeout)
         return 0
 
-    sim_mod = _load_sim()
     ceiling = a.capacity / (a.latency_ms / 1000.0)
     n_pass = a.queries * a.passages
     print(
@@ -250,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             "capacity": a.capacity,
             "retry_after_s": 1.0,
         }
-        with sim_mod.SimProcess(None, **settings) as sim:
+        with sim_llm_server.SimProcess(None, **settings) as sim:
             # 1. judge score, no faults.
             sim.reset()
             summary, proc_wall = run_judge(

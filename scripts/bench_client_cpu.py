@@ -12,9 +12,10 @@ machine; a round whose judged passages or server requests differ from the expect
 stops the script.
 
 "old" and "new" are two child processes with the same dataset and server. "new" imports
-this checkout. "old" imports a copy of this checkout in which the client hot-path files
-(``--files``) are replaced by their versions at ``--baseline-ref`` (read with
-``git show``; nothing in the repository changes). The rounds alternate old/new and the
+this checkout. "old" imports ``judge/`` and ``prompts/`` as they were at ``--baseline-ref``
+(``git archive``; nothing in the repository changes). A whole old tree, not this checkout
+with the hot-path files swapped back: later changes elsewhere (e.g. templates and judging
+config read by the batch runner) made such a mix fail to import. The rounds alternate old/new and the
 median per-passage CPU of each side is reported, with the ratio old/new.
 
 Run: ``python scripts/bench_client_cpu.py`` (about a minute; ``--queries``/``--rounds`` to
@@ -25,56 +26,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
+import io
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+# Sibling scripts: scripts/ is sys.path[0] when a script is run.
+import sim_llm_server
+from bench_batch import make_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_REF = "49b44bf"  # the last commit before the client CPU work (issue 5)
-HOT_FILES = (
-    "judge/backends/_openai.py",
-    "judge/backends/_resilient.py",
-    "judge/judging/_core.py",
-    "judge/judging/_templates.py",
-)
 WARM_QUERIES = 8  # a warm-up run before the measured one (imports, pool, sqlite file)
-TOPICS = ["感冒用药", "高铁时刻", "光合作用", "个人所得税", "Python 异步", "咖啡因", "地震预警", "量子计算"]
-
-
-def _load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
-    if spec is None or spec.loader is None:
-        raise ImportError("scripts/sim_llm_server.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def make_dataset(path: Path, n_queries: int, n_passages: int, tag: str) -> None:
-    """Like bench_batch's data; ``tag`` makes every passage new to the verdict cache."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n_queries):
-            topic = TOPICS[i % len(TOPICS)]
-            ctx = [
-                {
-                    "id": f"q{i}-p{j}",
-                    "text": f"关于{topic}的第 {j} 段资料（查询 {i}，{tag}）。<rel={(i * 5 + j * 3) % 4}>",
-                }
-                for j in range(n_passages)
-            ]
-            row = {"id": f"q{i}", "query": f"{topic}相关问题 {i}", "retrieval_context": ctx}
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
 
 # --- the worker: runs in a child process whose sys.path starts with the tree under test --
 
@@ -148,20 +118,19 @@ def worker(args: argparse.Namespace) -> None:
 # --- orchestration -------------------------------------------------------------------------
 
 
-def baseline_tree(dest: Path, ref: str, files: list[str]) -> Path:
-    """A copy of this checkout's ``judge/`` and ``prompts/`` with ``files`` taken from ``ref``."""
-    shutil.copytree(ROOT / "judge", dest / "judge", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "prompts", dest / "prompts")
-    for rel in files:
-        proc = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], capture_output=True, check=False
+def baseline_tree(dest: Path, ref: str) -> Path:
+    """``judge/`` and ``prompts/`` as they were at ``ref``, extracted under ``dest``."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "judge", "prompts"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(
+            f"bench_client_cpu: cannot read {ref} (git archive: {archive.stderr.decode().strip()}); "
+            "pass --baseline-ref"
         )
-        if proc.returncode != 0:
-            raise SystemExit(
-                f"bench_client_cpu: cannot read {rel} at {ref} (git show: {proc.stderr.decode().strip()}); "
-                "pass --baseline-ref"
-            )
-        (dest / rel).write_bytes(proc.stdout)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
     return dest
 
 
@@ -210,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--latency-ms", type=float, default=100.0, help="simulated server latency")
     p.add_argument("--baseline-ref", default=BASELINE_REF, help="git ref of the 'old' hot-path files")
-    p.add_argument("--files", nargs="*", default=list(HOT_FILES), help="files taken from --baseline-ref")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one extra new round")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--label", help=argparse.SUPPRESS)
@@ -222,19 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         worker(a)
         return 0
 
-    sim_mod = _load_sim()
     n = a.queries * a.passages
     print(
         f"bench_client_cpu: {a.queries} queries x {a.passages} passages = {n} passages per run, "
-        f"{a.rounds} round(s); server latency {a.latency_ms:g} ms; baseline {a.baseline_ref} for "
-        f"{', '.join(a.files)}"
+        f"{a.rounds} round(s); server latency {a.latency_ms:g} ms; baseline: judge/ at {a.baseline_ref}"
     )
     with tempfile.TemporaryDirectory(prefix="bench_client_cpu_") as tmp:
         work = Path(tmp)
-        old_tree = baseline_tree(work / "old", a.baseline_ref, a.files)
+        old_tree = baseline_tree(work / "old", a.baseline_ref)
         settings = {"latency_ms": a.latency_ms, "jitter_ms": 0.0, "capacity": 100_000}
         per: dict[str, list[float]] = {"old": [], "new": []}
-        with sim_mod.SimProcess(None, **settings) as sim:
+        with sim_llm_server.SimProcess(None, **settings) as sim:
             for rnd in range(a.rounds):
                 for label, tree in (("old", old_tree), ("new", ROOT)):
                     sim.reset()
