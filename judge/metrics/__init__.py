@@ -54,6 +54,7 @@ from judge.metrics._significance import (
     holm,
     holm_adjust,
     paired_t_test,
+    percentile_bootstrap_mean,
     permutation_test,
 )
 
@@ -96,6 +97,7 @@ __all__ = [
     "parse_measure",
     "parse_measure_args",
     "parse_measures",
+    "percentile_bootstrap_mean",
     "permutation_test",
     "precision_at_k",
     "r_precision",

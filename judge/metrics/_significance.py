@@ -144,12 +144,24 @@ def bootstrap_ci(
     if d.shape[0] < 2 or np.all(d == d[0]):
         m = _mean(d)
         return (m, m)
+    low, high, _ = percentile_bootstrap_mean(d, confidence=confidence, resamples=resamples, seed=seed)
+    return (low, high)
+
+
+def percentile_bootstrap_mean(
+    values: npt.NDArray[np.float64], *, confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """``(low, high, standard error)`` of the mean of ``values`` by the percentile bootstrap
+    (``scipy.stats.bootstrap``, resampling with ``numpy.random.default_rng(seed)``).
+
+    The one bootstrap of a mean in ``judge`` (system comparisons, stability reports);
+    callers handle their degenerate cases (no values, one value, all equal) first."""
     from scipy import stats
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = stats.bootstrap(
-            (d,),
+            (values,),
             np.mean,
             confidence_level=confidence,
             n_resamples=resamples,
@@ -157,7 +169,8 @@ def bootstrap_ci(
             vectorized=True,
             rng=np.random.default_rng(seed),
         )
-    return (float(result.confidence_interval.low), float(result.confidence_interval.high))
+    ci = result.confidence_interval
+    return (float(ci.low), float(ci.high), float(result.standard_error))
 
 
 def holm(p_values: npt.ArrayLike) -> npt.NDArray[np.float64]:

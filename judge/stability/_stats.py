@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import krippendorff
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+
+from judge.metrics import percentile_bootstrap_mean
 
 __all__ = [
     "Interval",
@@ -252,17 +253,8 @@ def bootstrap_mean_ci(
     est = float(arr.mean())
     if arr.size == 1 or float(arr.max() - arr.min()) == 0.0:
         return Interval(est, est, est, 0.0, int(arr.size), confidence)
-    res = stats.bootstrap(
-        (arr,),
-        np.mean,
-        n_resamples=n_resamples,
-        confidence_level=confidence,
-        method="percentile",
-        vectorized=True,
-        rng=np.random.default_rng(seed),
-    )
-    ci = res.confidence_interval
-    return Interval(est, float(ci.low), float(ci.high), float(res.standard_error), int(arr.size), confidence)
+    low, high, se = percentile_bootstrap_mean(arr, confidence=confidence, resamples=n_resamples, seed=seed)
+    return Interval(est, low, high, se, int(arr.size), confidence)
 
 
 def queries_needed(n: int, half_width: float, target: float) -> int | None:
