@@ -16,8 +16,8 @@ class JudgeConfig:
     """How passages are judged. Every field that changes a verdict is in :meth:`cache_params`.
 
     ``mode``: ``binary`` (yes/no) or ``graded`` (0-3; verdict yes iff grade >= ``grade_threshold``).
-    ``language``: picks the built-in template (``<mode>.<language>.v1``); ``template`` overrides
-    it with another id or a ``.toml`` path.
+    ``language``: picks the built-in default template for the mode (:func:`default_template_id`,
+    e.g. ``binary.zh.v2``); ``template`` overrides it with another id or a ``.toml`` path.
     ``probability``: one forward pass per passage; the verdict comes from the probabilities of
     the candidate answer tokens (needs ``backend.supports_probabilities``). ``None`` (the
     default) decides per backend: on where the backend prefers it (``prefers_probabilities``:
@@ -116,7 +116,6 @@ def resolve_config(config: JudgeConfig, backend: object) -> JudgeConfig:
             bool(getattr(backend, "prefers_probabilities", False))
             and bool(getattr(backend, "supports_probabilities", False))
             and template.supports_probability
-            and template.mode == config.mode
             and config.samples == 1
         )
         if explain is None:
