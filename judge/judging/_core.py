@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from judge.backends._base import (
     Backend,
@@ -75,20 +75,38 @@ def _defuse(text: str) -> str:
     return _TAG.sub(lambda m: f"＜{m.group(1)}＞", text)
 
 
-def verdict_cache_key(backend: Backend, config: JudgeConfig, query: str, passage_text: str) -> str:
+def verdict_cache_key(
+    backend: Backend,
+    config: JudgeConfig,
+    query: str,
+    passage_text: str,
+    *,
+    template: PromptTemplate | None = None,
+) -> str:
     """sha256 hex of everything that determines a verdict: the backend's name, model and
     output-changing params, ``config.cache_params()``, the template's id and hash, the
     query and the passage text. Never includes secrets (``Backend.params()`` has none).
+
+    ``template``: the template that judges the passage (default :func:`template_for`
+    ``(config)``, the pointwise one); listwise runs pass their listwise template, so a
+    listwise verdict has its own key and a listwise run resumes from the store.
 
     The hashed text is ``json.dumps(payload, ensure_ascii=False, sort_keys=True,
     separators=(",", ":"), default=str)`` of ``{"v", "backend", "model", "backend_params",
     "config", "template_id", "template_hash", "query", "passage"}``; everything but the
     query and the passage is serialised once per (backend, params, config, template)."""
-    template = template_for(config)
+    tpl = template if template is not None else template_for(config)
     params = _dumps(backend.params())
-    head, tail = _key_frame(backend.name, params, config, backend.model, template.id, template.hash)
+    head, tail = _key_frame(backend.name, params, config, backend.model, tpl.id, tpl.hash)
     blob = f'{head}{_dumps(passage_text)},"query":{_dumps(query)}{tail}'
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def cached_verdict(hit: PassageVerdict, index: int, passage: Passage) -> PassageVerdict:
+    """A stored verdict served for ``passage`` at rank ``index`` (``cached=True``)."""
+    return hit.model_copy(
+        update={"index": index, "passage_id": passage.id, "cached": True, "truncated": passage.truncated}
+    )
 
 
 def _dumps(value: object) -> str:
@@ -144,8 +162,23 @@ class _Outcome:
         self.cost += _call_cost(completion)
 
 
+R = TypeVar("R")
+
+
+@dataclass
+class _Exchange(Generic[R]):
+    """How one ask/re-ask exchange ended: ``value`` (the parsed valid reply, or None),
+    ``problems`` (one parse error per invalid reply, in order) and ``failure`` (the backend
+    error that ended it, if any)."""
+
+    value: R | None = None
+    problems: list[VerdictParseError] = field(default_factory=list)
+    failure: Exception | None = None
+
+
 class _Asker:
-    """Makes the calls for one passage; shared by generation, samples and probability mode."""
+    """Makes the calls for one judgment: generation, samples, probability mode and
+    listwise judging (:mod:`judge.judging._listwise`) all go through :meth:`exchange`."""
 
     def __init__(self, backend: Backend, template: PromptTemplate, config: JudgeConfig) -> None:
         self.backend = backend
@@ -165,34 +198,63 @@ class _Asker:
         fields.update(overrides)
         return ChatRequest(**fields)
 
-    async def generate(self, messages: tuple[Message, ...], seed: int | None) -> _Outcome:
-        """Ask, parse, re-ask on an invalid reply; unjudged after ``max_reasks`` re-asks."""
-        out = _Outcome()
+    async def exchange(
+        self,
+        messages: Sequence[Message],
+        parse: Callable[[str], R],
+        out: _Outcome,
+        *,
+        seed: int | None,
+        max_reasks: int | None = None,
+        catch: tuple[type[Exception], ...] = (TransientError,),
+        **overrides: Any,
+    ) -> _Exchange[R]:
+        """Ask, ``parse`` the reply, re-ask on a :class:`VerdictParseError` (the error is
+        appended to the conversation) up to ``max_reasks`` times (default
+        ``config.max_reasks``). Every call is tallied in ``out`` (``attempts``, ``reasks``,
+        usage, cost, ``raw`` = the last reply). A backend error of a ``catch`` type ends the
+        exchange (``failure``); any other propagates. Pointwise and listwise judging share
+        this loop; ``overrides`` change the request (listwise: ``max_tokens``,
+        ``json_schema``)."""
+        result: _Exchange[R] = _Exchange()
         conversation = list(messages)
-        error = ""
-        for attempt in range(self.config.max_reasks + 1):
+        reasks = self.config.max_reasks if max_reasks is None else max_reasks
+        for attempt in range(reasks + 1):
             if attempt:
                 out.reasks += 1
             try:
-                completion = await self.backend.complete(self.request(conversation, seed=seed))
-            except TransientError as exc:
-                out.error = f"backend error after retries: {type(exc).__name__}: {exc}"
-                return out
+                completion = await self.backend.complete(self.request(conversation, seed=seed, **overrides))
+            except catch as exc:
+                result.failure = exc
+                return result
             out.add_call(completion)
             out.raw = completion.text
             try:
-                parsed = self._parse(completion.text)
+                result.value = parse(completion.text)
             except VerdictParseError as exc:
-                error = str(exc)
-                conversation += [
-                    Message("assistant", completion.text),
-                    Message("user", self.template.render_reask(error)),
-                ]
+                result.problems.append(exc)
+                if attempt < reasks:
+                    conversation += [
+                        Message("assistant", completion.text),
+                        Message("user", self.template.render_reask(str(exc))),
+                    ]
                 continue
-            self._apply(out, parsed)
+            return result
+        return result
+
+    async def generate(self, messages: tuple[Message, ...], seed: int | None) -> _Outcome:
+        """Ask, parse, re-ask on an invalid reply; unjudged after ``max_reasks`` re-asks."""
+        out = _Outcome()
+        turns = await self.exchange(messages, self._parse, out, seed=seed)
+        if turns.failure is not None:
+            exc = turns.failure
+            out.error = f"backend error after retries: {type(exc).__name__}: {exc}"
+        elif turns.value is None:
+            last = turns.problems[-1] if turns.problems else ""
+            out.error = f"no valid verdict after {out.attempts} replies: {last}"
+        else:
+            self._apply(out, turns.value)
             out.raw = None
-            return out
-        out.error = f"no valid verdict after {out.attempts} replies: {error}"
         return out
 
     def _parse(self, text: str) -> LLMVerdict | LLMGrade:
@@ -346,14 +408,7 @@ async def judge_passage(
         key = verdict_cache_key(backend, config, query, passage.text)
         hit = await store.get(key)
         if hit is not None:
-            return hit.model_copy(
-                update={
-                    "index": index,
-                    "passage_id": passage.id,
-                    "cached": True,
-                    "truncated": passage.truncated,
-                }
-            )
+            return cached_verdict(hit, index, passage)
     messages = template.render(query=_defuse(query), passage=_defuse(passage.text))
     asker = _Asker(backend, template, config)
     started = time.perf_counter()

@@ -37,18 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge.backends._base import (
-    Backend,
-    ChatRequest,
-    Completion,
-    Message,
-    PermanentError,
-    TransientError,
-    Usage,
-)
+from judge.backends._base import Backend, PermanentError, TransientError, Usage
 from judge.io._errors import InputError
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
-from judge.judging._core import _call_cost, _defuse, judge_passage
+from judge.judging._core import _Asker, _defuse, _Outcome, judge_passage
 from judge.judging._models import PassageVerdict, TokenUsage
 from judge.judging._parse import VerdictParseError, extract_json_object, parse_grade, parse_verdict
 from judge.judging._templates import PromptTemplate, TemplateError, load_template
@@ -214,6 +206,15 @@ def parse_listwise(text: str, n: int, mode: str) -> tuple[dict[int, tuple[str, i
     return valid, problems
 
 
+class _Incomplete(VerdictParseError):
+    """A listwise reply that does not cover every passage validly; ``valid`` holds the
+    items it does cover (used when it is the last reply)."""
+
+    def __init__(self, message: str, valid: dict[int, tuple[str, int | None, str]]) -> None:
+        super().__init__(message)
+        self.valid = valid
+
+
 def _shares(total: int, n: int) -> list[int]:
     base, extra = divmod(total, n)
     return [base + (1 if i < extra else 0) for i in range(n)]
@@ -237,45 +238,40 @@ async def judge_listwise(
     if not items:
         return ListwiseResult(verdicts=[], pointwise=(), listwise_calls=0)
     n = len(items)
-    reasks = config.max_reasks if max_reasks is None else max_reasks
-    conversation: list[Message] = list(
-        tpl.render(query=_defuse(query), count=str(n), passages=render_passages(items))
-    )
-    schema = listwise_schema(config.mode, n)
-    usage = Usage()
-    cost = 0.0
-    calls = 0
-    problems: list[str] = []
-    valid: dict[int, tuple[str, int | None, str]] = {}
+    messages = tpl.render(query=_defuse(query), count=str(n), passages=render_passages(items))
+    asker = _Asker(backend, tpl, config)
+    tally = _Outcome()
+
+    def check(text: str) -> dict[int, tuple[str, int | None, str]]:
+        valid, found = parse_listwise(text, n, config.mode)
+        if found:
+            raise _Incomplete("; ".join(found), valid)
+        return valid
+
     started = time.perf_counter()
-    for attempt in range(reasks + 1):
-        request = ChatRequest(
-            messages=tuple(conversation),
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.seed,
-            max_tokens=ITEM_TOKENS * n + 32,
-            json_schema=schema,
-        )
-        try:
-            completion: Completion = await backend.complete(request)
-        except (TransientError, PermanentError) as exc:
-            problems.append(f"listwise call failed: {type(exc).__name__}: {exc}")
-            valid = {}
-            break
-        calls += 1
-        usage = usage + completion.usage
-        cost += _call_cost(completion)
-        valid, found = parse_listwise(completion.text, n, config.mode)
-        if not found:
-            break
-        problems.append("; ".join(found))
-        if attempt < reasks:
-            conversation += [
-                Message("assistant", completion.text),
-                Message("user", tpl.render_reask("; ".join(found))),
-            ]
+    turns = await asker.exchange(
+        messages,
+        check,
+        tally,
+        seed=config.seed,
+        max_reasks=max_reasks,
+        catch=(TransientError, PermanentError),
+        max_tokens=ITEM_TOKENS * n + 32,
+        json_schema=listwise_schema(config.mode, n),
+    )
     latency = time.perf_counter() - started
+    problems = [str(p) for p in turns.problems]
+    valid: dict[int, tuple[str, int | None, str]]
+    if turns.failure is not None:
+        exc = turns.failure
+        problems.append(f"listwise call failed: {type(exc).__name__}: {exc}")
+        valid = {}
+    elif turns.value is not None:
+        valid = turns.value
+    else:  # the last reply was incomplete: keep what it covered validly
+        last = turns.problems[-1]
+        valid = last.valid if isinstance(last, _Incomplete) else {}
+    usage, cost, calls = tally.usage, tally.cost, tally.attempts
 
     prompt_shares = _shares(usage.prompt_tokens, n)
     completion_shares = _shares(usage.completion_tokens, n)
