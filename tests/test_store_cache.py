@@ -15,12 +15,15 @@ import pytest
 from judge.io._errors import InputError
 from judge.judging._models import PassageVerdict, TokenUsage
 from judge.store import (
+    SCHEMA_VERSION,
+    CacheVersionError,
     OutputWriter,
     SQLiteVerdictStore,
     atomic_write_lines,
     default_cache_path,
     recover_output,
 )
+from judge.store._cache import MIGRATIONS
 
 
 def _verdict(index: int = 0, verdict: str = "yes", grade: int | None = None) -> PassageVerdict:
@@ -163,3 +166,94 @@ def test_atomic_write_lines_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
     atomic_write_lines(p, [{"id": 1}, {"id": 2}])
     assert p.read_text() == '{"id":1}\n{"id":2}\n'
     assert sorted(x.name for x in tmp_path.iterdir()) == ["o.jsonl"]
+
+
+# --- schema versions and migrations --------------------------------------------------------
+
+# The schema every cache file had before versions existed (judge <= the first release):
+# user_version 0, this one table.
+V0_SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    key TEXT PRIMARY KEY,
+    verdict TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+def _user_version(path: Path) -> int:
+    conn = sqlite3.connect(str(path))
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_version_0_cache_keeps_working_after_the_upgrade(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(str(path))
+    conn.execute(V0_SCHEMA)
+    conn.execute(
+        "INSERT INTO verdicts (key, verdict, created) VALUES (?, ?, ?)",
+        ("k-old", _verdict(verdict="yes").model_dump_json(), 1.0),
+    )
+    conn.commit()
+    conn.close()
+    assert _user_version(path) == 0
+    async with SQLiteVerdictStore(path) as store:
+        assert store.schema_found == 0
+        got = await store.get("k-old")
+        assert got is not None and got.verdict == "yes" and got.reason == "理由"
+        await store.put("k-new", _verdict(verdict="no"))
+        assert await store.count() == 2
+    assert _user_version(path) == SCHEMA_VERSION == len(MIGRATIONS)
+    async with SQLiteVerdictStore(path) as again:  # already current: nothing to migrate
+        assert again.schema_found == SCHEMA_VERSION
+        assert (await again.get("k-new")) is not None
+
+
+def test_a_new_file_is_created_at_the_current_version(tmp_path: Path) -> None:
+    store = SQLiteVerdictStore(tmp_path / "new.sqlite")
+    store.close()
+    assert store.schema_found == 0
+    assert _user_version(tmp_path / "new.sqlite") == SCHEMA_VERSION
+
+
+def test_a_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.sqlite"
+    conn = sqlite3.connect(str(path))
+    conn.execute(V0_SCHEMA)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CacheVersionError, match=r"future\.sqlite.*version 2 is newer.*supports \(1\)"):
+        SQLiteVerdictStore(path)
+    assert _user_version(path) == SCHEMA_VERSION + 1
+
+
+def test_migrations_run_in_order_each_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import judge.store._cache as cache
+
+    applied: list[int] = []
+
+    def second(conn: sqlite3.Connection) -> None:
+        applied.append(2)
+        conn.execute("ALTER TABLE verdicts ADD COLUMN note TEXT")
+
+    def third(conn: sqlite3.Connection) -> None:
+        applied.append(3)
+        assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == 2  # 2 was recorded first
+        raise sqlite3.OperationalError("boom")
+
+    path = tmp_path / "m.sqlite"
+    SQLiteVerdictStore(path).close()  # version 1
+    monkeypatch.setattr(cache, "MIGRATIONS", (*cache.MIGRATIONS, second, third))
+    monkeypatch.setattr(cache, "SCHEMA_VERSION", 3)
+    with pytest.raises(sqlite3.OperationalError, match="boom"):
+        SQLiteVerdictStore(path)
+    # The failed migration rolled back; the one before it stays applied and recorded.
+    assert applied == [2, 3] and _user_version(path) == 2
+    conn = sqlite3.connect(str(path))
+    cols = [row[1] for row in conn.execute("PRAGMA table_info(verdicts)")]
+    conn.close()
+    assert cols == ["key", "verdict", "created", "note"]

@@ -1,6 +1,14 @@
 """Persistence for judging: the SQLite verdict cache and resume helpers for batch output."""
 
-from judge.store._cache import CacheStats, SQLiteVerdictStore, default_cache_path, judge_home
+from judge.store._cache import (
+    SCHEMA_VERSION,
+    CacheStats,
+    CacheVersionError,
+    SQLiteVerdictStore,
+    default_cache_path,
+    judge_home,
+    migrate,
+)
 from judge.store._runstate import (
     OutputWriter,
     atomic_write_bytes,
@@ -10,7 +18,9 @@ from judge.store._runstate import (
 )
 
 __all__ = [
+    "SCHEMA_VERSION",
     "CacheStats",
+    "CacheVersionError",
     "OutputWriter",
     "SQLiteVerdictStore",
     "atomic_write_bytes",
@@ -18,5 +28,6 @@ __all__ = [
     "atomic_write_text",
     "default_cache_path",
     "judge_home",
+    "migrate",
     "recover_output",
 ]

@@ -14,6 +14,16 @@ lets readers and the single writer proceed together, and ``busy_timeout`` waits 
 writer's lock. Each ``put`` is its own committed transaction; with WAL and
 ``synchronous=NORMAL`` a committed verdict survives the process being killed (kill -9);
 only an OS crash can lose the last few.
+
+Schema versions: the file's ``PRAGMA user_version`` is the number of :data:`MIGRATIONS`
+applied to it. Opening a file runs the missing ones in order, each in its own transaction
+that also bumps ``user_version`` (so a crash leaves the file at a whole version), then
+checks the result. A file from a newer ``judge`` (a version this code does not know) is
+refused with :class:`CacheVersionError` rather than written with an older schema. Version
+0 is both a new, empty file and a cache written before versions existed (``verdicts``
+table only): migration 1 creates the table if missing, so both reach version 1 with their
+rows intact. To change the schema, append a function to :data:`MIGRATIONS`; never edit
+one that has shipped.
 """
 
 from __future__ import annotations
@@ -22,18 +32,62 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from judge.io._errors import InputError
 from judge.judging._models import PassageVerdict
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS verdicts (
-    key TEXT PRIMARY KEY,
-    verdict TEXT NOT NULL,
-    created REAL NOT NULL
-)
-"""
+
+class CacheVersionError(InputError):
+    """The cache file's schema is newer than this version of ``judge`` knows (names the
+    file; the CLI reports it like any bad input, exit 2, before any call)."""
+
+
+def _m001_verdicts(conn: sqlite3.Connection) -> None:
+    """The verdicts table (the layout of every cache written before schema versions)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS verdicts "
+        "(key TEXT PRIMARY KEY, verdict TEXT NOT NULL, created REAL NOT NULL)"
+    )
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_m001_verdicts,)
+"""Schema migrations in order; after migration ``i`` (1-based) ``user_version`` is ``i``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, path: str | Path = "") -> int:
+    """Bring ``conn``'s schema to :data:`SCHEMA_VERSION`; returns the version found.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Each migration runs in
+    a ``BEGIN IMMEDIATE`` transaction (one writer at a time; another process migrating
+    the same file waits, then finds the work done)."""
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise CacheVersionError(
+            f"verdict cache schema version {found} is newer than this judge supports "
+            f"({SCHEMA_VERSION}); upgrade judge or use another --cache file",
+            path=path,
+            field="user_version",
+        )
+    for number in range(found + 1, SCHEMA_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) < number:  # another process may have just done it
+                MIGRATIONS[number - 1](conn)
+                conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return found
 
 
 def judge_home() -> Path:
@@ -72,8 +126,8 @@ class SQLiteVerdictStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute(_SCHEMA)
-        except sqlite3.Error:
+            self.schema_found = migrate(conn, self.path)
+        except (sqlite3.Error, CacheVersionError):
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
