@@ -17,7 +17,6 @@ from judge.backends._resilient import ResilientBackend
 from judge.batch import (
     BatchOptions,
     default_output_path,
-    read_output,
     retry_unjudged,
     score_dataset,
     sidecar_path,
@@ -25,7 +24,7 @@ from judge.batch import (
 from judge.batch._runner import score_dataset_sync
 from judge.io._errors import InputError
 from judge.judging import JudgeConfig
-from judge.store import SQLiteVerdictStore
+from judge.store import SQLiteVerdictStore, recover_output
 
 QUIET = BatchOptions(progress="quiet", fsync=False)
 
@@ -75,7 +74,7 @@ async def test_scores_every_query_with_hand_computed_metrics(tmp_path: Path) -> 
     out = tmp_path / "d.judged.jsonl"
     backend = _keyword()
     outcome = await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
-    recs = {r["id"]: r for r in read_output(out)}
+    recs = {r["id"]: r for r in recover_output(out)}
     assert sorted(recs) == ["q1", "q2", "q3"]
     q1 = recs["q1"]
     assert [v["verdict"] for v in q1["verdicts"]] == ["yes", "no", "yes"]
@@ -116,8 +115,8 @@ async def test_second_run_makes_zero_llm_calls_and_cache_is_shared(tmp_path: Pat
         third = _keyword()
         await score_dataset(other, tmp_path / "c.jsonl", third, JudgeConfig(), store=store, options=QUIET)
         assert [_passage_of(r).strip() for r in third.requests] == ["new passage"]
-    a = read_output(tmp_path / "a.jsonl")
-    b = read_output(tmp_path / "b.jsonl")
+    a = recover_output(tmp_path / "a.jsonl")
+    b = recover_output(tmp_path / "b.jsonl")
     assert [r["ap"] for r in sorted(a, key=_by_id)] == [r["ap"] for r in sorted(b, key=_by_id)]
     assert all(v["cached"] for r in b for v in r["verdicts"])
 
@@ -131,7 +130,7 @@ async def test_resume_skips_finished_queries_and_repairs_a_torn_line(tmp_path: P
     out.write_bytes(lines[0] + lines[1][:20])  # one record kept, one torn by a "kill"
     backend = _keyword()
     outcome = await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
-    ids = [r["id"] for r in read_output(out)]
+    ids = [r["id"] for r in recover_output(out)]
     assert sorted(ids) == ["q1", "q2", "q3"] and len(ids) == 3
     assert outcome.skipped_done == 1 and outcome.scored_now == 2
     asked = {_passage_of(r).strip() for r in backend.requests}
@@ -178,7 +177,7 @@ async def test_unjudged_passages_are_kept_explicit_and_retry_clears_them(tmp_pat
         )
         outcome = await score_dataset(inp, out, flaky, JudgeConfig(), store=store, options=QUIET)
         assert flaky.stats.retries == 4 and flaky.stats.failures == 2
-        recs = {r["id"]: r for r in read_output(out)}
+        recs = {r["id"]: r for r in recover_output(out)}
         assert sorted(recs) == ["q1", "q2", "q3"]  # no query dropped
         q1 = recs["q1"]
         assert [v["verdict"] for v in q1["verdicts"]] == ["yes", "no", "unjudged"]
@@ -193,8 +192,8 @@ async def test_unjudged_passages_are_kept_explicit_and_retry_clears_them(tmp_pat
         healthy = _keyword()
         again = await retry_unjudged(out, healthy, JudgeConfig(), store=store, options=QUIET)
         assert sorted(_passage_of(r).strip() for r in healthy.requests) == ["RELEVANT c", "z"]
-        recs2 = {r["id"]: r for r in read_output(out)}
-        assert [r["id"] for r in read_output(out)] == [r["id"] for r in recs.values()]  # order kept
+        recs2 = {r["id"]: r for r in recover_output(out)}
+        assert [r["id"] for r in recover_output(out)] == [r["id"] for r in recs.values()]  # order kept
         assert recs2["q1"]["unjudged"] == 0 and recs2["q1"]["unjudged_passages"] == []
         assert recs2["q1"]["ap"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-6)
         assert recs2["q3"]["ap"] == 0.0
@@ -223,7 +222,7 @@ async def test_permanent_error_propagates_and_keeps_finished_queries(tmp_path: P
     opts = BatchOptions(progress="quiet", concurrency=1, window=1, fsync=False)
     with pytest.raises(PermanentError, match="401"):
         await score_dataset(inp, out, RuleBackend(rule), JudgeConfig(), options=opts)
-    ids = [r["id"] for r in read_output(out)]
+    ids = [r["id"] for r in recover_output(out)]
     # Every query finished before the failure is kept, and whole. q4 was already in flight
     # (queries in flight = window + 1): if it finished judging before the cancellation
     # reached it, its line is kept too (its verdicts were paid for); q3 never is.
@@ -232,7 +231,7 @@ async def test_permanent_error_propagates_and_keeps_finished_queries(tmp_path: P
     # A rerun after fixing the key judges only what is missing.
     backend = _keyword()
     await score_dataset(inp, out, backend, JudgeConfig(), options=opts)
-    assert sorted(r["id"] for r in read_output(out)) == ["q0", "q1", "q2", "q3", "q4"]
+    assert sorted(r["id"] for r in recover_output(out)) == ["q0", "q1", "q2", "q3", "q4"]
     assert len(backend.requests) == 5 - len(ids)
 
 
@@ -262,7 +261,7 @@ async def test_bad_lines_are_reported_and_the_rest_goes_on(
         (4, "id", "rejected"),
         (5, "retrieval_context[0]", "truncated"),
     ]
-    recs = {r["id"]: r for r in read_output(out)}
+    recs = {r["id"]: r for r in recover_output(out)}
     assert sorted(recs) == ["q1", "q5"]
     assert recs["q5"]["verdicts"][0]["truncated"] is True and recs["q5"]["truncated"] == 1
     assert outcome.rejected == 3
@@ -300,7 +299,7 @@ async def test_ground_truth_metrics_beside_the_judges(tmp_path: Path) -> None:
     }
     inp = _dataset(tmp_path / "d.jsonl", [row, row2])
     outcome = await score_dataset(inp, tmp_path / "o.jsonl", _keyword(), JudgeConfig(), options=QUIET)
-    recs = {r["id"]: r for r in read_output(tmp_path / "o.jsonl")}
+    recs = {r["id"]: r for r in recover_output(tmp_path / "o.jsonl")}
     gt = recs["g1"]["ground_truth"]
     assert gt["ap"] == 0.5  # d1 at rank 1 found; d9 never retrieved: (1/1) / 2
     idcg = 2 + 1 / math.log2(3)
@@ -330,8 +329,8 @@ def test_sync_wrapper_agrees_with_async(tmp_path: Path) -> None:
     def strip(r: dict[str, Any]) -> dict[str, Any]:  # verdict latencies differ between runs
         return {k: v for k, v in r.items() if k != "verdicts"}
 
-    ra = [strip(r) for r in sorted(read_output(tmp_path / "a.jsonl"), key=_by_id)]
-    rb = [strip(r) for r in sorted(read_output(tmp_path / "b.jsonl"), key=_by_id)]
+    ra = [strip(r) for r in sorted(recover_output(tmp_path / "a.jsonl"), key=_by_id)]
+    rb = [strip(r) for r in sorted(recover_output(tmp_path / "b.jsonl"), key=_by_id)]
     assert ra == rb
 
 
@@ -343,7 +342,7 @@ async def test_graded_mode_records_grades(tmp_path: Path) -> None:
     outcome = await score_dataset(
         inp, tmp_path / "o.jsonl", backend, JudgeConfig(mode="graded"), options=QUIET
     )
-    [rec] = read_output(tmp_path / "o.jsonl")
+    [rec] = recover_output(tmp_path / "o.jsonl")
     assert [v["grade"] for v in rec["verdicts"]] == [3, 2, 1, 0]
     assert [v["verdict"] for v in rec["verdicts"]] == ["yes", "yes", "no", "no"]
     assert rec["ndcg"]["5"] == 1.0  # already ideally ordered
@@ -379,7 +378,7 @@ async def test_listwise_run_makes_one_call_per_query_and_agrees_with_pointwise(t
     assert len(backend.requests) == 3  # one per query instead of one per passage (6)
     assert listwise.summary["judge"] == pointwise.summary["judge"]
     assert listwise.summary["config"]["judging"] == "listwise"
-    recs = {r["id"]: r for r in read_output(tmp_path / "l.jsonl")}
+    recs = {r["id"]: r for r in recover_output(tmp_path / "l.jsonl")}
     assert [v["verdict"] for v in recs["q1"]["verdicts"]] == ["yes", "no", "yes"]
     assert {v["template_id"] for v in recs["q1"]["verdicts"]} == {"listwise.zh.v1"}
 
@@ -391,7 +390,7 @@ async def test_listwise_reply_missing_a_passage_falls_back_to_pointwise(tmp_path
     out = await score_dataset(inp, tmp_path / "l.jsonl", backend, JudgeConfig(max_reasks=1), options=opts)
     # One listwise call, one re-ask (still missing #2), then passage 2 alone.
     assert len(backend.requests) == 3
-    (rec,) = read_output(tmp_path / "l.jsonl")
+    (rec,) = recover_output(tmp_path / "l.jsonl")
     assert [v["verdict"] for v in rec["verdicts"]] == ["yes", "no", "yes"]
     assert [v["template_id"] for v in rec["verdicts"]] == ["listwise.zh.v1", "binary.zh.v2", "listwise.zh.v1"]
     assert out.summary["unjudged"] == 0

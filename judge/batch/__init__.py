@@ -1,15 +1,20 @@
-"""Batch scoring of JSONL datasets (``judge score``): concurrent, cached, resumable."""
+"""Batch scoring of JSONL datasets (``judge score``): concurrent, cached, resumable.
 
+Every entry point that judges many passages runs through one driver
+(:class:`BatchDriver`: plan -> execute -> commit); see :mod:`judge.batch._driver`.
+"""
+
+from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, QueryWork, cache_keys
+from judge.batch._executor import Executor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
+from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import build_record, ground_truth_metrics, summarize_records
 from judge.batch._runner import (
     BatchOptions,
     BatchOutcome,
     default_output_path,
-    read_output,
     retry_unjudged,
-    retry_unjudged_sync,
     score_dataset,
     score_dataset_sync,
     sidecar_path,
@@ -17,18 +22,29 @@ from judge.batch._runner import (
 )
 
 __all__ = [
+    "BatchDriver",
     "BatchOptions",
     "BatchOutcome",
+    "Commit",
+    "DriverStats",
+    "Executor",
+    "InputPlan",
+    "KeyFn",
+    "LocalExecutor",
+    "OnVerdict",
+    "PassageJob",
     "ProgressMode",
+    "QueryWork",
+    "RetryItem",
+    "RetryPlan",
     "Snapshot",
     "build_record",
+    "cache_keys",
     "default_output_path",
     "ground_truth_metrics",
     "make_progress",
     "qrels_of",
-    "read_output",
     "retry_unjudged",
-    "retry_unjudged_sync",
     "run_of",
     "score_dataset",
     "score_dataset_sync",

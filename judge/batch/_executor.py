@@ -20,11 +20,13 @@ and the Ray executor (``judge score --engine ray``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from judge.judging import JudgeConfig, Passage
+from judge.backends._base import Backend
+from judge.judging import JudgeConfig, Passage, judge_listwise, judge_passage
 from judge.judging._models import PassageVerdict
 
 
@@ -34,6 +36,11 @@ class PassageJob:
 
     index: int
     passage: Passage
+
+
+OnVerdict = Callable[[PassageJob, PassageVerdict], Awaitable[None]]
+"""Called by an executor as soon as one job's verdict is known (the driver stores it at
+once, so a kill loses only the calls in flight)."""
 
 
 @runtime_checkable
@@ -53,10 +60,94 @@ class Executor(Protocol):
         *,
         listwise: bool = False,
         listwise_template: str | None = None,
+        on_verdict: OnVerdict | None = None,
     ) -> list[PassageVerdict]:
-        """One verdict per job, in job order (unjudged verdicts carry their error)."""
+        """One verdict per job, in job order, each with ``index == job.index`` (unjudged
+        verdicts carry their error). ``on_verdict`` (if given) is awaited for every verdict
+        before this returns, as soon as that verdict is known. A
+        :class:`~judge.backends.PermanentError` propagates."""
         ...
 
     async def aclose(self) -> None:
         """Release workers, pools and connections."""
         ...
+
+
+class LocalExecutor:
+    """asyncio tasks over one (resilient) backend in this process.
+
+    At most ``window`` passages are in flight over every query handed to :meth:`judge`
+    (a FIFO semaphore: the jobs of a query handed over earlier get their slots first, so
+    earlier queries finish first); a listwise query takes one slot. The provider-call
+    bound itself (concurrency, rate limits, retries) is the backend wrapper's
+    (:class:`~judge.backends.ResilientBackend`). ``window=None``: no bound here.
+    """
+
+    def __init__(self, backend: Backend, *, window: int | None = None) -> None:
+        self.backend = backend
+        self.window = window
+        self._slots = asyncio.Semaphore(window) if window is not None else None
+
+    @property
+    def name(self) -> str:
+        return "local"
+
+    async def _slot(self, call: Callable[[], Awaitable[PassageVerdict]]) -> PassageVerdict:
+        if self._slots is None:
+            return await call()
+        async with self._slots:
+            return await call()
+
+    async def judge(
+        self,
+        query: str,
+        jobs: Sequence[PassageJob],
+        config: JudgeConfig,
+        *,
+        listwise: bool = False,
+        listwise_template: str | None = None,
+        on_verdict: OnVerdict | None = None,
+    ) -> list[PassageVerdict]:
+        if listwise:
+            return await self._listwise(query, jobs, config, listwise_template, on_verdict)
+
+        async def one(job: PassageJob) -> PassageVerdict:
+            verdict = await self._slot(
+                lambda: judge_passage(self.backend, query, job.passage, job.index, config)
+            )
+            if on_verdict is not None:
+                await on_verdict(job, verdict)
+            return verdict
+
+        return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+    async def _listwise(
+        self,
+        query: str,
+        jobs: Sequence[PassageJob],
+        config: JudgeConfig,
+        template: str | None,
+        on_verdict: OnVerdict | None,
+    ) -> list[PassageVerdict]:
+        """All jobs in one listwise call (pointwise fallbacks included); verdicts get their
+        job's rank position back."""
+
+        async def call() -> list[PassageVerdict]:
+            result = await judge_listwise(
+                self.backend, query, [j.passage for j in jobs], config, template=template
+            )
+            return result.verdicts
+
+        if self._slots is None:
+            found = await call()
+        else:
+            async with self._slots:
+                found = await call()
+        verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
+        if on_verdict is not None:
+            for job, verdict in zip(jobs, verdicts, strict=True):
+                await on_verdict(job, verdict)
+        return verdicts
+
+    async def aclose(self) -> None:
+        return None

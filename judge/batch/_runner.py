@@ -1,20 +1,32 @@
 """Batch scoring of a JSONL dataset: concurrent, rate-limited, cached, resumable.
 
-Flow of :func:`score_dataset`:
+Both entry points run through the one batch driver (:mod:`judge.batch._driver`: plan ->
+execute -> commit) with the same machinery (:class:`_Run`): a bounded stream of queries
+in flight, the rejects reporter, progress, and one summary writer.
+
+:func:`score_dataset`:
 
 1. recover the output file (drop a torn last line) and collect the ids already scored;
-2. stream the input; each bad line is reported on stderr with file:line:field and written
-   to ``OUTPUT.rejects.jsonl``; each query not yet in the output is scheduled;
-3. every passage of every scheduled query is a task; at most ``window`` passage tasks run at
-   once (a FIFO semaphore, so earlier queries finish first); the backend's own
+2. plan (:class:`~judge.batch._plans.InputPlan`): stream the input; each bad line is
+   reported on stderr with file:line:field and written to ``OUTPUT.rejects.jsonl``; each
+   query not yet in the output is planned;
+3. the driver looks every passage up in the verdict store and hands the misses to the
+   executor (:class:`~judge.batch._executor.LocalExecutor` by default: at most ``window``
+   passage tasks at once, FIFO so earlier queries finish first; the backend's own
    :class:`~judge.backends.ResilientBackend` limiter bounds the provider calls in flight
-   (``concurrency``, AIMD on 429, rpm/tpm buckets) and retries;
-   with ``listwise`` a query is one task instead: all its passages in one call
-   (:func:`judge.judging.judge_listwise`; passages the reply does not cover validly are
-   judged pointwise);
-4. a query's line is appended (flush + fsync) as soon as its last passage is judged;
+   (``concurrency``, AIMD on 429, rpm/tpm buckets) and retries); with ``listwise`` a
+   query's misses are one call (passages the reply does not cover validly are judged
+   pointwise); listwise verdicts are stored under a key of the listwise template;
+4. commit: a query's line is appended (flush + fsync) as soon as its last passage is
+   judged;
 5. the summary is computed from the whole output file (so a resumed run covers everything)
    and written atomically to ``OUTPUT.summary.json``.
+
+:func:`retry_unjudged` plans from the output file itself
+(:class:`~judge.batch._plans.RetryPlan`: only the unjudged passages are re-asked,
+pointwise), commits in file order into a temporary file beside it and replaces the output
+atomically at the end; a record it cannot re-ask is reported to
+``OUTPUT.retry-rejects.jsonl`` and kept as it is.
 
 Resume needs no state file (see :mod:`judge.store._runstate`): finished queries are in the
 output, judged passages in the verdict cache.
@@ -24,16 +36,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
-from judge.backends._base import Backend, PermanentError
-from judge.batch._progress import ProgressMode, ProgressReporter, Snapshot, make_progress
-from judge.batch._records import build_record, finish_record, summarize_records, verdicts_of
+from judge.backends._base import Backend
+from judge.batch._driver import BatchDriver, QueryWork, cache_keys
+from judge.batch._executor import Executor, LocalExecutor
+from judge.batch._plans import InputPlan, RetryItem, RetryPlan
+from judge.batch._progress import ProgressMode, Snapshot, make_progress
+from judge.batch._records import build_record, finish_record, summarize_records
 from judge.io._errors import InputError
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -42,17 +57,9 @@ from judge.io._jsonl import (
     error_record,
     iter_dataset,
 )
-from judge.judging import (
-    JudgeConfig,
-    Passage,
-    VerdictStore,
-    judge_listwise,
-    judge_passage,
-    resolve_config,
-    summarize,
-)
+from judge.judging import JudgeConfig, VerdictStore, resolve_config, summarize
 from judge.judging._models import PassageVerdict
-from judge.store._runstate import OutputWriter, atomic_write_lines, atomic_write_text, recover_output
+from judge.store._runstate import OutputWriter, atomic_write_text, recover_output, scan_output
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,9 @@ class BatchOptions:
     the summary, the provider-call bound itself lives in the backend wrapper.
     ``listwise``: judge each query's passages in one call (a listwise template: the
     default for the mode and language, or ``listwise_template``); generation only, so
-    probability mode does not apply.
+    probability mode does not apply. ``executor``: who judges the passages the store does
+    not have (default a :class:`~judge.batch._executor.LocalExecutor` over ``backend``
+    with ``window``); the caller owns it (closes it).
     """
 
     k: tuple[int, ...] = (5, 10)
@@ -81,6 +90,7 @@ class BatchOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)
     listwise: bool = False
     listwise_template: str | None = None
+    executor: Executor | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -180,34 +190,6 @@ class _Reporter:
             self._fh = None
 
 
-class _Counters:
-    def __init__(self, total: int, done: int) -> None:
-        self.total = total
-        self.done = done
-        self.queries = 0
-        self.passages = 0
-        self.unjudged = 0
-        self.started = time.monotonic()
-
-    def on_passage(self, v: PassageVerdict) -> None:
-        self.passages += 1
-        if not v.judged:
-            self.unjudged += 1
-
-    def snapshot(self, backend: Backend, rejected: int) -> Snapshot:
-        return Snapshot(
-            queries_done=self.done,
-            queries_total=self.total,
-            queries_this_run=self.queries,
-            passages_this_run=self.passages,
-            retries=_stat(backend, "retries"),
-            rate_limited=_stat(backend, "rate_limited"),
-            unjudged=self.unjudged,
-            rejected=rejected,
-            elapsed_s=time.monotonic() - self.started,
-        )
-
-
 async def _ticker(fn: Callable[[], None], interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -247,35 +229,6 @@ def strict_check(
     return valid
 
 
-async def _judge_passages(
-    backend: Backend,
-    config: JudgeConfig,
-    store: VerdictStore | None,
-    query: str,
-    items: Sequence[tuple[int, Passage]],
-    sem: asyncio.Semaphore,
-    on_passage: Callable[[PassageVerdict], None],
-    opts: BatchOptions,
-) -> list[PassageVerdict]:
-    """One query's verdicts: a task per passage, or one listwise call for all of them."""
-    if opts.listwise:
-        async with sem:
-            result = await judge_listwise(
-                backend, query, [p for _, p in items], config, template=opts.listwise_template, store=store
-            )
-        for verdict in result.verdicts:
-            on_passage(verdict)
-        return result.verdicts
-
-    async def one(index: int, passage: Passage) -> PassageVerdict:
-        async with sem:
-            verdict = await judge_passage(backend, query, passage, index, config, store=store)
-        on_passage(verdict)
-        return verdict
-
-    return list(await asyncio.gather(*(one(i, p) for i, p in items)))
-
-
 def _batch_config(config: JudgeConfig, backend: Backend, opts: BatchOptions) -> JudgeConfig:
     """The resolved config of a run; listwise verdicts are generated, so listwise runs
     (fallbacks included) judge without probability mode."""
@@ -288,169 +241,14 @@ def _batch_config(config: JudgeConfig, backend: Backend, opts: BatchOptions) -> 
     return resolve_config(config, backend)
 
 
-async def _run_tasks(
-    schedule: Callable[[Callable[[Awaitable[None]], None]], Awaitable[None]],
-) -> None:
-    """Run ``schedule(spawn)`` in a TaskGroup; surface the first PermanentError as itself."""
-    try:
-        async with asyncio.TaskGroup() as tg:
-
-            def spawn(coro: Awaitable[None]) -> None:
-                tg.create_task(coro)  # type: ignore[arg-type]
-
-            await schedule(spawn)
-    except* PermanentError as group:
-        raise group.exceptions[0] from None
-
-
-async def _run_with_progress(
-    progress: ProgressReporter,
-    total: int,
-    snapshot: Callable[[], Snapshot],
-    schedule: Callable[[Callable[[Awaitable[None]], None]], Awaitable[None]],
-) -> None:
-    """:func:`_run_tasks` between ``progress.start`` and ``progress.stop``, ticking every 0.5 s."""
-    progress.start(total, 0)
-    tick = asyncio.ensure_future(_ticker(lambda: progress.update(snapshot()), 0.5))
-    try:
-        await _run_tasks(schedule)
-    finally:
-        tick.cancel()
-        progress.stop(snapshot())
-
-
-def _check_mode(records: Sequence[Mapping[str, Any]], config: JudgeConfig, output_path: Path) -> None:
-    modes = {r.get("mode") for r in records}
+def _check_modes(modes: set[str], config: JudgeConfig, output_path: Path) -> None:
     if modes and modes != {config.mode}:
-        found = ", ".join(sorted(str(m) for m in modes))
+        found = ", ".join(sorted(modes))
         raise InputError(
             f"already holds {found} verdicts; resume with --mode {found} or choose another -o",
             path=str(output_path),
             field="mode",
         )
-
-
-def _write_summary(
-    output_path: Path,
-    summary_path: Path,
-    records: Sequence[Mapping[str, Any]],
-    k: Sequence[int],
-    extra: Mapping[str, Any],
-) -> dict[str, Any]:
-    summary = {"output": str(output_path), **summarize_records(records, k), **extra}
-    atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
-    return summary
-
-
-async def score_dataset(
-    input_path: str | Path,
-    output_path: str | Path,
-    backend: Backend,
-    config: JudgeConfig,
-    *,
-    store: VerdictStore | None = None,
-    options: BatchOptions | None = None,
-) -> BatchOutcome:
-    """Score every query of ``input_path`` into ``output_path`` (resuming if it exists)."""
-    opts = options or BatchOptions()
-    config = _batch_config(config, backend, opts)
-    inp = Path(input_path)
-    out = Path(output_path)
-    if not inp.exists():
-        raise InputError("no such file", path=str(inp))
-    if out.resolve() == inp.resolve():
-        raise InputError("the output file must differ from the input", path=str(out))
-    summary_path = opts.summary_path or sidecar_path(out, "summary", "json")
-    rejects_path = (
-        opts.rejects_path if opts.rejects_path is not None else sidecar_path(out, "rejects", "jsonl")
-    )
-    reporter = _Reporter(rejects_path)
-    try:
-        if opts.strict:
-            strict_check(
-                inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars, reporter=reporter
-            )
-        done_records = recover_output(out)
-        _check_mode(done_records, config, out)
-        done_ids = {str(r["id"]) for r in done_records}
-        total = count_lines(inp)
-        counters = _Counters(total, 0)
-        progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
-        name = _backend_name(backend)
-        k = tuple(opts.k)
-        sem = asyncio.Semaphore(opts.passage_window())
-        # Queries in flight: enough to keep every passage slot busy, few enough to keep
-        # memory flat and finish queries roughly in input order.
-        query_slots = asyncio.Semaphore(opts.passage_window() + 1)
-        skipped = 0
-
-        def snapshot() -> Snapshot:
-            return counters.snapshot(backend, reporter.rejected)
-
-        with OutputWriter(out, fsync=opts.fsync) as writer:
-
-            async def score_one(rec: DatasetRecord) -> None:
-                try:
-                    items = [(i, Passage(p.text, p.id, p.truncated)) for i, p in enumerate(rec.passages)]
-                    verdicts = await _judge_passages(
-                        backend, config, store, rec.query, items, sem, counters.on_passage, opts
-                    )
-                    result = summarize(rec.query, verdicts, config, name, k=k)
-                    await writer.awrite(build_record(rec, result, k))
-                    counters.queries += 1
-                    counters.done += 1
-                    progress.update(snapshot())
-                finally:
-                    query_slots.release()
-
-            async def schedule(spawn: Callable[[Awaitable[None]], None]) -> None:
-                nonlocal skipped
-                for item in iter_dataset(
-                    inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars
-                ):
-                    if isinstance(item, InputError):
-                        reporter.report(item, "rejected")
-                        counters.total -= 1
-                        continue
-                    if item.id in done_ids:
-                        skipped += 1
-                        counters.done += 1
-                        continue
-                    for w in item.warnings:
-                        reporter.report(w, "truncated")
-                    await query_slots.acquire()
-                    spawn(score_one(item))
-
-            await _run_with_progress(progress, counters.total, snapshot, schedule)
-        wall = time.monotonic() - counters.started
-        records = recover_output(out)
-        extra = {
-            "input": str(inp),
-            "this_run": {
-                "wall_time_s": round(wall, 3),
-                "queries_scored": counters.queries,
-                "queries_skipped_already_done": skipped,
-                "passages": counters.passages,
-                "passages_per_s": round(counters.passages / wall, 3) if wall > 0 else None,
-                "rejected_lines": reporter.rejected,
-                "truncation_warnings": reporter.warned,
-                "backend": _backend_stats(backend),
-                "cache": _cache_stats(store),
-            },
-            "config": _config_echo(config, name, opts),
-        }
-        summary = _write_summary(out, summary_path, records, k, extra)
-        return BatchOutcome(
-            output_path=out,
-            summary_path=summary_path,
-            rejects_path=rejects_path if reporter.rejected or reporter.warned else None,
-            summary=summary,
-            scored_now=counters.queries,
-            skipped_done=skipped,
-            rejected=reporter.rejected,
-        )
-    finally:
-        reporter.close()
 
 
 def _cache_stats(store: VerdictStore | None) -> dict[str, Any] | None:
@@ -473,6 +271,207 @@ def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> 
     }
 
 
+RunKind = Literal["score", "retry-unjudged"]
+
+
+class _Run:
+    """One batch run of either kind: the driver over the run's executor, progress, the
+    rejects reporter and the summary writer. Progress: ``total`` queries (lines) less
+    ``dropped()`` (rejected lines), done = committed + ``skipped()`` (already done)."""
+
+    def __init__(
+        self,
+        kind: RunKind,
+        out: Path,
+        backend: Backend,
+        config: JudgeConfig,
+        store: VerdictStore | None,
+        opts: BatchOptions,
+        *,
+        listwise: bool,
+        reporter: _Reporter,
+        total: int,
+        skipped: Callable[[], int] = lambda: 0,
+        dropped: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.kind = kind
+        self.out = out
+        self.backend = backend
+        self.config = config
+        self.store = store
+        self.opts = opts
+        self.reporter = reporter
+        self.total = total
+        self.done = 0
+        self._skipped = skipped
+        self._dropped = dropped
+        self.scored = 0
+        self.progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
+        executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
+        keys = None
+        if store is not None:
+            keys = cache_keys(backend, config, listwise=listwise, listwise_template=opts.listwise_template)
+        # Queries in flight: enough to keep every passage slot busy, few enough to keep
+        # memory flat and finish queries roughly in input order.
+        self.driver = BatchDriver(
+            executor,
+            config,
+            store=store,
+            keys=keys,
+            listwise=listwise,
+            listwise_template=opts.listwise_template,
+            max_queries=opts.passage_window() + 1,
+            on_commit=self._committed,
+        )
+
+    def _committed(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+        self.done += 1
+        if work.jobs:
+            self.scored += 1
+        self.progress.update(self.snapshot())
+
+    def snapshot(self) -> Snapshot:
+        stats = self.driver.stats
+        return Snapshot(
+            queries_done=self.done + self._skipped(),
+            queries_total=self.total - self._dropped(),
+            queries_this_run=self.scored,
+            passages_this_run=stats.passages,
+            retries=_stat(self.backend, "retries"),
+            rate_limited=_stat(self.backend, "rate_limited"),
+            unjudged=stats.unjudged,
+            rejected=self.reporter.rejected,
+            elapsed_s=stats.elapsed_s,
+        )
+
+    def result(self, query: str, verdicts: list[PassageVerdict]) -> Any:
+        return summarize(query, verdicts, self.config, self.backend.name, k=tuple(self.opts.k))
+
+    async def drive(
+        self,
+        plan: Iterable[QueryWork],
+        commit: Callable[[QueryWork, list[PassageVerdict]], Awaitable[None]],
+        *,
+        ordered: bool = False,
+    ) -> None:
+        """Run ``plan`` through the driver between ``progress.start`` and ``progress.stop``,
+        ticking every 0.5 s."""
+        self.progress.start(self.total, 0)
+        tick = asyncio.ensure_future(_ticker(lambda: self.progress.update(self.snapshot()), 0.5))
+        try:
+            await self.driver.run(plan, commit, ordered=ordered)
+        finally:
+            tick.cancel()
+            self.progress.stop(self.snapshot())
+
+    def finish(self, summary_path: Path, *, skipped: int, retried: int, inp: Path | None) -> BatchOutcome:
+        """Write the summary (metrics from the whole output file, this run's counters) and
+        return the outcome."""
+        stats = self.driver.stats
+        wall = stats.elapsed_s
+        this_run = {
+            "kind": self.kind,
+            "wall_time_s": round(wall, 3),
+            "queries_scored": self.scored,
+            "queries_skipped_already_done": skipped,
+            "passages": stats.passages,
+            "passages_per_s": round(stats.passages / wall, 3) if wall > 0 else None,
+            "passages_retried": retried,
+            "passages_cached": stats.cached,
+            "passages_asked": stats.asked,
+            "still_unjudged": stats.unjudged,
+            "rejected_lines": self.reporter.rejected,
+            "truncation_warnings": self.reporter.warned,
+            "executor": self.driver.executor.name,
+            "backend": _backend_stats(self.backend),
+            "cache": _cache_stats(self.store),
+        }
+        records = recover_output(self.out)
+        summary = {
+            "output": str(self.out),
+            **summarize_records(records, self.opts.k),
+            "input": str(inp) if inp is not None else None,
+            "this_run": this_run,
+            "config": _config_echo(self.config, self.backend.name, self.opts),
+        }
+        atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
+        return BatchOutcome(
+            output_path=self.out,
+            summary_path=summary_path,
+            rejects_path=self.reporter.path if self.reporter.rejected or self.reporter.warned else None,
+            summary=summary,
+            scored_now=self.scored,
+            skipped_done=skipped,
+            rejected=self.reporter.rejected,
+        )
+
+
+def _paths(out: Path, opts: BatchOptions, rejects_kind: str) -> tuple[Path, Path]:
+    summary_path = opts.summary_path or sidecar_path(out, "summary", "json")
+    rejects = opts.rejects_path if opts.rejects_path is not None else sidecar_path(out, rejects_kind, "jsonl")
+    return summary_path, rejects
+
+
+async def score_dataset(
+    input_path: str | Path,
+    output_path: str | Path,
+    backend: Backend,
+    config: JudgeConfig,
+    *,
+    store: VerdictStore | None = None,
+    options: BatchOptions | None = None,
+) -> BatchOutcome:
+    """Score every query of ``input_path`` into ``output_path`` (resuming if it exists)."""
+    opts = options or BatchOptions()
+    config = _batch_config(config, backend, opts)
+    inp = Path(input_path)
+    out = Path(output_path)
+    if not inp.exists():
+        raise InputError("no such file", path=str(inp))
+    if out.resolve() == inp.resolve():
+        raise InputError("the output file must differ from the input", path=str(out))
+    summary_path, rejects_path = _paths(out, opts, "rejects")
+    reporter = _Reporter(rejects_path)
+    try:
+        if opts.strict:
+            strict_check(
+                inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars, reporter=reporter
+            )
+        scan = scan_output(out)
+        _check_modes(scan.modes, config, out)
+        plan = InputPlan(
+            inp,
+            done_ids=scan.ids,
+            field_map=opts.field_map,
+            max_passage_chars=opts.max_passage_chars,
+            reporter=reporter,
+        )
+        run = _Run(
+            "score",
+            out,
+            backend,
+            config,
+            store,
+            opts,
+            listwise=opts.listwise,
+            reporter=reporter,
+            total=count_lines(inp),
+            skipped=lambda: plan.skipped,
+            dropped=lambda: plan.rejected,
+        )
+
+        with OutputWriter(out, fsync=opts.fsync) as writer:
+
+            async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+                rec: DatasetRecord = work.payload
+                await writer.awrite(build_record(rec, run.result(rec.query, verdicts), opts.k))
+
+            await run.drive(plan, commit)
+        return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)
+    finally:
+        reporter.close()
+
+
 async def retry_unjudged(
     output_path: str | Path,
     backend: Backend,
@@ -483,89 +482,67 @@ async def retry_unjudged(
 ) -> BatchOutcome:
     """Ask again only for the unjudged passages of an output file; rewrite it atomically.
 
-    Records are rewritten (temp file + ``os.replace``) once every retry has finished; if
-    the run is killed before that, the file is untouched and the verdicts obtained so far
-    are in the cache, so the next retry gets them for free.
+    The records stream through the driver (bounded like a score run) into a temporary
+    file beside the output, in file order; it replaces the output (``os.replace``) once
+    every record is through. If the run is killed before that, the output is untouched and
+    the verdicts obtained so far are in the cache, so the next retry gets them for free.
+    Re-asked passages are judged pointwise (only some passages of a query are asked).
     """
     opts = options or BatchOptions()
     config = _batch_config(config, backend, opts)
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))
-    records = recover_output(out)
-    _check_mode(records, config, out)
-    summary_path = opts.summary_path or sidecar_path(out, "summary", "json")
-    name = _backend_name(backend)
-    k = tuple(opts.k)
-    todo = [i for i, r in enumerate(records) if r.get("unjudged_passages")]
-    total_passages = sum(len(records[i]["unjudged_passages"]) for i in todo)
-    counters = _Counters(len(todo), 0)
-    progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
-    sem = asyncio.Semaphore(opts.passage_window())
-    new_records = list(records)
-
-    def snapshot() -> Snapshot:
-        return counters.snapshot(backend, 0)
-
-    pointwise = replace(opts, listwise=False)
-
-    async def redo(i: int) -> None:
-        rec = records[i]
-        verdicts = verdicts_of(rec)
-        items = [
-            (int(p["index"]), Passage(str(p["text"]), p.get("id"), bool(p.get("truncated", False))))
-            for p in rec["unjudged_passages"]
-        ]
-        # Only some passages of the query are re-asked: always pointwise.
-        fresh = await _judge_passages(
-            backend, config, store, str(rec["query"]), items, sem, counters.on_passage, pointwise
+    scan = scan_output(out)
+    _check_modes(scan.modes, config, out)
+    summary_path, rejects_path = _paths(out, opts, "retry-rejects")
+    reporter = _Reporter(rejects_path)
+    tmp = out.with_name(out.name + ".retry.tmp")
+    try:
+        plan = RetryPlan(out, reporter=reporter)
+        run = _Run(
+            "retry-unjudged",
+            out,
+            backend,
+            config,
+            store,
+            opts,
+            listwise=False,
+            reporter=reporter,
+            total=scan.records,
         )
-        for (idx, _), v in zip(items, fresh, strict=True):
-            verdicts[idx] = v
-        result = summarize(str(rec["query"]), verdicts, config, name, k=k)
-        base = {key: val for key, val in rec.items()}
-        base["unjudged_passages"] = [
-            p for (idx, _), p in zip(items, rec["unjudged_passages"], strict=True) if not verdicts[idx].judged
-        ]
-        new_records[i] = finish_record(base, result, k)
-        counters.queries += 1
-        counters.done += 1
-        progress.update(snapshot())
+        tmp.unlink(missing_ok=True)
+        try:
+            with OutputWriter(tmp, fsync=False) as writer:
 
-    async def schedule(spawn: Callable[[Awaitable[None]], None]) -> None:
-        for i in todo:
-            spawn(redo(i))
+                async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+                    item: RetryItem = work.payload
+                    if not work.jobs:
+                        await writer.awrite(item.record)
+                        return
+                    base = dict(item.record)
+                    base["unjudged_passages"] = [
+                        entry
+                        for job, entry in zip(work.jobs, item.entries, strict=True)
+                        if not verdicts[job.index].judged
+                    ]
+                    await writer.awrite(finish_record(base, run.result(work.query, verdicts), opts.k))
 
-    await _run_with_progress(progress, counters.total, snapshot, schedule)
-    atomic_write_lines(out, new_records)
-    wall = time.monotonic() - counters.started
-    extra = {
-        "this_run": {
-            "kind": "retry-unjudged",
-            "wall_time_s": round(wall, 3),
-            "queries_retried": len(todo),
-            "passages_retried": total_passages,
-            "still_unjudged": counters.unjudged,
-            "backend": _backend_stats(backend),
-            "cache": _cache_stats(store),
-        },
-        "config": _config_echo(config, name, opts),
-    }
-    summary = _write_summary(out, summary_path, new_records, k, extra)
-    return BatchOutcome(
-        output_path=out,
-        summary_path=summary_path,
-        rejects_path=None,
-        summary=summary,
-        scored_now=len(todo),
-        skipped_done=len(records) - len(todo),
-        rejected=0,
-    )
+                await run.drive(plan, commit, ordered=True)
+            _replace(tmp, out)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return run.finish(summary_path, skipped=plan.records - plan.todo, retried=plan.passages, inp=None)
+    finally:
+        reporter.close()
 
 
-def read_output(path: str | Path) -> list[dict[str, Any]]:
-    """The records of an output file (a torn last line is dropped and repaired)."""
-    return recover_output(path)
+def _replace(tmp: Path, out: Path) -> None:
+    """fsync ``tmp`` and move it over ``out`` (the rewrite is all or nothing)."""
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
 
 
 def score_dataset_sync(
@@ -579,15 +556,3 @@ def score_dataset_sync(
 ) -> BatchOutcome:
     """Synchronous :func:`score_dataset` (``asyncio.run``)."""
     return asyncio.run(score_dataset(input_path, output_path, backend, config, store=store, options=options))
-
-
-def retry_unjudged_sync(
-    output_path: str | Path,
-    backend: Backend,
-    config: JudgeConfig,
-    *,
-    store: VerdictStore | None = None,
-    options: BatchOptions | None = None,
-) -> BatchOutcome:
-    """Synchronous :func:`retry_unjudged` (``asyncio.run``)."""
-    return asyncio.run(retry_unjudged(output_path, backend, config, store=store, options=options))

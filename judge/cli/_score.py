@@ -113,13 +113,12 @@ def run_score(args: argparse.Namespace) -> int:
         BatchOptions,
         ProgressMode,
         default_output_path,
-        read_output,
         retry_unjudged,
         score_dataset,
     )
     from judge.batch._export import write_qrels, write_run
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
-    from judge.store import SQLiteVerdictStore, atomic_write_text
+    from judge.store import SQLiteVerdictStore, atomic_write_text, recover_output
 
     if args.retry_unjudged and args.input:
         raise InputError(
@@ -196,7 +195,7 @@ def run_score(args: argparse.Namespace) -> int:
     outcome = asyncio.run(go())
     summary = outcome.summary
     if args.export_qrels or args.export_run:
-        records = read_output(outcome.output_path)
+        records = recover_output(outcome.output_path)
         if args.export_qrels:
             n = write_qrels(records, args.export_qrels)
             summary["exports"] = {

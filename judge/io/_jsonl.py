@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -292,7 +291,3 @@ def error_record(err: InputError, *, action: str = "rejected") -> dict[str, Any]
         "action": action,
     }
 
-
-def write_jsonl_line(fh: IO[str] | io.TextIOBase, obj: Mapping[str, Any]) -> None:
-    """Write one compact JSON line (UTF-8 text kept readable)."""
-    fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")

@@ -22,8 +22,9 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,52 +35,75 @@ def _dumps(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def recover_output(path: str | Path) -> list[dict[str, Any]]:
-    """Read the records of an earlier (possibly killed) run and repair the file's tail.
+def iter_output(path: str | Path, *, repair: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream the records of an earlier (possibly killed) run as ``(line, record)``.
 
-    A last line without its newline or that does not parse is a torn write: the file is
-    truncated to just before it. A bad line *before* the last one is not something this
-    program writes, so it is an :class:`InputError` (the file is left untouched).
-    Returns the complete records, in file order; ``[]`` if the file does not exist.
+    A last line without its newline or that does not parse is a torn write: it is skipped
+    and, with ``repair``, the file is truncated to just before it once the stream is read
+    to the end. A bad line *before* the last one is not something this program writes, so
+    it is an :class:`InputError` (raised when the stream reaches the next line; the file
+    is left untouched). A missing file yields nothing.
     """
     p = Path(path)
     if not p.exists():
-        return []
-    data = p.read_bytes()
-    records: list[dict[str, Any]] = []
+        return
     good_end = 0
-    pos = 0
-    lineno = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        lineno += 1
-        end = len(data) if nl < 0 else nl + 1
-        chunk = data[pos:end]
-        is_last = end >= len(data)
-        parsed: Any = None
-        ok = nl >= 0
-        if ok and chunk.strip():
-            try:
-                parsed = json.loads(chunk.decode("utf-8"))
-                ok = isinstance(parsed, dict)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                ok = False
-        if not ok:
-            if is_last:
-                break
-            raise InputError(
-                "not a record written by 'judge score' (refusing to resume into it)", path=str(p), line=lineno
-            )
-        if parsed is not None:
-            records.append(parsed)
-        good_end = end
-        pos = end
-    if good_end < len(data):
+    size = 0
+    bad: InputError | None = None
+    with open(p, "rb") as fh:
+        for lineno, chunk in enumerate(fh, 1):
+            if bad is not None:
+                raise bad
+            size += len(chunk)
+            parsed: Any = None
+            ok = chunk.endswith(b"\n")
+            if ok and chunk.strip():
+                try:
+                    parsed = json.loads(chunk.decode("utf-8"))
+                    ok = isinstance(parsed, dict)
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    ok = False
+            if not ok:
+                bad = InputError(
+                    "not a record written by 'judge score' (refusing to resume into it)",
+                    path=str(p),
+                    line=lineno,
+                )
+                continue
+            good_end = size
+            if parsed is not None:
+                yield lineno, parsed
+    if repair and good_end < size:
         with open(p, "r+b") as fh:
             fh.truncate(good_end)
             fh.flush()
             os.fsync(fh.fileno())
-    return records
+
+
+def recover_output(path: str | Path) -> list[dict[str, Any]]:
+    """Read the records of an earlier (possibly killed) run and repair the file's tail
+    (see :func:`iter_output`). Returns the complete records, in file order; ``[]`` if the
+    file does not exist."""
+    return [record for _, record in iter_output(path)]
+
+
+@dataclass
+class OutputScan:
+    """What an output file holds, read in one streaming pass: ids, modes, records."""
+
+    ids: set[str] = field(default_factory=set)
+    modes: set[str] = field(default_factory=set)
+    records: int = 0
+
+
+def scan_output(path: str | Path) -> OutputScan:
+    """Ids and modes of an output file's records, its torn tail repaired (bounded memory)."""
+    scan = OutputScan()
+    for _, record in iter_output(path):
+        scan.records += 1
+        scan.ids.add(str(record.get("id")))
+        scan.modes.add(str(record.get("mode")))
+    return scan
 
 
 class OutputWriter:

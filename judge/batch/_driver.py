@@ -1,0 +1,253 @@
+"""The batch driver: plan -> execute -> commit, under every entry point that judges many
+passages (``judge score``, ``--retry-unjudged``, listwise, stability runs; next pooled
+comparison, the HTTP service and the Ray engine).
+
+* A **plan** is any iterable (or async iterable) of :class:`QueryWork`: one query, the
+  passages to judge (:class:`~judge.batch._executor.PassageJob`, ``index`` = rank
+  position), the verdicts already known for its other positions, and an opaque
+  ``payload`` handed back to the commit. Planners: :mod:`judge.batch._plans` (fresh and
+  resumed queries of an input file, retry-unjudged from an output file), or build
+  :class:`QueryWork` yourself (:meth:`QueryWork.fresh`).
+* :meth:`BatchDriver.run` takes the plan lazily: at most ``max_queries`` queries are
+  between plan and commit at once (memory stays flat; the next query is planned when one
+  commits). For each query it looks every job up in the verdict store (hits never reach
+  the executor; ``cached=True``), hands the misses to the :class:`Executor`, stores each
+  judged verdict the moment the executor reports it (``on_verdict``), and calls
+  ``commit(work, verdicts)`` with the query's complete verdict list (rank order).
+* ``commit`` is the caller's: write the output line, keep the result, update a summary.
+  With ``ordered=True`` commits happen in plan order (a completed query waits for the ones
+  planned before it; it keeps its slot meanwhile, so the bound holds).
+
+Store keys: :func:`cache_keys` (the pointwise key, or with ``listwise_template`` a key of
+the listwise template, so a listwise run resumes from the store). Only judged verdicts
+are stored; a verdict judged by a listwise run's pointwise fallback is stored under the
+run's (listwise) key too, so a re-run makes no call at all.
+
+Errors: the first :class:`~judge.backends.PermanentError` of any query stops the run and
+propagates as itself (other errors: the first one); queries already committed stay
+committed, and every verdict judged so far is in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from judge.backends._base import Backend, PermanentError
+from judge.batch._executor import Executor, PassageJob
+from judge.judging import JudgeConfig, Passage, VerdictStore, verdict_cache_key
+from judge.judging._core import cached_verdict
+from judge.judging._listwise import _template as listwise_template_of
+from judge.judging._models import PassageVerdict
+
+KeyFn = Callable[[str, str], str]
+"""``(query, passage_text) -> store key``."""
+
+
+@dataclass
+class QueryWork:
+    """One planned query.
+
+    ``jobs``: the passages to judge. ``known``: the query's whole verdict list with
+    ``None`` at every job's position (retry: the verdicts already judged), or ``None`` when
+    the jobs are the whole list (positions 0..n-1). ``payload``: anything the commit needs
+    (the dataset record, the old output record, a run number); the driver never reads it.
+    A work with no jobs and no ``known`` is committed with ``[]`` at once (a record passed
+    through unchanged).
+    """
+
+    query: str
+    jobs: Sequence[PassageJob]
+    known: Sequence[PassageVerdict | None] | None = None
+    payload: Any = None
+
+    @classmethod
+    def fresh(cls, query: str, passages: Iterable[Passage], payload: Any = None) -> QueryWork:
+        """Every passage of a query, in rank order."""
+        return cls(query, [PassageJob(i, p) for i, p in enumerate(passages)], None, payload)
+
+
+Commit = Callable[[QueryWork, list[PassageVerdict]], Awaitable[None]]
+
+
+@dataclass
+class DriverStats:
+    """What a driver run did (this run only): queries committed, passages planned
+    (``cached`` of them from the store, ``asked`` handed to the executor), verdicts left
+    unjudged."""
+
+    queries: int = 0
+    passages: int = 0
+    cached: int = 0
+    asked: int = 0
+    unjudged: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+
+def cache_keys(
+    backend: Backend, config: JudgeConfig, *, listwise: bool = False, listwise_template: str | None = None
+) -> KeyFn:
+    """The store key of a passage for runs with ``backend`` and (resolved) ``config``:
+    :func:`judge.judging.verdict_cache_key`, with the listwise template when ``listwise``."""
+    template = listwise_template_of(config, listwise_template) if listwise else None
+
+    def key(query: str, text: str) -> str:
+        return verdict_cache_key(backend, config, query, text, template=template)
+
+    return key
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first PermanentError in ``group`` (nested groups included), else its first leaf."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                walk(sub)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    return next((e for e in leaves if isinstance(e, PermanentError)), leaves[0])
+
+
+class BatchDriver:
+    """Runs plans through one executor: see the module docstring.
+
+    ``config`` must be resolved (:func:`judge.judging.resolve_config`). ``store``/``keys``:
+    the verdict store and its key function (both or neither). ``listwise``: each query's
+    misses are judged in one call (``listwise_template`` or the default for the mode).
+    ``max_queries``: queries between plan and commit. ``on_commit``: called after each
+    commit (progress).
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        config: JudgeConfig,
+        *,
+        store: VerdictStore | None = None,
+        keys: KeyFn | None = None,
+        listwise: bool = False,
+        listwise_template: str | None = None,
+        max_queries: int = 32,
+        on_commit: Callable[[QueryWork, list[PassageVerdict]], None] | None = None,
+    ) -> None:
+        if store is not None and keys is None:
+            raise ValueError("a store needs its key function (cache_keys)")
+        self.executor = executor
+        self.config = config
+        self.store = store
+        self.keys = keys
+        self.listwise = listwise
+        self.listwise_template = listwise_template
+        self.max_queries = max(1, max_queries)
+        self.on_commit = on_commit
+        self.stats = DriverStats()
+
+    async def run(
+        self,
+        plan: Iterable[QueryWork] | AsyncIterable[QueryWork],
+        commit: Commit,
+        *,
+        ordered: bool = False,
+    ) -> DriverStats:
+        """Plan, execute and commit every work of ``plan``; returns the cumulative stats."""
+        slots = asyncio.Semaphore(self.max_queries)
+        previous: asyncio.Future[None] | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                async for work in _aiter(plan):
+                    await slots.acquire()
+                    mine: asyncio.Future[None] | None = None
+                    if ordered:
+                        mine = asyncio.get_running_loop().create_future()
+                    tg.create_task(self._one(work, commit, slots, previous, mine))
+                    previous = mine
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+        return self.stats
+
+    async def _one(
+        self,
+        work: QueryWork,
+        commit: Commit,
+        slots: asyncio.Semaphore,
+        after: asyncio.Future[None] | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        try:
+            verdicts = await self.judge(work)
+            if after is not None:
+                await after
+            await commit(work, verdicts)
+            self.stats.queries += 1
+            if self.on_commit is not None:
+                self.on_commit(work, verdicts)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+            slots.release()
+
+    async def judge(self, work: QueryWork) -> list[PassageVerdict]:
+        """The verdicts of one work (store hits, then the executor for the misses), in
+        rank order; judged verdicts of the misses are stored as they arrive."""
+        found: dict[int, PassageVerdict] = {}
+        misses: list[PassageJob] = []
+        keys: dict[int, str] = {}
+        stats = self.stats
+        for job in work.jobs:
+            stats.passages += 1
+            if self.store is not None and self.keys is not None:
+                key = self.keys(work.query, job.passage.text)
+                hit = await self.store.get(key)
+                if hit is not None:
+                    found[job.index] = cached_verdict(hit, job.index, job.passage)
+                    stats.cached += 1
+                    continue
+                keys[job.index] = key
+            misses.append(job)
+
+        async def on_verdict(job: PassageJob, verdict: PassageVerdict) -> None:
+            if not verdict.judged:
+                stats.unjudged += 1
+            elif self.store is not None:
+                await self.store.put(keys[job.index], verdict)
+
+        if misses:
+            stats.asked += len(misses)
+            judged = await self.executor.judge(
+                work.query,
+                misses,
+                self.config,
+                listwise=self.listwise,
+                listwise_template=self.listwise_template,
+                on_verdict=on_verdict,
+            )
+            for job, verdict in zip(misses, judged, strict=True):
+                found[job.index] = verdict
+        if work.known is None:
+            return [found[i] for i in sorted(found)]
+        merged = list(work.known)
+        for index, verdict in found.items():
+            merged[index] = verdict
+        if any(v is None for v in merged):
+            raise ValueError(f"query {work.query!r}: a position has neither a job nor a known verdict")
+        return [v for v in merged if v is not None]
+
+
+async def _aiter(plan: Iterable[QueryWork] | AsyncIterable[QueryWork]) -> AsyncIterable[QueryWork]:
+    if isinstance(plan, AsyncIterable):
+        async for work in plan:
+            yield work
+    else:
+        for work in plan:
+            yield work

@@ -1,0 +1,151 @@
+"""Planners of the batch driver: what needs judging, as a lazy stream of :class:`QueryWork`.
+
+* :class:`InputPlan`: the queries of an input JSONL file not yet in the output (fresh run
+  or resume); bad lines go to the reporter; the payload is the :class:`DatasetRecord`.
+* :class:`RetryPlan`: the records of an output file, in file order; a record with
+  unjudged passages becomes a work re-asking just those (its other verdicts ``known``),
+  every other record a pass-through work (no jobs) so the rewritten file keeps it in
+  place; a record that cannot be re-asked (a malformed verdict or passage entry) is
+  reported and passed through unchanged. The payload is the :class:`RetryItem`.
+
+Both read their file as the driver asks for the next work, so memory holds only the
+queries in flight. Any other feature (pooled comparison, the HTTP service) can feed the
+driver its own iterable of :class:`QueryWork` (:meth:`QueryWork.fresh`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from judge.batch._driver import QueryWork
+from judge.batch._executor import PassageJob
+from judge.batch._records import verdicts_of
+from judge.io._errors import InputError
+from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
+from judge.judging import Passage
+from judge.judging._models import PassageVerdict
+from judge.store._runstate import iter_output
+
+
+class Reporter(Protocol):
+    """Where bad input goes (stderr + the rejects file in batch runs)."""
+
+    def report(self, err: InputError, action: str) -> None: ...
+
+
+class InputPlan:
+    """Queries of ``path`` whose id is not in ``done_ids``. After iteration: ``skipped``
+    (already done) and ``rejected`` (bad lines) are counted."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        done_ids: Collection[str] = (),
+        field_map: Mapping[str, str] | None = None,
+        max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.done_ids = done_ids
+        self.field_map = field_map
+        self.max_passage_chars = max_passage_chars
+        self.reporter = reporter
+        self.skipped = 0
+        self.rejected = 0
+
+    def __iter__(self) -> Iterator[QueryWork]:
+        for item in iter_dataset(
+            self.path, field_map=self.field_map, max_passage_chars=self.max_passage_chars
+        ):
+            if isinstance(item, InputError):
+                self.rejected += 1
+                if self.reporter is not None:
+                    self.reporter.report(item, "rejected")
+                continue
+            if item.id in self.done_ids:
+                self.skipped += 1
+                continue
+            if self.reporter is not None:
+                for warning in item.warnings:
+                    self.reporter.report(warning, "truncated")
+            passages = [Passage(p.text, p.id, p.truncated) for p in item.passages]
+            yield QueryWork.fresh(item.query, passages, item)
+
+
+@dataclass
+class RetryItem:
+    """The payload of a retry work: the output record as read, and its unjudged entries
+    (those being re-asked, in job order; empty for a pass-through)."""
+
+    record: dict[str, Any]
+    entries: list[dict[str, Any]]
+
+
+class RetryPlan:
+    """Every record of the output file ``path`` (see the module docstring). After
+    iteration: ``records``, ``todo`` (records re-asked), ``passages`` (passages re-asked)
+    and ``rejected`` are counted."""
+
+    def __init__(self, path: str | Path, *, reporter: Reporter | None = None) -> None:
+        self.path = Path(path)
+        self.reporter = reporter
+        self.records = 0
+        self.todo = 0
+        self.passages = 0
+        self.rejected = 0
+
+    def _work(self, record: dict[str, Any]) -> QueryWork:
+        entries = list(record.get("unjudged_passages") or [])
+        if not entries:
+            return QueryWork("", [], payload=RetryItem(record, []))
+        field_name = "verdicts"
+        try:
+            known: list[PassageVerdict | None] = list(verdicts_of(record))
+            field_name = "unjudged_passages"
+            jobs = [
+                PassageJob(
+                    int(p["index"]),
+                    Passage(str(p["text"]), p.get("id"), bool(p.get("truncated", False))),
+                )
+                for p in entries
+            ]
+            for job in jobs:
+                if not 0 <= job.index < len(known):
+                    raise ValueError(f"passage index {job.index} is outside the record's verdicts")
+                known[job.index] = None
+            field_name = "query"
+            query = record["query"]
+            if not isinstance(query, str) or not query.strip():
+                raise ValueError("the query is missing or empty")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _Unusable(field_name, f"cannot re-ask this record's unjudged passages: {exc}") from exc
+        return QueryWork(query, jobs, known, RetryItem(record, entries))
+
+    def __iter__(self) -> Iterator[QueryWork]:
+        for line, record in iter_output(self.path, repair=False):
+            self.records += 1
+            try:
+                work = self._work(record)
+            except _Unusable as exc:
+                self.rejected += 1
+                if self.reporter is not None:
+                    self.reporter.report(
+                        InputError(exc.message, path=str(self.path), line=line, field=exc.field), "rejected"
+                    )
+                yield QueryWork("", [], payload=RetryItem(record, []))
+                continue
+            if work.jobs:
+                self.todo += 1
+                self.passages += len(work.jobs)
+            yield work
+
+
+class _Unusable(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
