@@ -290,4 +290,3 @@ def error_record(err: InputError, *, action: str = "rejected") -> dict[str, Any]
         "error": err.message,
         "action": action,
     }
-

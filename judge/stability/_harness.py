@@ -3,10 +3,11 @@
 What a stability run does
 -------------------------
 1. Judge every query of the dataset ``runs`` times with the *same* :class:`JudgeConfig`
-   and **no verdict cache** (``store=None``): the harness measures the judge, not the
-   cache. Runs go in parallel when the backend allows it (``backend.max_concurrency`` is
-   None or > 1); with ``max_concurrency == 1`` (the embedded model) they run one after the
-   other. At most ``concurrency`` queries are in flight over all runs.
+   and **no verdict cache** (``store=None``), through the batch driver
+   (:class:`judge.batch.BatchDriver`, one planned query per run and query): the harness
+   measures the judge, not the cache. Runs go in parallel when the backend allows it
+   (``backend.max_concurrency`` is None or > 1); with ``max_concurrency == 1`` (the
+   embedded model) they run one after the other. At most ``concurrency`` queries are in flight over all runs.
 2. Keep every run's verdicts (``runs/run-<i>.jsonl``: one line per query, the full
    :class:`JudgeResult`), written as soon as the run completes.
 3. Per run: mAP (mean AP), mean score, mean NDCG@k over the queries, and a bootstrap
@@ -41,18 +42,22 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from judge.backends._base import Backend
+from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
-from judge.judging import JudgeConfig, JudgeResult, Passage, judge_query, resolve_config
+from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
+from judge.judging._config import template_for
+from judge.judging._core import _check_probability
+from judge.judging._models import PassageVerdict
 from judge.stability._stats import (
     Interval,
     bootstrap_mean_ci,
@@ -85,8 +90,6 @@ REPORT_SCHEMA = "judge.stability/1"
 
 DEFAULT_QUERY_CONCURRENCY = 8
 """Queries in flight over all runs when neither the caller nor the backend sets a limit."""
-
-T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------
 # Which figure is checked
@@ -249,22 +252,6 @@ def _passages(record: DatasetRecord) -> list[Passage]:
     return [Passage(text=p.text, id=p.id, truncated=p.truncated) for p in record.passages]
 
 
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
-async def _all(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run coroutines together; the first failure cancels the rest and is re-raised as is."""
-    try:
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(c) for c in coros]
-    except BaseExceptionGroup as group:
-        raise _first_leaf(group) from None
-    return [t.result() for t in tasks]
-
-
 def run_file_name(index: int) -> str:
     return f"run-{index}.jsonl"
 
@@ -274,6 +261,63 @@ def _run_lines(run: RunResult, records: Sequence[DatasetRecord]) -> list[dict[st
         {"run": run.index, "id": rec.id, **res.model_dump(mode="json")}
         for rec, res in zip(records, run.results, strict=True)
     ]
+
+
+class _Runs:
+    """The commit side of a stability run: each run's results by query, finished runs
+    written to ``runs/run-<i>.jsonl`` and reported as soon as their last query commits."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        records: Sequence[DatasetRecord],
+        config: JudgeConfig,
+        options: StabilityOptions,
+        out_dir: Path | None,
+        on_run: Callable[[RunResult], None] | None,
+        on_query: Callable[[int, int, int], None] | None,
+    ) -> None:
+        self.backend = backend
+        self.records = records
+        self.config = config
+        self.options = options
+        self.out_dir = out_dir
+        self.on_run = on_run
+        self.on_query = on_query
+        self.results: list[list[JudgeResult | None]] = [[None] * len(records) for _ in range(options.runs)]
+        self.done = [0] * options.runs
+        self.started: dict[int, float] = {}
+        self.finished: dict[int, RunResult] = {}
+
+    def plan(self, run_indices: Sequence[int]) -> Iterator[QueryWork]:
+        """Every query of each run in ``run_indices``, run after run (FIFO: earlier runs
+        finish first)."""
+        for run_index in run_indices:
+            for q, record in enumerate(self.records):
+                self.started.setdefault(run_index, time.perf_counter())
+                yield QueryWork.fresh(record.query, _passages(record), (run_index, q))
+
+    async def commit(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+        run_index, q = work.payload
+        self.results[run_index][q] = summarize(
+            work.query,
+            verdicts,
+            self.config,
+            self.backend.name,
+            k=self.options.k,
+            qrels=None,  # IDCG from the judged list: the harness measures the judge alone
+        )
+        self.done[run_index] += 1
+        if self.on_query is not None:
+            self.on_query(run_index, self.done[run_index], len(self.records))
+        if self.done[run_index] == len(self.records):
+            results = tuple(r for r in self.results[run_index] if r is not None)
+            run = RunResult(run_index, results, time.perf_counter() - self.started[run_index])
+            self.finished[run_index] = run
+            if self.out_dir is not None:
+                atomic_write_lines(self.out_dir / run_file_name(run_index), _run_lines(run, self.records))
+            if self.on_run is not None:
+                self.on_run(run)
 
 
 async def run_stability(
@@ -287,8 +331,16 @@ async def run_stability(
     runs_dir: str | Path | None = None,
     on_run: Callable[[RunResult], None] | None = None,
     on_query: Callable[[int, int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> StabilityReport:
     """Judge ``records`` ``options.runs`` times (cache bypassed) and analyse the runs.
+
+    The runs go through the batch driver (:class:`judge.batch.BatchDriver`) with no
+    store: every (run, query) is one planned query, committed into its run. At most
+    ``concurrency`` queries are in flight over all runs, and each query's passages are
+    bounded by ``backend.max_concurrency`` (the executor's window is their product).
+    ``executor``: who judges (default a :class:`~judge.batch.LocalExecutor` over
+    ``backend``; the caller owns it).
 
     ``runs_dir``: where ``run-<i>.jsonl`` is written as each run completes. ``on_run`` is
     called with each finished run, ``on_query(run_index, done, total)`` after each judged
@@ -298,45 +350,26 @@ async def run_stability(
     if not records:
         raise InputError("the dataset has no queries", path=dataset or None)
     config = resolve_config(config, backend)  # the report echoes the settings in force
+    _check_probability(backend, config)
+    template_for(config)  # fail fast on a bad template, before any call
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
-    semaphore = asyncio.Semaphore(limit)
+    per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
-
-    done = [0] * options.runs
-
-    async def one(record: DatasetRecord, run_index: int) -> JudgeResult:
-        async with semaphore:
-            result = await judge_query(
-                backend,
-                record.query,
-                _passages(record),
-                config,
-                store=None,
-                k=options.k,
-                qrels=None,  # IDCG from the judged list: the harness measures the judge alone
-            )
-        done[run_index] += 1
-        if on_query is not None:
-            on_query(run_index, done[run_index], len(records))
-        return result
-
-    async def one_run(index: int) -> RunResult:
-        started = time.perf_counter()
-        results = await _all([one(r, index) for r in records])
-        run = RunResult(index, tuple(results), time.perf_counter() - started)
-        if out_dir is not None:
-            atomic_write_lines(out_dir / run_file_name(index), _run_lines(run, records))
-        if on_run is not None:
-            on_run(run)
-        return run
-
+    runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)
+    driver = BatchDriver(
+        executor or LocalExecutor(backend, window=limit * per_query),
+        config,
+        store=None,
+        max_queries=limit,
+    )
     sequential = backend.max_concurrency == 1
     if sequential:
-        runs = [await one_run(i) for i in range(options.runs)]
+        for index in range(options.runs):
+            await driver.run(runs.plan([index]), runs.commit)
     else:
-        runs = await _all([one_run(i) for i in range(options.runs)])
+        await driver.run(runs.plan(range(options.runs)), runs.commit)
     return analyse(
-        runs,
+        [runs.finished[i] for i in range(options.runs)],
         records,
         config,
         options,
