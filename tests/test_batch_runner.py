@@ -16,6 +16,7 @@ from judge.backends._fake import Reply, RuleBackend
 from judge.backends._resilient import ResilientBackend
 from judge.batch import (
     BatchOptions,
+    LocalExecutor,
     default_output_path,
     retry_unjudged,
     score_dataset,
@@ -403,3 +404,130 @@ async def test_listwise_refuses_probability_mode(tmp_path: Path) -> None:
         await score_dataset(
             inp, tmp_path / "l.jsonl", _keyword(), JudgeConfig(probability=True), options=opts
         )
+
+
+async def test_listwise_run_resumes_from_the_store_and_a_rerun_makes_no_call(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "l.jsonl"
+    opts = BatchOptions(progress="quiet", fsync=False, listwise=True)
+    async with SQLiteVerdictStore(tmp_path / "c.sqlite") as store:
+        # q1's reply leaves passage 2 out: it is judged pointwise and stored under the
+        # run's listwise key as well.
+        first = _listwise_rule(skip=2)
+        await score_dataset(inp, out, first, JudgeConfig(max_reasks=0), store=store, options=opts)
+        assert len(first.requests) == 3 + 2  # one listwise call per query + 2 fallbacks (q1, q2)
+        before = {r["id"]: r for r in recover_output(out)}
+        # Killed after q1 (only its line kept): the resumed run asks nothing, every
+        # passage of q2 and q3 comes from the store.
+        out.write_text(json.dumps(before["q1"], ensure_ascii=False) + "\n", encoding="utf-8")
+        resumed = _listwise_rule()
+        again = await score_dataset(inp, out, resumed, JudgeConfig(max_reasks=0), store=store, options=opts)
+        assert resumed.requests == []
+        assert again.summary["this_run"]["queries_scored"] == 2
+        assert again.summary["this_run"]["passages_cached"] == 3
+        # A re-run into a new output: zero calls, the same verdicts.
+        rerun = _listwise_rule()
+        fresh = await score_dataset(
+            inp, tmp_path / "l2.jsonl", rerun, JudgeConfig(max_reasks=0), store=store, options=opts
+        )
+        assert rerun.requests == []
+        after = {r["id"]: r for r in recover_output(tmp_path / "l2.jsonl")}
+        for qid, rec in before.items():
+            assert [v["verdict"] for v in after[qid]["verdicts"]] == [v["verdict"] for v in rec["verdicts"]]
+            assert [v["template_id"] for v in after[qid]["verdicts"]] == [
+                v["template_id"] for v in rec["verdicts"]
+            ]
+            assert all(v["cached"] for v in after[qid]["verdicts"])
+        assert fresh.summary["judge"] == again.summary["judge"]
+        # Listwise verdicts have their own keys: the same backend judging pointwise is not
+        # served listwise ones (fallbacks included), it asks for every passage.
+        pointwise = _listwise_rule()
+        await score_dataset(
+            inp, tmp_path / "p.jsonl", pointwise, JudgeConfig(max_reasks=0), store=store, options=QUIET
+        )
+        assert len(pointwise.requests) == 6
+
+
+class _CountingExecutor(LocalExecutor):
+    """The local executor, counting the queries it holds at once."""
+
+    def __init__(self, backend: Any, window: int) -> None:
+        super().__init__(backend, window=window)
+        self.active = 0
+        self.peak = 0
+        self.queries = 0
+
+    async def judge(self, query: str, jobs: Any, config: JudgeConfig, **kw: Any) -> Any:
+        self.active += 1
+        self.queries += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(0.002)
+            return await super().judge(query, jobs, config, **kw)
+        finally:
+            self.active -= 1
+
+
+async def test_retry_streams_with_bounded_queries_and_reports_rejects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        {"id": f"q{i}", "query": f"查询{i}", "retrieval_context": [f"RELEVANT a{i}", f"FAIL b{i}", f"c{i}"]}
+        for i in range(30)
+    ]
+    inp = _dataset(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+
+    def failing(request: ChatRequest) -> Reply:
+        if "FAIL" in _passage_of(request):
+            return TransientError("HTTP 503")
+        return _keyword().rule(request)
+
+    flaky = ResilientBackend(RuleBackend(failing), max_retries=0, sleep=_no_sleep)
+    await score_dataset(inp, out, flaky, JudgeConfig(), options=QUIET)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 30 and all(json.loads(x)["unjudged"] == 1 for x in lines)
+    # Break one record's unjudged entry (no text): it cannot be re-asked.
+    broken = json.loads(lines[4])
+    del broken["unjudged_passages"][0]["text"]
+    lines[4] = json.dumps(broken, ensure_ascii=False)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids_before = [json.loads(x)["id"] for x in lines]
+
+    healthy = _keyword()
+    executor = _CountingExecutor(healthy, window=2)
+    opts = BatchOptions(progress="quiet", fsync=False, window=2, executor=executor)
+    again = await retry_unjudged(out, healthy, JudgeConfig(), options=opts)
+    # 29 queries re-asked, never more than window + 1 of them at once
+    assert executor.queries == 29 and 2 <= executor.peak <= 3
+    assert len(healthy.requests) == 29
+    recs = recover_output(out)
+    assert [r["id"] for r in recs] == ids_before  # file order kept
+    assert recs[4] == broken  # the rejected record is kept as it was
+    assert sum(r["unjudged"] for r in recs) == 1
+    this_run = again.summary["this_run"]
+    assert this_run["kind"] == "retry-unjudged"
+    assert this_run["rejected_lines"] == 1 and again.rejected == 1
+    assert this_run["passages_retried"] == 29 and this_run["queries_scored"] == 29
+    assert this_run["queries_skipped_already_done"] == 1
+    assert this_run["still_unjudged"] == 0
+    err = capsys.readouterr().err
+    assert f"{out}:5: field 'unjudged_passages'" in err
+    rejects = tmp_path / "o.retry-rejects.jsonl"
+    assert again.rejects_path == rejects
+    [reject] = [json.loads(x) for x in rejects.read_text(encoding="utf-8").splitlines()]
+    assert (reject["line"], reject["field"], reject["action"]) == (5, "unjudged_passages", "rejected")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+async def test_score_and_retry_write_one_summary_shape(tmp_path: Path) -> None:
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    scored = await score_dataset(inp, out, _keyword(), JudgeConfig(), options=QUIET)
+    retried = await retry_unjudged(out, _keyword(), JudgeConfig(), options=QUIET)
+    assert scored.summary["this_run"]["kind"] == "score"
+    assert retried.summary["this_run"]["kind"] == "retry-unjudged"
+    assert set(scored.summary) == set(retried.summary)
+    assert set(scored.summary["this_run"]) == set(retried.summary["this_run"])
+    assert retried.summary["this_run"]["queries_skipped_already_done"] == 3
+    assert retried.summary["judge"] == scored.summary["judge"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,8 +165,13 @@ class BatchDriver:
         previous: asyncio.Future[None] | None = None
         try:
             async with asyncio.TaskGroup() as tg:
-                async for work in _aiter(plan):
-                    await slots.acquire()
+                works = _aiter(plan)
+                while True:
+                    await slots.acquire()  # before reading the plan: it is read no further ahead
+                    work = await anext(works, None)
+                    if work is None:
+                        slots.release()
+                        break
                     mine: asyncio.Future[None] | None = None
                     if ordered:
                         mine = asyncio.get_running_loop().create_future()
@@ -244,7 +249,7 @@ class BatchDriver:
         return [v for v in merged if v is not None]
 
 
-async def _aiter(plan: Iterable[QueryWork] | AsyncIterable[QueryWork]) -> AsyncIterable[QueryWork]:
+async def _aiter(plan: Iterable[QueryWork] | AsyncIterable[QueryWork]) -> AsyncIterator[QueryWork]:
     if isinstance(plan, AsyncIterable):
         async for work in plan:
             yield work
