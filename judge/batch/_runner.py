@@ -35,13 +35,14 @@ output, judged passages in the verdict cache.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from judge.backends._base import Backend
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
@@ -272,6 +273,8 @@ def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> 
 
 
 RunKind = Literal["score", "retry-unjudged"]
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class _Run:
@@ -412,17 +415,26 @@ def _paths(out: Path, opts: BatchOptions, rejects_kind: str) -> tuple[Path, Path
     return summary_path, rejects
 
 
+class RunArgs(TypedDict, total=False):
+    """The keyword arguments every batch entry point takes: ``store`` (the verdict store;
+    None: no cache) and ``options`` (:class:`BatchOptions`; None: the defaults)."""
+
+    store: VerdictStore | None
+    options: BatchOptions | None
+
+
 async def score_dataset(
     input_path: str | Path,
     output_path: str | Path,
     backend: Backend,
     config: JudgeConfig,
-    *,
-    store: VerdictStore | None = None,
-    options: BatchOptions | None = None,
+    **kw: Unpack[RunArgs],
 ) -> BatchOutcome:
-    """Score every query of ``input_path`` into ``output_path`` (resuming if it exists)."""
-    opts = options or BatchOptions()
+    """Score every query of ``input_path`` into ``output_path`` (resuming if it exists).
+
+    ``store``: the verdict store (None: no cache); ``options``: :class:`BatchOptions`."""
+    store = kw.get("store")
+    opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
     inp = Path(input_path)
     out = Path(output_path)
@@ -473,12 +485,7 @@ async def score_dataset(
 
 
 async def retry_unjudged(
-    output_path: str | Path,
-    backend: Backend,
-    config: JudgeConfig,
-    *,
-    store: VerdictStore | None = None,
-    options: BatchOptions | None = None,
+    output_path: str | Path, backend: Backend, config: JudgeConfig, **kw: Unpack[RunArgs]
 ) -> BatchOutcome:
     """Ask again only for the unjudged passages of an output file; rewrite it atomically.
 
@@ -487,8 +494,10 @@ async def retry_unjudged(
     every record is through. If the run is killed before that, the output is untouched and
     the verdicts obtained so far are in the cache, so the next retry gets them for free.
     Re-asked passages are judged pointwise (only some passages of a query are asked).
+    ``store`` and ``options`` as in :func:`score_dataset`.
     """
-    opts = options or BatchOptions()
+    store = kw.get("store")
+    opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
     out = Path(output_path)
     if not out.exists():
@@ -545,14 +554,15 @@ def _replace(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def score_dataset_sync(
-    input_path: str | Path,
-    output_path: str | Path,
-    backend: Backend,
-    config: JudgeConfig,
-    *,
-    store: VerdictStore | None = None,
-    options: BatchOptions | None = None,
-) -> BatchOutcome:
-    """Synchronous :func:`score_dataset` (``asyncio.run``)."""
-    return asyncio.run(score_dataset(input_path, output_path, backend, config, store=store, options=options))
+def _blocking(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The synchronous form of a batch entry point (``asyncio.run``)."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(fn(*args, **kwargs))
+
+    run.__doc__ = f"Synchronous :func:`{fn.__name__}` (``asyncio.run``)."
+    return run
+
+
+score_dataset_sync = _blocking(score_dataset)
