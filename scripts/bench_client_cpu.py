@@ -16,7 +16,8 @@ this checkout. "old" imports ``judge/`` and ``prompts/`` as they were at ``--bas
 (``git archive``; nothing in the repository changes). A whole old tree, not this checkout
 with the hot-path files swapped back: later changes elsewhere (e.g. templates and judging
 config read by the batch runner) made such a mix fail to import. The rounds alternate old/new and the
-median per-passage CPU of each side is reported, with the ratio old/new.
+median per-passage CPU of each side is reported, with the ratio old/new, and the median
+throughput (passages per wall-clock second of the scoring run) with the ratio new/old.
 
 Run: ``python scripts/bench_client_cpu.py`` (about a minute; ``--queries``/``--rounds`` to
 scale, ``--profile`` to print the new side's top functions by cumulative time).
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         old_tree = baseline_tree(work / "old", a.baseline_ref)
         settings = {"latency_ms": a.latency_ms, "jitter_ms": 0.0, "capacity": 100_000}
         per: dict[str, list[float]] = {"old": [], "new": []}
+        rate: dict[str, list[float]] = {"old": [], "new": []}
         with sim_llm_server.SimProcess(None, **settings) as sim:
             for rnd in range(a.rounds):
                 for label, tree in (("old", old_tree), ("new", ROOT)):
@@ -213,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     us = r["cpu_s"] / n * 1e6
                     per[label].append(us)
+                    rate[label].append(n / r["wall_s"])
                     print(
                         f"  round {rnd + 1} {label}: {us:7.0f} us CPU/passage  "
                         f"(cpu {r['cpu_s']:.2f} s, wall {r['wall_s']:.2f} s, {r['calls']} calls)"
@@ -222,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     old, new = statistics.median(per["old"]), statistics.median(per["new"])
     print(f"\nmedian CPU per passage: old {old:.0f} us, new {new:.0f} us")
     print(f"ratio old/new: {old / new:.2f}x")
+    old_rate, new_rate = statistics.median(rate["old"]), statistics.median(rate["new"])
+    print(f"median throughput: old {old_rate:.0f} passages/s, new {new_rate:.0f} passages/s (wall)")
+    print(f"throughput ratio new/old: {new_rate / old_rate:.2f}x")
     return 0
 
 
