@@ -14,8 +14,9 @@ An executor therefore never sees the store: it judges what it is given and retur
 an executor run on other machines (Ray workers cannot share one SQLite file): workers
 return verdicts, the driver commits them.
 
-Executors: :class:`LocalExecutor` (asyncio tasks over one resilient backend, the default)
-and the Ray executor (``judge score --engine ray``).
+Executors: :class:`LocalExecutor` (asyncio tasks over one resilient backend, the default);
+a distributed one (Ray) implements the same protocol and is passed as
+``BatchOptions(executor=...)`` or ``BatchDriver(executor, ...)``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ Flow of :func:`judge_listwise`:
    with the same normalisation as pointwise replies (:func:`parse_verdict` /
    :func:`parse_grade`). Ids outside 1..n, duplicated ids, missing ids and invalid items
    are listed in the error, which is sent back in a re-ask turn (up to ``max_reasks``
-   times; default ``config.max_reasks``).
+   times; default ``config.max_reasks``). Steps 2-3 are pointwise judging's own request
+   builder and ask/re-ask loop (``_Asker.exchange`` in :mod:`judge.judging._core`), with
+   the listwise schema, token budget and check.
 4. The verdicts come from the **last** reply: passages it covers validly keep them; every
    other passage is judged **pointwise** with :func:`judge_passage` and the same
    ``config`` (and ``store``), and its index is listed in ``ListwiseResult.pointwise``.
