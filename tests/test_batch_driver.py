@@ -10,7 +10,16 @@ import pytest
 
 from judge.backends._base import PermanentError
 from judge.backends._fake import RuleBackend
-from judge.batch import BatchDriver, Executor, LocalExecutor, OnVerdict, PassageJob, QueryWork, cache_keys
+from judge.batch import (
+    BatchDriver,
+    Executor,
+    FeedPlan,
+    LocalExecutor,
+    OnVerdict,
+    PassageJob,
+    QueryWork,
+    cache_keys,
+)
 from judge.judging import JudgeConfig, Passage, resolve_config
 from judge.judging._models import PassageVerdict
 
@@ -209,3 +218,51 @@ def test_listwise_keys_differ_from_pointwise_keys() -> None:
     listwise = cache_keys(BACKEND, CONFIG, listwise=True)
     assert listwise("q", "p") != KEYS("q", "p")
     assert listwise("q", "p") == cache_keys(BACKEND, CONFIG, listwise=True)("q", "p")
+
+
+async def test_collect_returns_each_works_verdicts_in_plan_order() -> None:
+    delays = {"slow": 0.02, "fast": 0.0}
+    driver = BatchDriver(FakeExecutor(delays=delays), CONFIG, max_queries=2)
+    got = await driver.collect(
+        [
+            QueryWork.fresh("slow", [Passage("RELEVANT a")]),
+            QueryWork.fresh("fast", [Passage("b"), Passage("c")]),
+        ]
+    )
+    assert [[v.verdict for v in verdicts] for verdicts in got] == [["yes"], ["no", "no"]]
+
+
+async def test_a_feed_plan_takes_queries_while_the_driver_runs() -> None:
+    store = DictStore()
+    executor = FakeExecutor(delay=0.001)
+    driver = BatchDriver(executor, CONFIG, store=store, keys=KEYS, max_queries=2)
+    feed = FeedPlan()
+    runner = asyncio.create_task(driver.run(feed, feed.commit))
+    first = await feed.submit("q", ["RELEVANT a", "b"])
+    assert [v.verdict for v in first] == ["yes", "no"]
+    # submitted later, while the driver is still running: served from the store
+    both = await asyncio.gather(feed.submit("q", ["b"]), feed.submit("q2", [Passage("FAIL x")]))
+    assert both[0][0].cached and both[1][0].verdict == "unjudged"
+    feed.close()
+    stats = await asyncio.wait_for(runner, 5)
+    assert stats.queries == 3 and executor.seen == [("q", [0, 1]), ("q2", [0])]
+    with pytest.raises(RuntimeError, match="closed"):
+        feed.submit("q", ["a"])
+
+
+async def test_a_feed_plan_fails_pending_submissions() -> None:
+    class Broken(FakeExecutor):
+        async def judge(self, *args: Any, **kw: Any) -> Any:
+            raise PermanentError("HTTP 401")
+
+    feed = FeedPlan()
+    driver = BatchDriver(Broken(), CONFIG)
+    pending = feed.submit("q", ["a"])
+    with pytest.raises(PermanentError):
+        try:
+            await driver.run(feed, feed.commit)
+        except PermanentError as exc:
+            feed.fail(exc)
+            raise
+    with pytest.raises(PermanentError, match="401"):
+        await pending

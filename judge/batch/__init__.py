@@ -4,10 +4,10 @@ Every entry point that judges many passages runs through one driver
 (:class:`BatchDriver`: plan -> execute -> commit); see :mod:`judge.batch._driver`.
 """
 
-from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, QueryWork, cache_keys
+from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
-from judge.batch._plans import InputPlan, RetryItem, RetryPlan
+from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import build_record, ground_truth_metrics, summarize_records
 from judge.batch._runner import (
@@ -28,11 +28,13 @@ __all__ = [
     "Commit",
     "DriverStats",
     "Executor",
+    "FeedPlan",
     "InputPlan",
     "KeyFn",
     "LocalExecutor",
     "OnVerdict",
     "PassageJob",
+    "Plan",
     "ProgressMode",
     "QueryWork",
     "RetryItem",

@@ -71,6 +71,10 @@ class QueryWork:
 
 
 Commit = Callable[[QueryWork, list[PassageVerdict]], Awaitable[None]]
+"""The caller's commit step: ``commit(work, verdicts)`` (verdicts in rank order)."""
+
+Plan = Iterable[QueryWork] | AsyncIterable[QueryWork]
+"""A plan: what needs judging, read lazily by the driver."""
 
 
 @dataclass
@@ -155,7 +159,7 @@ class BatchDriver:
 
     async def run(
         self,
-        plan: Iterable[QueryWork] | AsyncIterable[QueryWork],
+        plan: Plan,
         commit: Commit,
         *,
         ordered: bool = False,
@@ -180,6 +184,26 @@ class BatchDriver:
         except BaseExceptionGroup as group:
             raise _first_error(group) from None
         return self.stats
+
+    async def collect(
+        self, plan: Iterable[QueryWork] | AsyncIterable[QueryWork]
+    ) -> list[list[PassageVerdict]]:
+        """Run ``plan`` and return each work's verdicts, in plan order (a static batch:
+        pooled comparison, an API call over many queries)."""
+        results: list[list[PassageVerdict]] = []
+        order: dict[int, int] = {}
+
+        async def numbered() -> AsyncIterator[QueryWork]:
+            async for work in _aiter(plan):
+                order[id(work)] = len(results)
+                results.append([])
+                yield work
+
+        async def keep(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+            results[order.pop(id(work))] = verdicts
+
+        await self.run(numbered(), keep)
+        return results
 
     async def _one(
         self,
@@ -249,7 +273,7 @@ class BatchDriver:
         return [v for v in merged if v is not None]
 
 
-async def _aiter(plan: Iterable[QueryWork] | AsyncIterable[QueryWork]) -> AsyncIterator[QueryWork]:
+async def _aiter(plan: Plan) -> AsyncIterator[QueryWork]:
     if isinstance(plan, AsyncIterable):
         async for work in plan:
             yield work

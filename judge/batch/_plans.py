@@ -8,14 +8,20 @@
   place; a record that cannot be re-asked (a malformed verdict or passage entry) is
   reported and passed through unchanged. The payload is the :class:`RetryItem`.
 
-Both read their file as the driver asks for the next work, so memory holds only the
-queries in flight. Any other feature (pooled comparison, the HTTP service) can feed the
-driver its own iterable of :class:`QueryWork` (:meth:`QueryWork.fresh`).
+* :class:`FeedPlan`: the general planner, fed while the driver runs (the HTTP service,
+  pooled comparison): :meth:`FeedPlan.submit` a query and await its verdicts; its
+  :meth:`FeedPlan.commit` is the driver's commit. A static batch can also hand the driver
+  any iterable of :class:`QueryWork` (:meth:`QueryWork.fresh`;
+  :meth:`~judge.batch._driver.BatchDriver.collect` returns the verdicts in order).
+
+The file planners read their file as the driver asks for the next work, so memory holds
+only the queries in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -149,3 +155,74 @@ class _Unusable(Exception):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+@dataclass
+class _Fed:
+    future: asyncio.Future[list[PassageVerdict]]
+    payload: Any
+
+
+class FeedPlan:
+    """A plan fed while the driver runs: ``async for`` yields what :meth:`submit` was given,
+    in order, until :meth:`close`; :meth:`commit` resolves each submission's future.
+
+    Use::
+
+        feed = FeedPlan()
+        runner = asyncio.create_task(driver.run(feed, feed.commit))
+        verdicts = await feed.submit("query", [Passage("...")])
+        ...
+        feed.close(); await runner
+
+    If the run fails, :meth:`fail` (or leaving ``run`` with an error: call it in the
+    caller's ``except``) fails every submission not yet committed.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[QueryWork | None] = asyncio.Queue()
+        self._pending: set[asyncio.Future[list[PassageVerdict]]] = set()
+        self._closed = False
+
+    def submit(
+        self, query: str, passages: Sequence[Passage | str], payload: Any = None
+    ) -> asyncio.Future[list[PassageVerdict]]:
+        """Plan one query (every passage, rank order); the future gets its verdicts."""
+        if self._closed:
+            raise RuntimeError("this plan is closed")
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("the query is empty", field="query")
+        items = [p if isinstance(p, Passage) else Passage(text=p) for p in passages]
+        future: asyncio.Future[list[PassageVerdict]] = asyncio.get_running_loop().create_future()
+        self._pending.add(future)
+        self._queue.put_nowait(QueryWork.fresh(query, items, _Fed(future, payload)))
+        return future
+
+    def close(self) -> None:
+        """No more submissions: the driver's run ends once the submitted ones commit."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put_nowait(None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every submission not yet committed with ``exc``."""
+        for future in self._pending:
+            if not future.done():
+                future.set_exception(exc)
+        self._pending.clear()
+
+    async def commit(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+        fed: _Fed = work.payload
+        self._pending.discard(fed.future)
+        if not fed.future.done():
+            fed.future.set_result(verdicts)
+
+    def __aiter__(self) -> AsyncIterator[QueryWork]:
+        return self._works()
+
+    async def _works(self) -> AsyncIterator[QueryWork]:
+        while True:
+            work = await self._queue.get()
+            if work is None:
+                return
+            yield work
