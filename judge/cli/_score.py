@@ -101,10 +101,10 @@ def _positive(value: float | None, flag: str) -> None:
 
 
 def _mode_of_output(path: Path) -> str | None:
-    from judge.store import recover_output
+    from judge.store import iter_output
 
-    records = recover_output(path)
-    return str(records[0]["mode"]) if records else None
+    first = next(iter_output(path, repair=False), None)  # one line read, not the file
+    return str(first[1]["mode"]) if first is not None else None
 
 
 def run_score(args: argparse.Namespace) -> int:

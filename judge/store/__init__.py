@@ -14,7 +14,9 @@ from judge.store._runstate import (
     atomic_write_bytes,
     atomic_write_lines,
     atomic_write_text,
+    iter_output,
     recover_output,
+    scan_output,
 )
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "atomic_write_lines",
     "atomic_write_text",
     "default_cache_path",
+    "iter_output",
     "judge_home",
     "migrate",
     "recover_output",
+    "scan_output",
 ]
