@@ -81,6 +81,7 @@ class BatchOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)
     listwise: bool = False
     listwise_template: str | None = None
+    measures: tuple[str, ...] = ()
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -336,8 +337,10 @@ def _write_summary(
     records: Sequence[Mapping[str, Any]],
     k: Sequence[int],
     extra: Mapping[str, Any],
+    *,
+    measures: Sequence[str] = (),
 ) -> dict[str, Any]:
-    summary = {"output": str(output_path), **summarize_records(records, k), **extra}
+    summary = {"output": str(output_path), **summarize_records(records, k, measures=measures), **extra}
     atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
     return summary
 
@@ -395,8 +398,8 @@ async def score_dataset(
                     verdicts = await _judge_passages(
                         backend, config, store, rec.query, items, sem, counters.on_passage, opts
                     )
-                    result = summarize(rec.query, verdicts, config, name, k=k)
-                    await writer.awrite(build_record(rec, result, k))
+                    result = summarize(rec.query, verdicts, config, name, k=k, measures=opts.measures)
+                    await writer.awrite(build_record(rec, result, k, measures=opts.measures))
                     counters.queries += 1
                     counters.done += 1
                     progress.update(snapshot())
@@ -439,7 +442,7 @@ async def score_dataset(
             },
             "config": _config_echo(config, name, opts),
         }
-        summary = _write_summary(out, summary_path, records, k, extra)
+        summary = _write_summary(out, summary_path, records, k, extra, measures=opts.measures)
         return BatchOutcome(
             output_path=out,
             summary_path=summary_path,
@@ -522,12 +525,12 @@ async def retry_unjudged(
         )
         for (idx, _), v in zip(items, fresh, strict=True):
             verdicts[idx] = v
-        result = summarize(str(rec["query"]), verdicts, config, name, k=k)
+        result = summarize(str(rec["query"]), verdicts, config, name, k=k, measures=opts.measures)
         base = {key: val for key, val in rec.items()}
         base["unjudged_passages"] = [
             p for (idx, _), p in zip(items, rec["unjudged_passages"], strict=True) if not verdicts[idx].judged
         ]
-        new_records[i] = finish_record(base, result, k)
+        new_records[i] = finish_record(base, result, k, measures=opts.measures)
         counters.queries += 1
         counters.done += 1
         progress.update(snapshot())
@@ -551,7 +554,7 @@ async def retry_unjudged(
         },
         "config": _config_echo(config, name, opts),
     }
-    summary = _write_summary(out, summary_path, new_records, k, extra)
+    summary = _write_summary(out, summary_path, new_records, k, extra, measures=opts.measures)
     return BatchOutcome(
         output_path=out,
         summary_path=summary_path,

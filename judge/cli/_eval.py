@@ -40,6 +40,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )
+    p.add_argument(
+        "-m",
+        "--measure",
+        dest="measures",
+        action="append",
+        default=[],
+        metavar="MEASURE",
+        help="also report this registry measure (P@3, AP(rel=2), rbp(p=0.8) ...; repeatable or a comma list)",
+    )
     p.add_argument("--no-summary", action="store_true", help="skip the summary reason (one call fewer)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_eval)
@@ -50,7 +59,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from judge.judging._config import JudgeConfig
     from judge.judging._core import judge_query
     from judge.judging._resolve import resolve_judge_backend
+    from judge.judging._summary import with_measures
     from judge.judging._sync import run_sync
+    from judge.metrics import parse_named_measures
 
     if not args.query.strip():
         raise InputError("must not be empty", field="--query")
@@ -59,6 +70,10 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InputError(f"passage #{i} is empty", field="--context")
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
+    try:
+        parse_named_measures(args.measures)
+    except ValueError as exc:
+        raise InputError(str(exc), field="-m") from exc
     try:
         config = JudgeConfig(
             mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
@@ -76,7 +91,7 @@ def run_eval(args: argparse.Namespace) -> int:
         finally:
             await backend.aclose()
 
-    result = run_sync(go())
+    result = with_measures(run_sync(go()), args.measures)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -118,8 +133,9 @@ def _print_table(result: Any) -> None:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     ndcg = "  ".join(f"NDCG@{c} {_fmt(x)}" for c, x in result.ndcg.items())
+    chosen = "".join(f"  {name} {_fmt(x)}" for name, x in result.measures.items())
     console.print(
-        f"score {_fmt(result.score)}  AP {_fmt(result.ap)}  {ndcg}  unjudged {result.unjudged}",
+        f"score {_fmt(result.score)}  AP {_fmt(result.ap)}  {ndcg}{chosen}  unjudged {result.unjudged}",
         highlight=False,
         markup=False,
     )

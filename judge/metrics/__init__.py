@@ -11,11 +11,22 @@ from judge.metrics._evaluate import (
     format_trec_eval,
     ordered_measures,
 )
+from judge.metrics._judged import (
+    LABEL_FREE,
+    JudgedList,
+    NamedMeasure,
+    judge_measure,
+    parse_named_measures,
+    split_measure_list,
+    truth_measure,
+    truth_values,
+)
 from judge.metrics._measures import (
     MIN_GEO_MEAN,
     NICKNAMES,
     Aggregate,
     ApDenominator,
+    Conventions,
     IdcgSource,
     Measure,
     RankedQuery,
@@ -24,6 +35,8 @@ from judge.metrics._measures import (
     parse_measure,
     parse_measure_args,
     parse_measures,
+    register_measure,
+    unregister_measure,
 )
 from judge.metrics._ranking import (
     NOT_IN_POOL,
@@ -59,6 +72,7 @@ from judge.metrics._significance import (
 )
 
 __all__ = [
+    "LABEL_FREE",
     "MIN_GEO_MEAN",
     "NICKNAMES",
     "NOT_IN_POOL",
@@ -66,11 +80,14 @@ __all__ = [
     "Aggregate",
     "ApDenominator",
     "Comparison",
+    "Conventions",
     "Evaluation",
     "Gain",
     "IdcgSource",
+    "JudgedList",
     "JudgedQuery",
     "Measure",
+    "NamedMeasure",
     "PairedTest",
     "RankedQuery",
     "UnjudgedPolicy",
@@ -89,6 +106,7 @@ __all__ = [
     "hit_rate",
     "holm",
     "holm_adjust",
+    "judge_measure",
     "mean_reciprocal_rank_all_hits",
     "measure_family",
     "ndcg",
@@ -97,14 +115,20 @@ __all__ = [
     "parse_measure",
     "parse_measure_args",
     "parse_measures",
+    "parse_named_measures",
     "percentile_bootstrap_mean",
     "permutation_test",
     "precision_at_k",
     "r_precision",
     "recall_at_k",
     "reciprocal_rank",
+    "register_measure",
     "set_precision",
+    "split_measure_list",
     "success_at_k",
+    "truth_measure",
+    "truth_values",
+    "unregister_measure",
 ]
 
 # --- agreement metrics (judge/metrics/_agreement.py, owned by another helper) ---------

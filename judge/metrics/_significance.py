@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from judge.metrics._ranking import sequential_sum
+
 __all__ = [
     "Comparison",
     "PairedTest",
@@ -81,10 +83,8 @@ def _pair(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 def _mean(values: npt.NDArray[np.float64]) -> float:
-    total = 0.0
-    for v in values.tolist():
-        total += float(v)
-    return total / int(values.shape[0])
+    """Left-to-right mean (the order trec_eval averages in)."""
+    return sequential_sum(values) / int(values.shape[0])
 
 
 def permutation_test(
