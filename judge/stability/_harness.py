@@ -53,6 +53,8 @@ from judge.backends._base import Backend
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, judge_query, resolve_config
+from judge.judging._summary import judged_list
+from judge.metrics import Measure, NamedMeasure, judge_measure
 from judge.stability._stats import (
     Interval,
     bootstrap_mean_ci,
@@ -94,38 +96,45 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class StabilityMetric:
-    """A run-level figure: ``map`` (mean AP), ``score`` (mean score) or ``ndcg@K``.
+    """A run-level figure: the mean over queries of a registry measure computed on each
+    run's verdicts with the label-free conventions (:data:`judge.metrics.LABEL_FREE`).
 
-    ``per_query`` reads the matching per-query value from a :class:`JudgeResult`.
+    ``name`` is the figure's key in the report: ``map`` (mean AP), ``score`` (mean share
+    of relevant passages), ``ndcg@K``, or any registry measure as the user wrote it
+    (``P@3``, ``AP(rel=2)``, ``rbp(p=0.8)``). ``per_query`` computes the measure on one
+    :class:`JudgeResult`'s verdicts (None when none was judged).
     """
 
     name: str
-    k: int | None = None
+    measure: Measure
 
     def per_query(self, result: JudgeResult) -> float | None:
-        if self.name == "map":
-            return result.ap
-        if self.name == "score":
-            return result.score
-        if self.k is None:  # pragma: no cover - parse_metric never builds this
-            raise ValueError(f"metric {self.name} has no cutoff")
-        return result.ndcg.get(self.k)
+        return judged_list(result.verdicts, result.mode).value(self.measure)
 
     @property
     def per_query_name(self) -> str:
-        """The per-query quantity averaged into this figure (``ap``, ``score``, ``ndcg@K``)."""
+        """The per-query quantity averaged into this figure (``ap``, ``score``, ``ndcg@K``, ...)."""
         return "ap" if self.name == "map" else self.name
 
+    @property
+    def conventions(self) -> dict[str, object]:
+        """Every parameter the figure's measure is computed with."""
+        return NamedMeasure(self.name, self.measure, self.measure).judge_conventions
 
+
+# The figures every report has, by their historical names.
+_LEGACY = {"map": "AP", "score": "set_P"}
 _NDCG = re.compile(r"^ndcg@(\d+)$")
 
 
 def parse_metric(text: str, k: Sequence[int]) -> StabilityMetric:
-    """``map`` | ``score`` | ``ndcg@K`` (K must be one of the cutoffs ``k``)."""
-    name = text.strip().lower()
-    if name in ("map", "score"):
-        return StabilityMetric(name)
-    m = _NDCG.match(name)
+    """``map`` | ``score`` | ``ndcg@K`` (K must be one of the cutoffs ``k``) | any registry
+    measure (``P@3``, ``ndcg_cut_5``, ``AP(rel=2)`` ...), reported under the name given."""
+    name = text.strip()
+    lowered = name.lower()
+    if lowered in _LEGACY:
+        return StabilityMetric(lowered, judge_measure(_LEGACY[lowered]))
+    m = _NDCG.match(lowered)
     if m:
         cutoff = int(m.group(1))
         if cutoff not in k:
@@ -133,12 +142,27 @@ def parse_metric(text: str, k: Sequence[int]) -> StabilityMetric:
                 f"ndcg@{cutoff} needs {cutoff} among the cutoffs -k {' '.join(map(str, k))}",
                 field="--metric",
             )
-        return StabilityMetric(f"ndcg@{cutoff}", cutoff)
-    raise InputError(f"unknown metric {text!r} (use map, score or ndcg@K)", field="--metric")
+        return StabilityMetric(f"ndcg@{cutoff}", judge_measure(f"ndcg_cut_{cutoff}"))
+    try:
+        return StabilityMetric(name, judge_measure(name))
+    except ValueError as exc:
+        kind = "unknown" if "unknown measure" in str(exc) or not name else "bad"
+        raise InputError(
+            f"{kind} metric {text!r}: {exc} (use map, score, ndcg@K or a registry measure such as P@3)",
+            field="--metric",
+        ) from None
 
 
-def _figure_metrics(k: Sequence[int]) -> list[StabilityMetric]:
-    return [StabilityMetric("map"), StabilityMetric("score")] + [StabilityMetric(f"ndcg@{c}", c) for c in k]
+MAP_FIGURE = parse_metric("map", ())
+SCORE_FIGURE = parse_metric("score", ())
+
+
+def _figure_metrics(k: Sequence[int], checked: StabilityMetric | None = None) -> list[StabilityMetric]:
+    """The figures of a report: map, score, ndcg@k for each cutoff, and the checked one."""
+    figures = [MAP_FIGURE, SCORE_FIGURE] + [parse_metric(f"ndcg@{c}", k) for c in k]
+    if checked is not None and checked.name not in {f.name for f in figures}:
+        figures.append(checked)
+    return figures
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,7 +174,8 @@ class StabilityOptions:
     """How a stability run is made and checked.
 
     ``runs``: judgments of the whole dataset (>= 2). ``threshold``: the largest allowed
-    relative spread of ``metric`` (``map``, ``score`` or ``ndcg@K``). ``k``: NDCG cutoffs.
+    relative spread of ``metric`` (``map``, ``score``, ``ndcg@K`` or a registry measure such as
+    ``P@3``). ``k``: NDCG cutoffs.
     ``concurrency``: queries in flight over all runs (default: the backend's
     ``max_concurrency``, else 8). ``confidence``/``bootstrap_resamples``/``bootstrap_seed``:
     the bootstrap over queries. ``top``: how many least stable queries and passages to list.
@@ -490,8 +515,8 @@ def _unstable_queries(
     checked: StabilityMetric,
     top: int,
 ) -> tuple[list[dict[str, Any]], list[float], list[float]]:
-    ap = _per_query_values(runs, StabilityMetric("map"))
-    score = _per_query_values(runs, StabilityMetric("score"))
+    ap = _per_query_values(runs, MAP_FIGURE)
+    score = _per_query_values(runs, SCORE_FIGURE)
     chk = _per_query_values(runs, checked)
     rows: list[dict[str, Any]] = []
     for q, rec in enumerate(records):
@@ -665,7 +690,7 @@ def analyse(
         raise ValueError("analyse needs at least 2 runs")
     runs = sorted(runs, key=lambda r: r.index)
     checked = options.checked
-    metrics = _figure_metrics(options.k)
+    metrics = _figure_metrics(options.k, checked)
     per_run_figures = {m.name: [run.figure(m) for run in runs] for m in metrics}
     figures = {name: _figure_summary(values) for name, values in per_run_figures.items()}
     noise, per_run_ci = _noise(runs, checked, options, per_run_figures[checked.name])
@@ -721,7 +746,10 @@ def analyse(
             "bootstrap_seed": options.bootstrap_seed,
             "top": options.top,
         },
-        "conventions": _conventions(options, config.mode),
+        "conventions": {
+            **_conventions(options, config.mode),
+            "measures": {m.name: m.conventions for m in metrics},
+        },
         "check": {
             "metric": checked.name,
             "threshold": options.threshold,
