@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,6 +16,8 @@ from aiohttp import web
 from judge.backends import ChatRequest
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("JUDGE_SHARED_DATA") or ROOT.parent / "shared" / "data")
+"""The third-party evaluation data (ROOT/../shared/data, or $JUDGE_SHARED_DATA)."""
 
 _PASSAGE = re.compile(r"(?:^|\n)<passage>\n(.*?)\n</passage>", re.S)
 

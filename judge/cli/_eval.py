@@ -13,7 +13,13 @@ import argparse
 import sys
 from typing import Any
 
-from judge.cli._flags import add_judge_flags, config_error, decision_kwargs
+from judge.cli._flags import (
+    add_judge_flags,
+    add_measure_flag,
+    checked_measures,
+    config_error,
+    decision_kwargs,
+)
 from judge.io._errors import InputError
 
 
@@ -40,15 +46,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )
-    p.add_argument(
-        "-m",
-        "--measure",
-        dest="measures",
-        action="append",
-        default=[],
-        metavar="MEASURE",
-        help="also report this registry measure (P@3, AP(rel=2), rbp(p=0.8) ...; repeatable or a comma list)",
-    )
+    add_measure_flag(p)
     p.add_argument("--no-summary", action="store_true", help="skip the summary reason (one call fewer)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_eval)
@@ -61,7 +59,6 @@ def run_eval(args: argparse.Namespace) -> int:
     from judge.judging._resolve import resolve_judge_backend
     from judge.judging._summary import with_measures
     from judge.judging._sync import run_sync
-    from judge.metrics import parse_named_measures
 
     if not args.query.strip():
         raise InputError("must not be empty", field="--query")
@@ -70,10 +67,7 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InputError(f"passage #{i} is empty", field="--context")
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
-    try:
-        parse_named_measures(args.measures)
-    except ValueError as exc:
-        raise InputError(str(exc), field="-m") from exc
+    measures = checked_measures(args.measures)
     try:
         config = JudgeConfig(
             mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
@@ -91,7 +85,7 @@ def run_eval(args: argparse.Namespace) -> int:
         finally:
             await backend.aclose()
 
-    result = with_measures(run_sync(go()), args.measures)
+    result = with_measures(run_sync(go()), measures)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

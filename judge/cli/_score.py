@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, config_error, decision_kwargs
+from judge.cli._flags import (
+    add_call_flags,
+    add_judge_flags,
+    add_measure_flag,
+    checked_measures,
+    config_error,
+    decision_kwargs,
+)
 from judge.io._errors import InputError
 
 
@@ -49,18 +56,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG/P cutoffs (default 5 10)"
     )
-    p.add_argument(
-        "-m",
-        "--measure",
-        dest="measures",
-        action="append",
-        default=[],
-        metavar="MEASURE",
-        help=(
-            "also report this registry measure per query and in the summary, under the name given "
-            "(P@3, ndcg_cut_5, AP(rel=2), rbp(p=0.8) ...; repeatable, or a comma list)"
-        ),
-    )
+    add_measure_flag(p)
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
     p.add_argument(
@@ -112,17 +108,6 @@ def _positive(value: float | None, flag: str) -> None:
         raise InputError("must be > 0", field=flag)
 
 
-def _measures(texts: list[str]) -> tuple[str, ...]:
-    """The -m arguments, checked against the measure registry before any work."""
-    from judge.metrics import parse_named_measures
-
-    try:
-        parse_named_measures(texts)
-    except ValueError as exc:
-        raise InputError(str(exc), field="-m") from exc
-    return tuple(texts)
-
-
 def _mode_of_output(path: Path) -> str | None:
     from judge.store import recover_output
 
@@ -158,7 +143,7 @@ def run_score(args: argparse.Namespace) -> int:
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
     field_map = parse_field_map(args.map)
-    measures = _measures(args.measures)
+    measures = checked_measures(args.measures)
 
     if args.retry_unjudged:
         output = Path(args.retry_unjudged)

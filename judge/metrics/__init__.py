@@ -150,35 +150,20 @@ _AGREEMENT_NAMES = (
     "spearman_rho",
 )
 if TYPE_CHECKING:
-    from judge.metrics._agreement import (
-        AgreementUndefinedError,
-        AlphaLevel,
-        KappaWeights,
-        TauVariant,
-        binary_kappa,
-        cohen_kappa,
-        confusion_matrix,
-        exact_agreement,
-        kendall_tau,
-        krippendorff_alpha,
-        roc_auc,
-        spearman_rho,
-    )
+    from judge.metrics._agreement import AgreementUndefinedError as AgreementUndefinedError
+    from judge.metrics._agreement import AlphaLevel as AlphaLevel
+    from judge.metrics._agreement import KappaWeights as KappaWeights
+    from judge.metrics._agreement import TauVariant as TauVariant
+    from judge.metrics._agreement import binary_kappa as binary_kappa
+    from judge.metrics._agreement import cohen_kappa as cohen_kappa
+    from judge.metrics._agreement import confusion_matrix as confusion_matrix
+    from judge.metrics._agreement import exact_agreement as exact_agreement
+    from judge.metrics._agreement import kendall_tau as kendall_tau
+    from judge.metrics._agreement import krippendorff_alpha as krippendorff_alpha
+    from judge.metrics._agreement import roc_auc as roc_auc
+    from judge.metrics._agreement import spearman_rho as spearman_rho
 
-__all__ += [
-    "AgreementUndefinedError",
-    "AlphaLevel",
-    "KappaWeights",
-    "TauVariant",
-    "binary_kappa",
-    "cohen_kappa",
-    "confusion_matrix",
-    "exact_agreement",
-    "kendall_tau",
-    "krippendorff_alpha",
-    "roc_auc",
-    "spearman_rho",
-]
+__all__ += list(_AGREEMENT_NAMES)
 
 
 def __getattr__(name: str) -> object:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -68,6 +68,9 @@ from judge.stability._stats import (
     value_range,
 )
 from judge.store import atomic_write_lines
+
+if TYPE_CHECKING:
+    from judge.metrics._agreement import AlphaLevel
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -479,7 +482,7 @@ def _agreement(labels: list[list[Label]], mode: str) -> dict[str, Any]:
     matrix = np.array([[value_of.get(x, math.nan) for x in row] for row in labels], dtype=np.float64).reshape(
         len(labels), n_passages
     )
-    level = "ordinal" if mode == "graded" else "nominal"
+    level: AlphaLevel = "ordinal" if mode == "graded" else "nominal"
     alpha = krippendorff_alpha(
         matrix, level=level, value_domain=[0.0, 1.0, 2.0, 3.0] if mode == "graded" else None
     )
