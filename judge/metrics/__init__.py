@@ -36,6 +36,7 @@ from judge.metrics._measures import (
     parse_measure_args,
     parse_measures,
     register_measure,
+    registry_version,
     unregister_measure,
 )
 from judge.metrics._ranking import (
@@ -123,6 +124,7 @@ __all__ = [
     "recall_at_k",
     "reciprocal_rank",
     "register_measure",
+    "registry_version",
     "set_precision",
     "split_measure_list",
     "success_at_k",

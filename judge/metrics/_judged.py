@@ -33,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from judge.metrics._measures import Conventions, Measure, parse_measure, parse_measures
+from judge.metrics._measures import Conventions, Measure, parse_measure, parse_measures, registry_version
 from judge.metrics._ranking import NOT_IN_POOL
 
 __all__ = [
@@ -53,16 +53,20 @@ LABEL_FREE: Conventions = {"unjudged": "drop", "ap_denominator": "retrieved"}
 IntArray = npt.NDArray[np.int64]
 
 
-@lru_cache(maxsize=1024)
 def judge_measure(text: str) -> Measure:
     """``text`` parsed with the label-free conventions (:data:`LABEL_FREE`)."""
-    return _numeric(parse_measure(text, defaults=LABEL_FREE), text)
+    return _parse_one(text, True, registry_version())
+
+
+def truth_measure(text: str) -> Measure:
+    """``text`` parsed with trec_eval's conventions (for ground-truth figures)."""
+    return _parse_one(text, False, registry_version())
 
 
 @lru_cache(maxsize=1024)
-def truth_measure(text: str) -> Measure:
-    """``text`` parsed with trec_eval's conventions (for ground-truth figures)."""
-    return _numeric(parse_measure(text), text)
+def _parse_one(text: str, label_free: bool, _version: int) -> Measure:
+    """Parsed once per registry state (a registration changes what names mean)."""
+    return _numeric(parse_measure(text, defaults=LABEL_FREE if label_free else None), text)
 
 
 def _numeric(measure: Measure, text: str) -> Measure:
@@ -118,7 +122,7 @@ def split_measure_list(texts: Iterable[str]) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def _parse_named(texts: tuple[str, ...]) -> tuple[NamedMeasure, ...]:
+def _parse_named(texts: tuple[str, ...], _version: int) -> tuple[NamedMeasure, ...]:
     out: dict[str, NamedMeasure] = {}
     for text in split_measure_list(texts):
         judged = parse_measures(text, defaults=LABEL_FREE)
@@ -137,7 +141,7 @@ def parse_named_measures(texts: Sequence[str] | str) -> tuple[NamedMeasure, ...]
     as given; duplicates keep the first. ValueError names a bad measure."""
     if isinstance(texts, str):
         texts = (texts,)
-    return _parse_named(tuple(texts))
+    return _parse_named(tuple(texts), registry_version())
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ __all__ = [
     "parse_measure_args",
     "parse_measures",
     "register_measure",
+    "registry_version",
     "unregister_measure",
 ]
 
@@ -854,6 +855,7 @@ _FAMILIES: tuple[_Family, ...] = (
 _REGISTRY: dict[str, _Family] = {f.name: f for f in _FAMILIES}
 _ORDER: dict[str, int] = {f.name: i for i, f in enumerate(_FAMILIES)}
 _REGISTERED: set[str] = set()  # families added by register_measure
+_VERSION = [0]  # bumped by register_measure / unregister_measure
 
 _OFFICIAL = (
     "runid",
@@ -1008,6 +1010,7 @@ def register_measure(
     for alias in aliases:
         _ALIASES[alias.lower()] = name
     _REGISTERED.add(name)
+    _VERSION[0] += 1
 
 
 def unregister_measure(name: str) -> None:
@@ -1019,6 +1022,13 @@ def unregister_measure(name: str) -> None:
     del _ORDER[name]
     for alias in [a for a, target in _ALIASES.items() if target == name]:
         del _ALIASES[alias]
+    _VERSION[0] += 1
+
+
+def registry_version() -> int:
+    """A number that changes whenever a family is registered or removed (for caches of
+    parsed measures)."""
+    return _VERSION[0]
 
 
 def measure_family(name: str) -> str:
