@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import load_sim
+from _helpers import isolate_cli_env, load_sim
 
 from judge.cli import main
 
@@ -24,9 +24,7 @@ def sim() -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
+    isolate_cli_env(tmp_path, monkeypatch)
 
 
 def _dataset(path: Path, n: int = 8) -> Path:
