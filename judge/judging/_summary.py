@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from judge.judging._config import JudgeConfig, resolve_config, template_for
 from judge.judging._models import JudgeResult, Mode, PassageVerdict, UsageSummary
 from judge.metrics import JudgedList, NamedMeasure, judge_measure, parse_named_measures
@@ -88,7 +90,12 @@ def judged_list(
                 pool_gains.append(int(grade))
             else:
                 pool_gains.append(1 if grade >= QRELS_BINARY_LEVEL else 0)
-    return JudgedList.of(relevant, gains, pool_relevant=pool_relevant, pool_gains=pool_gains)
+    return JudgedList(  # already normalised: -1 for unjudged in both arrays
+        np.array(relevant, dtype=np.int64),
+        np.array(gains, dtype=np.int64),
+        np.array(pool_relevant, dtype=np.int64),
+        np.array(pool_gains, dtype=np.int64),
+    )
 
 
 def usage_of(verdicts: Sequence[PassageVerdict]) -> UsageSummary:

@@ -27,13 +27,20 @@ Everything here is arrays in, numbers out; :mod:`judge.judging` turns verdicts i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
-from judge.metrics._measures import Conventions, Measure, parse_measure, parse_measures, registry_version
+from judge.metrics._measures import (
+    Conventions,
+    Measure,
+    RankedQuery,
+    parse_measure,
+    parse_measures,
+    registry_version,
+)
 from judge.metrics._ranking import NOT_IN_POOL
 
 __all__ = [
@@ -157,6 +164,9 @@ class JudgedList:
     gains: IntArray
     pool_relevant: IntArray
     pool_gains: IntArray
+    _queries: dict[tuple[bool, int, str], RankedQuery] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def of(
@@ -190,9 +200,17 @@ class JudgedList:
         if self.judged == 0:
             return None
         by_verdict = measure.uses_level and measure.rel is None
-        grades, pool = (self.relevant, self.pool_relevant) if by_verdict else (self.gains, self.pool_gains)
-        qrels = np.concatenate((grades[grades >= 0], pool))
-        return measure.compute(grades, qrels=qrels, relevance_level=1)
+        level = 1 if measure.rel is None else measure.rel
+        key = (by_verdict, level, measure.unjudged)
+        query = self._queries.get(key)
+        if query is None:  # shared by every measure with the same arrays and conventions
+            grades, pool = (
+                (self.relevant, self.pool_relevant) if by_verdict else (self.gains, self.pool_gains)
+            )
+            judged = grades[grades >= 0]
+            qrels = np.concatenate((judged, pool)) if pool.shape[0] else judged
+            query = self._queries[key] = measure.query(grades, qrels=qrels, relevance_level=level)
+        return measure.compute_on(query)
 
     def values(self, measures: Iterable[NamedMeasure]) -> dict[str, float | None]:
         """``{name: value}`` of each measure's judge variant."""
@@ -207,4 +225,11 @@ def truth_values(
     query; relevance level 1 unless a measure has ``rel=``."""
     g = np.asarray(grades, dtype=np.int64)
     q = np.asarray(list(qrels.values()), dtype=np.int64)
-    return {name: m.compute(g, qrels=q, relevance_level=1) for name, m in measures.items()}
+    queries: dict[tuple[int, str], RankedQuery] = {}
+    out: dict[str, float] = {}
+    for name, m in measures.items():
+        key = (1 if m.rel is None else m.rel, m.unjudged)
+        if key not in queries:
+            queries[key] = m.query(g, qrels=q, relevance_level=1)
+        out[name] = m.compute_on(queries[key])
+    return out
