@@ -223,3 +223,19 @@ def test_judged_list_of_graded_verdicts_and_qrels_pool() -> None:
     assert binary.pool_gains.tolist() == [1, 0] and binary.pool_relevant.tolist() == [1, 0]
     with pytest.raises(ValueError, match="no grade"):
         judged_list(_verdicts(["yes"]), "graded")
+
+
+def test_stability_figures_recompute_the_judge_result_fields() -> None:
+    """A stability figure computes its measure on the verdicts: the same numbers as the
+    JudgeResult fields summarize computed with the same registry measures."""
+    from judge.stability import parse_metric
+
+    labels = [["yes", "no", "yes"], ["no", "unjudged", "yes", "yes"], ["unjudged"], ["no", "no"]]
+    for row in labels:
+        result = summarize("q", _verdicts(row), JudgeConfig(), "fake", k=(2, 5))
+        assert parse_metric("map", (2, 5)).per_query(result) == result.ap
+        assert parse_metric("score", (2, 5)).per_query(result) == result.score
+        assert parse_metric("ndcg@2", (2, 5)).per_query(result) == result.ndcg.get(2)
+    result = summarize("q", _verdicts(["no", "unjudged", "yes"]), JudgeConfig(), "fake")
+    assert parse_metric("P@2", (5,)).per_query(result) == 0.5  # judged list: no, yes
+    assert parse_metric("MRR", (5,)).per_query(result) == 0.5

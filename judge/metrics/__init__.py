@@ -1,5 +1,12 @@
 """Ranking metrics: pure per-query functions, the measure registry, TREC-style evaluation
-and significance tests."""
+and significance tests.
+
+The registry (:func:`parse_measure`, :func:`register_measure`) is the one vocabulary of
+measures in ``judge``: ``judge trec`` evaluates runs with it under trec_eval's conventions,
+and every figure computed on an LLM judge's verdicts (``JudgeResult``, ``judge score``
+records and summaries, stability reports) is a registry measure parsed with the label-free
+conventions of :data:`LABEL_FREE` and computed on a :class:`JudgedList`.
+"""
 
 from typing import TYPE_CHECKING
 
