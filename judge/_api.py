@@ -16,7 +16,9 @@ from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import judge_query
 from judge.judging._models import JudgeResult, Mode
 from judge.judging._resolve import resolve_judge_backend
+from judge.judging._summary import with_measures
 from judge.judging._sync import run_sync
+from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]
 
@@ -40,6 +42,7 @@ async def aevaluate(
     store: VerdictStore | None = None,
     summary: bool = True,
     base_url: str | None = None,
+    measures: Sequence[str] = (),
 ) -> JudgeResult:
     """Judge every passage of ``retrieval_context`` (rank order) for ``query``.
 
@@ -51,6 +54,9 @@ async def aevaluate(
     setting (probability mode, thresholds, samples, template). ``qrels``: passage id ->
     grade, makes NDCG's IDCG come from them (passages need ids: pass :class:`Passage`).
     ``store``: a verdict cache. ``summary``: also ask for a summary reason (one more call).
+    ``measures``: registry measures to report besides score, AP and NDCG@k (``["P@3",
+    "AP(rel=2)", "rbp(p=0.8)"]``), in ``result.measures`` under the names given, computed
+    with the label-free conventions echoed in ``result.measure_conventions``.
 
     A backend resolved here from a spec or the environment is closed when the call ends
     (the embedded model is unloaded); to judge many queries, resolve it once with
@@ -58,9 +64,10 @@ async def aevaluate(
     """
     if isinstance(retrieval_context, str):
         raise TypeError("retrieval_context must be a list of passages, not a single string")
+    parse_named_measures(measures)  # a bad measure fails before any call
     resolved = resolve_judge_backend(backend, base_url=base_url)
     try:
-        return await judge_query(
+        result = await judge_query(
             resolved,
             query,
             list(retrieval_context),
@@ -70,6 +77,7 @@ async def aevaluate(
             qrels=qrels,
             with_summary=summary,
         )
+        return with_measures(result, measures, qrels=qrels)
     finally:
         if backend is None or isinstance(backend, str):
             # Created here from a spec or the environment: ours to close. A backend object
@@ -89,6 +97,7 @@ def evaluate(
     store: VerdictStore | None = None,
     summary: bool = True,
     base_url: str | None = None,
+    measures: Sequence[str] = (),
 ) -> JudgeResult:
     """Synchronous :func:`aevaluate` (same arguments, same result)."""
     return run_sync(
@@ -103,5 +112,6 @@ def evaluate(
             store=store,
             summary=summary,
             base_url=base_url,
+            measures=measures,
         )
     )

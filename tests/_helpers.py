@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -10,11 +11,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 from aiohttp import web
 
 from judge.backends import ChatRequest
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("JUDGE_SHARED_DATA") or ROOT.parent / "shared" / "data")
+"""The third-party evaluation data (ROOT/../shared/data, or $JUDGE_SHARED_DATA)."""
 
 _PASSAGE = re.compile(r"(?:^|\n)<passage>\n(.*?)\n</passage>", re.S)
 
@@ -26,6 +30,14 @@ def passage_of(request: ChatRequest) -> str:
     if m is None:
         raise AssertionError("no passage in the prompt")
     return m.group(1)
+
+
+def isolate_cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI run in a test: its own JUDGE_HOME (cache) under ``tmp_path``, a dummy OpenAI
+    key for the simulated server, no DashScope key."""
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
 
 
 def load_sim() -> ModuleType:

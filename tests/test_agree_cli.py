@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from _helpers import SHARED_DATA
 
 from judge.cli import main
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "llmjudge_dl23"
+DATA = SHARED_DATA / "llmjudge_dl23"
 
 
 def _write(path: Path, lines: list[str]) -> Path:

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from _helpers import SHARED_DATA
 
 from judge.cli import main
 from judge.metrics import holm
 
-DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec_dl19"
+DL19 = SHARED_DATA / "trec_dl19"
 
 QRELS = "".join(f"q{q} 0 d{d} {1 if d == q % 3 else 0}\n" for q in range(6) for d in range(3))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -192,3 +193,20 @@ def test_direct_construction_validates() -> None:
         Measure("nope")
     with pytest.raises(ValueError, match="exponential"):
         Measure("ndcg", gains=((1, 3.0),), gain="exponential")
+
+
+def test_combine_aggregates_as_trec_eval() -> None:
+    # mean and sum left to right; geometric mean with trec_eval's 1e-5 floor for zeros
+    assert parse_measure("map").combine([0.5, 0.25, 0.0]) == pytest.approx(0.25)
+    assert parse_measure("num_rel_ret").combine([3, 0, 2]) == 5.0
+    assert parse_measure("gm_map").combine([0.5, 0.0]) == pytest.approx(math.sqrt(0.5 * 1e-5))
+    assert parse_measure("P@1").combine([1.0]) == 1.0
+    with pytest.raises(ValueError, match="no per-query values"):
+        parse_measure("map").combine([])
+    with pytest.raises(ValueError, match="no per-query numeric value"):
+        parse_measure("relstring").combine([1.0])
+
+
+def test_uses_level_tells_binary_from_gain_measures() -> None:
+    assert parse_measure("P@5").uses_level and parse_measure("map").uses_level
+    assert not parse_measure("ndcg@5").uses_level and not parse_measure("rbp").uses_level

@@ -234,7 +234,7 @@ def test_metric_option_checks_another_figure(dataset: Path) -> None:
     with pytest.raises(InputError, match="ndcg@7"):
         StabilityOptions(metric="ndcg@7")
     with pytest.raises(InputError, match="unknown metric"):
-        StabilityOptions(metric="mrr")
+        StabilityOptions(metric="mrr_typo")
 
 
 def test_graded_mode_uses_grades_and_ordinal_alpha(dataset: Path) -> None:

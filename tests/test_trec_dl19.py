@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from _helpers import SHARED_DATA
 
 from judge.cli import main
 from judge.metrics import parse_measure
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec_dl19"
+DATA = SHARED_DATA / "trec_dl19"
 SUMMARIES = DATA / "official_nist_summaries_ICT_runs.md"
 
 pytestmark = pytest.mark.skipif(not SUMMARIES.exists(), reason="shared TREC DL 2019 data not present")

@@ -26,15 +26,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from judge.batch._metrics import (
-    average_precision,
-    ndcg_at,
-    precision_at,
-    recall_at,
-    reciprocal_rank,
-)
 from judge.io._jsonl import DatasetRecord
 from judge.judging._models import JudgeResult, PassageVerdict
+from judge.judging._summary import judged_list
+from judge.metrics import (
+    JudgedList,
+    Measure,
+    NamedMeasure,
+    judge_measure,
+    parse_named_measures,
+    truth_measure,
+    truth_values,
+)
 
 RECORD_VERSION = 1
 
@@ -59,32 +62,52 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
-def judge_rank_metrics(verdicts: Sequence[PassageVerdict], k: Sequence[int]) -> dict[str, Any]:
-    """RR and P@k on the judged passages (unjudged dropped)."""
-    judged = [v for v in verdicts if v.judged]
-    if not judged:
-        return {"rr": None, "precision": {str(c): None for c in k}}
-    rel = [1 if v.verdict == "yes" else 0 for v in judged]
+def _values(values: Mapping[str, float | None]) -> dict[str, float | None]:
+    return {name: _round(value) for name, value in values.items()}
+
+
+def judge_rank_metrics(verdicts: Sequence[PassageVerdict] | JudgedList, k: Sequence[int]) -> dict[str, Any]:
+    """RR and P@k on the judged passages (unjudged dropped): registry ``recip_rank`` and
+    ``P_k`` with the label-free conventions."""
+    listed = verdicts if isinstance(verdicts, JudgedList) else judged_list(verdicts, "binary")
     return {
-        "rr": _round(reciprocal_rank(rel)),
-        "precision": {str(c): _round(precision_at(rel, c)) for c in k},
+        "rr": _round(listed.value(judge_measure("recip_rank"))),
+        "precision": {str(c): _round(listed.value(judge_measure(f"P_{c}"))) for c in k},
     }
 
 
-def ground_truth_metrics(docnos: Sequence[str], truth: Mapping[str, int], k: Sequence[int]) -> dict[str, Any]:
-    """trec_eval-style metrics of the input ranking against the ground truth."""
-    gains = [int(truth.get(d, 0)) for d in docnos]
-    rel = [1 if g >= 1 else 0 for g in gains]
-    n_rel = sum(1 for g in truth.values() if g >= 1)
-    ideal = sorted((g for g in truth.values() if g > 0), reverse=True)
-    return {
-        "ap": _round(average_precision(rel, n_rel)),
-        "ndcg": {str(c): _round(ndcg_at(gains, ideal, c)) for c in k},
-        "rr": _round(reciprocal_rank(rel)),
-        "precision": {str(c): _round(precision_at(rel, c)) for c in k},
-        "recall": {str(c): _round(recall_at(rel, n_rel, c)) for c in k},
-        "n_relevant": n_rel,
+def ground_truth_metrics(
+    docnos: Sequence[str],
+    truth: Mapping[str, int],
+    k: Sequence[int],
+    *,
+    measures: Sequence[str] = (),
+) -> dict[str, Any]:
+    """trec_eval-style metrics of the input ranking against the ground truth (registry
+    measures with trec_eval's conventions; a passage absent from the ground truth has grade 0).
+    ``measures``: more registry measures, under ``measures`` by the names given."""
+    grades = [int(truth.get(d, 0)) for d in docnos]
+    fixed = {
+        "ap": truth_measure("map"),
+        "rr": truth_measure("recip_rank"),
+        "n_relevant": truth_measure("num_rel"),
     }
+    for c in k:
+        for key, family in (("ndcg", "ndcg_cut"), ("precision", "P"), ("recall", "recall")):
+            fixed[f"{key}@{c}"] = truth_measure(f"{family}_{c}")
+    v = truth_values(grades, truth, fixed)
+    out: dict[str, Any] = {
+        "ap": _round(v["ap"]),
+        "ndcg": {str(c): _round(v[f"ndcg@{c}"]) for c in k},
+        "rr": _round(v["rr"]),
+        "precision": {str(c): _round(v[f"precision@{c}"]) for c in k},
+        "recall": {str(c): _round(v[f"recall@{c}"]) for c in k},
+        "n_relevant": int(v["n_relevant"]),
+    }
+    named = parse_named_measures(measures)
+    if named:
+        out["measures"] = _values(truth_values(grades, truth, {m.name: m.truth for m in named}))
+    return out
 
 
 def agreement_counts(
@@ -101,7 +124,9 @@ def agreement_counts(
     return c
 
 
-def build_record(rec: DatasetRecord, result: JudgeResult, k: Sequence[int]) -> dict[str, Any]:
+def build_record(
+    rec: DatasetRecord, result: JudgeResult, k: Sequence[int], *, measures: Sequence[str] = ()
+) -> dict[str, Any]:
     """The output line for one scored query."""
     docnos = [p.docno for p in rec.passages]
     unjudged_passages = [
@@ -119,13 +144,21 @@ def build_record(rec: DatasetRecord, result: JudgeResult, k: Sequence[int]) -> d
         "qrels": rec.qrels,
         "unjudged_passages": unjudged_passages,
     }
-    return finish_record(out, result, k)
+    return finish_record(out, result, k, measures=measures)
 
 
-def finish_record(base: dict[str, Any], result: JudgeResult, k: Sequence[int]) -> dict[str, Any]:
-    """Fill a record's result fields from ``result`` (used for new and re-judged queries)."""
+def finish_record(
+    base: dict[str, Any], result: JudgeResult, k: Sequence[int], *, measures: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Fill a record's result fields from ``result`` (used for new and re-judged queries).
+
+    ``measures``: registry measures (``P@3`` ...) recorded under ``measures`` (judge
+    verdicts, label-free conventions) and ``ground_truth.measures``, by the names given.
+    """
     out = dict(base)
     verdicts = result.verdicts
+    named = parse_named_measures(measures)
+    listed = judged_list(verdicts, result.mode)
     out.update(
         {
             "mode": result.mode,
@@ -136,15 +169,17 @@ def finish_record(base: dict[str, Any], result: JudgeResult, k: Sequence[int]) -
             "score": _round(result.score),
             "ap": _round(result.ap),
             "ndcg": {str(c): _round(val) for c, val in result.ndcg.items()},
-            **judge_rank_metrics(verdicts, k),
+            **judge_rank_metrics(listed, k),
             "usage": result.usage.model_dump(),
             "verdicts": [v.model_dump(mode="json") for v in verdicts],
             "conventions": dict(result.conventions),
         }
     )
+    if named:
+        out["measures"] = _values(listed.values(named))
     truth = _truth_of(out)
     if truth is not None:
-        gt = ground_truth_metrics(out["docnos"], truth, k)
+        gt = ground_truth_metrics(out["docnos"], truth, k, measures=measures)
         gt["agreement"] = agreement_counts(verdicts, out["docnos"], truth)
         out["ground_truth"] = gt
     else:
@@ -169,8 +204,48 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return round(math.fsum(xs) / len(xs), 6) if xs else None
 
 
-def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) -> dict[str, Any]:
-    """The run summary (metrics part), computed from the output file's records only."""
+def _aggregate(measure: Measure, values: Iterable[float | None]) -> float | None:
+    """A measure's value over the queries where it is defined: the mean (as every summary
+    figure), or the sum / geometric mean for measures trec_eval aggregates so."""
+    if measure.aggregate == "mean":
+        return _mean(values)
+    xs = [float(x) for x in values if x is not None]
+    return round(measure.combine(xs), 6) if xs else None
+
+
+def _judge_measures_of(record: Mapping[str, Any], named: Sequence[NamedMeasure]) -> dict[str, float | None]:
+    """A record's judge values of ``named``: as stored, else computed from its verdicts (a
+    record written by a run that chose other measures)."""
+    stored: Mapping[str, float | None] = record.get("measures") or {}
+    missing = [m for m in named if m.name not in stored]
+    if not missing:
+        return {m.name: stored[m.name] for m in named}
+    listed = judged_list(verdicts_of(record), record.get("mode", "binary"))
+    computed = _values(listed.values(missing))
+    return {m.name: stored[m.name] if m.name in stored else computed[m.name] for m in named}
+
+
+def _truth_measures_of(record: Mapping[str, Any], named: Sequence[NamedMeasure]) -> dict[str, float | None]:
+    stored: Mapping[str, float | None] = record["ground_truth"].get("measures") or {}
+    missing = {m.name: m.truth for m in named if m.name not in stored}
+    truth = _truth_of(record)
+    computed: dict[str, float | None] = {}
+    if missing and truth is not None:
+        grades = [int(truth.get(str(d), 0)) for d in record["docnos"]]
+        computed = _values(truth_values(grades, truth, missing))
+    return {m.name: stored[m.name] if m.name in stored else computed.get(m.name) for m in named}
+
+
+def summarize_records(
+    records: Sequence[Mapping[str, Any]], k: Sequence[int], *, measures: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The run summary (metrics part), computed from the output file's records only.
+
+    ``measures``: registry measures reported under ``judge.measures`` (and
+    ``ground_truth.measures``) by the names given, with their conventions under
+    ``conventions.measures``.
+    """
+    named = parse_named_measures(measures)
     ks = [str(c) for c in k]
     verdict_counts: Counter[str] = Counter()
     grade_counts: Counter[str] = Counter()
@@ -217,12 +292,21 @@ def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) ->
         "usage": {**usage, "currency": currency},
         "conventions": {"judge": JUDGE_CONVENTIONS, "mean": "over queries where the metric is defined"},
     }
+    if named:
+        per_record = [_judge_measures_of(r, named) for r in records]
+        summary["judge"]["measures"] = {
+            m.name: _aggregate(m.judge, (v[m.name] for v in per_record)) for m in named
+        }
+        summary["conventions"]["measures"] = {
+            m.name: {"judge": m.judge_conventions, "ground_truth": m.truth_conventions} for m in named
+        }
     gt_records = [r for r in records if r.get("ground_truth")]
     if gt_records:
         agree: Counter[str] = Counter()
         for r in gt_records:
             agree.update(r["ground_truth"].get("agreement", {}))
         total = sum(agree.values())
+        gt_values = [_truth_measures_of(r, named) for r in gt_records] if named else []
         summary["ground_truth"] = {
             "queries": len(gt_records),
             "map": _mean(r["ground_truth"]["ap"] for r in gt_records),
@@ -230,6 +314,11 @@ def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) ->
             "mrr": _mean(r["ground_truth"]["rr"] for r in gt_records),
             "precision": {c: _mean(r["ground_truth"]["precision"].get(c) for r in gt_records) for c in ks},
             "recall": {c: _mean(r["ground_truth"]["recall"].get(c) for r in gt_records) for c in ks},
+            **(
+                {"measures": {m.name: _aggregate(m.truth, (v[m.name] for v in gt_values)) for m in named}}
+                if named
+                else {}
+            ),
             "judge_agreement": {
                 **dict(agree),
                 "accuracy": round((agree["tp"] + agree["tn"]) / total, 6) if total else None,

@@ -92,6 +92,7 @@ class BatchOptions:
     listwise: bool = False
     listwise_template: str | None = None
     executor: Executor | None = None
+    measures: tuple[str, ...] = ()
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -348,7 +349,9 @@ class _Run:
         )
 
     def result(self, query: str, verdicts: list[PassageVerdict]) -> Any:
-        return summarize(query, verdicts, self.config, self.backend.name, k=tuple(self.opts.k))
+        return summarize(
+            query, verdicts, self.config, self.backend.name, k=tuple(self.opts.k), measures=self.opts.measures
+        )
 
     async def drive(
         self,
@@ -392,7 +395,7 @@ class _Run:
         records = recover_output(self.out)
         summary = {
             "output": str(self.out),
-            **summarize_records(records, self.opts.k),
+            **summarize_records(records, self.opts.k, measures=self.opts.measures),
             "input": str(inp) if inp is not None else None,
             "this_run": this_run,
             "config": _config_echo(self.config, self.backend.name, self.opts),
@@ -476,7 +479,9 @@ async def score_dataset(
 
             async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
                 rec: DatasetRecord = work.payload
-                await writer.awrite(build_record(rec, run.result(rec.query, verdicts), opts.k))
+                await writer.awrite(
+                    build_record(rec, run.result(rec.query, verdicts), opts.k, measures=opts.measures)
+                )
 
             await run.drive(plan, commit)
         return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)
@@ -535,7 +540,9 @@ async def retry_unjudged(
                         for job, entry in zip(work.jobs, item.entries, strict=True)
                         if not verdicts[job.index].judged
                     ]
-                    await writer.awrite(finish_record(base, run.result(work.query, verdicts), opts.k))
+                    await writer.awrite(
+                        finish_record(base, run.result(work.query, verdicts), opts.k, measures=opts.measures)
+                    )
 
                 await run.drive(plan, commit, ordered=True)
             _replace(tmp, out)

@@ -13,7 +13,13 @@ import argparse
 import sys
 from typing import Any
 
-from judge.cli._flags import add_judge_flags, config_error, decision_kwargs
+from judge.cli._flags import (
+    add_judge_flags,
+    add_measure_flag,
+    checked_measures,
+    config_error,
+    decision_kwargs,
+)
 from judge.io._errors import InputError
 
 
@@ -40,6 +46,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )
+    add_measure_flag(p)
     p.add_argument("--no-summary", action="store_true", help="skip the summary reason (one call fewer)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_eval)
@@ -50,6 +57,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from judge.judging._config import JudgeConfig
     from judge.judging._core import judge_query
     from judge.judging._resolve import resolve_judge_backend
+    from judge.judging._summary import with_measures
     from judge.judging._sync import run_sync
 
     if not args.query.strip():
@@ -59,6 +67,7 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InputError(f"passage #{i} is empty", field="--context")
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
+    measures = checked_measures(args.measures)
     try:
         config = JudgeConfig(
             mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
@@ -76,7 +85,7 @@ def run_eval(args: argparse.Namespace) -> int:
         finally:
             await backend.aclose()
 
-    result = run_sync(go())
+    result = with_measures(run_sync(go()), measures)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -118,8 +127,9 @@ def _print_table(result: Any) -> None:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     ndcg = "  ".join(f"NDCG@{c} {_fmt(x)}" for c, x in result.ndcg.items())
+    chosen = "".join(f"  {name} {_fmt(x)}" for name, x in result.measures.items())
     console.print(
-        f"score {_fmt(result.score)}  AP {_fmt(result.ap)}  {ndcg}  unjudged {result.unjudged}",
+        f"score {_fmt(result.score)}  AP {_fmt(result.ap)}  {ndcg}{chosen}  unjudged {result.unjudged}",
         highlight=False,
         markup=False,
     )

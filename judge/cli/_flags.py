@@ -87,3 +87,30 @@ def config_error(exc: ValueError) -> InputError:
     message = str(exc)
     name = message.split(" ", 1)[0]
     return InputError(message, field="--" + name.replace("_", "-") if name.isidentifier() else None)
+
+
+def add_measure_flag(p: argparse.ArgumentParser) -> None:
+    """``-m/--measure``: registry measures reported beside the standard figures."""
+    p.add_argument(
+        "-m",
+        "--measure",
+        dest="measures",
+        action="append",
+        default=[],
+        metavar="MEASURE",
+        help=(
+            "also report this registry measure under the name given (P@3, ndcg_cut_5, AP(rel=2), "
+            "rbp(p=0.8) ...; repeatable, or a comma list)"
+        ),
+    )
+
+
+def checked_measures(texts: list[str]) -> tuple[str, ...]:
+    """The ``-m`` arguments, checked against the measure registry before any work."""
+    from judge.metrics import parse_named_measures
+
+    try:
+        parse_named_measures(texts)
+    except ValueError as exc:
+        raise InputError(str(exc), field="-m") from exc
+    return tuple(texts)

@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, config_error, decision_kwargs
+from judge.cli._flags import (
+    add_call_flags,
+    add_judge_flags,
+    add_measure_flag,
+    checked_measures,
+    config_error,
+    decision_kwargs,
+)
 from judge.io._errors import InputError
 
 
@@ -49,6 +56,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG/P cutoffs (default 5 10)"
     )
+    add_measure_flag(p)
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
     p.add_argument(
@@ -134,6 +142,7 @@ def run_score(args: argparse.Namespace) -> int:
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
     field_map = parse_field_map(args.map)
+    measures = checked_measures(args.measures)
 
     if args.retry_unjudged:
         output = Path(args.retry_unjudged)
@@ -172,6 +181,7 @@ def run_score(args: argparse.Namespace) -> int:
         progress_interval_s=args.progress_interval,
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
+        measures=measures,
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,

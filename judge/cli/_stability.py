@@ -53,7 +53,11 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--threshold", type=float, default=0.01, help="largest relative spread allowed (default 0.01)"
     )
-    p.add_argument("--metric", default="map", help="checked figure: map (default), score or ndcg@K")
+    p.add_argument(
+        "--metric",
+        default="map",
+        help="checked figure: map (default), score, ndcg@K or any registry measure (P@3, AP(rel=2) ...)",
+    )
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )
@@ -172,9 +176,9 @@ def _progress(quiet: bool, runs: int, label: str = "") -> Any:
     def on_run(run: Any) -> None:
         if quiet:
             return
-        from judge.stability import StabilityMetric
+        from judge.stability import parse_metric
 
-        value = run.figure(StabilityMetric("map"))
+        value = run.figure(parse_metric("map", ()))
         print(
             f"judge stability: {label}run {run.index + 1}/{runs} done: "
             f"mAP {value:.4f} ({run.elapsed_s:.1f} s)",

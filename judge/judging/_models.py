@@ -8,7 +8,7 @@ error. ``JudgeResult`` is one query's verdicts plus the metrics computed from th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,6 +112,9 @@ class JudgeResult(_Strict):
     cutoff k (IDCG from the judged list, or from qrels when given); empty when no passage
     could be judged. ``unjudged``: number of passages with no verdict, dropped from the ranking
     as the ``conventions`` record says. ``conventions`` echoes every metric convention used.
+    ``measures``: the user-chosen registry measures (``measures=["P@3"]``) under the names
+    given, None when no passage could be judged; ``measure_conventions``: every parameter
+    each of them was computed with (label-free conventions, see :mod:`judge.metrics`).
     """
 
     query: str
@@ -125,3 +128,5 @@ class JudgeResult(_Strict):
     reason: str = ""
     usage: UsageSummary = UsageSummary()
     conventions: dict[str, str | int | float] = Field(default_factory=dict)
+    measures: dict[str, float | None] = Field(default_factory=dict)
+    measure_conventions: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -1,8 +1,10 @@
 """From per-passage verdicts to one query's :class:`JudgeResult` (pure: no LLM calls).
 
-Conventions (echoed in ``JudgeResult.conventions``):
+Every figure is a registry measure (:mod:`judge.metrics`) computed with the label-free
+conventions (:data:`judge.metrics.LABEL_FREE`) on the verdicts turned into arrays by
+:func:`judged_list`. Conventions (echoed in ``JudgeResult.conventions``):
 
-* ``score`` = yes / judged; None when nothing was judged.
+* ``score`` = yes / judged (``set_P``); None when nothing was judged.
 * Unjudged passages are *dropped* from the ranking before AP and NDCG (the passages after
   them move up); they are counted in ``unjudged`` and never treated as "no".
 * ``ap``: average precision over the judged ranking with the no-ground-truth denominator
@@ -14,6 +16,8 @@ Conventions (echoed in ``JudgeResult.conventions``):
   passage counts once, with the judge's gain, so the ideal ranking is always at least as
   good as the judged one and NDCG stays within [0, 1] however lenient the judge is.
   Empty when nothing was judged.
+* ``measures``: any other registry measure (``P@3``, ``AP(rel=2)``, ``rbp(p=0.8)``) under
+  the same conventions, by the name the caller gave it.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from judge.judging._config import JudgeConfig, resolve_config, template_for
-from judge.judging._models import JudgeResult, PassageVerdict, UsageSummary
-from judge.metrics import average_precision, ndcg
+from judge.judging._models import JudgeResult, Mode, PassageVerdict, UsageSummary
+from judge.metrics import JudgedList, NamedMeasure, judge_measure, parse_named_measures
 
 QRELS_BINARY_LEVEL = 1
+
+JUDGE_AP = "AP"
+JUDGE_SCORE = "set_P"
 
 
 def check_k(k: Sequence[int]) -> tuple[int, ...]:
@@ -40,33 +47,55 @@ def check_k(k: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _gains(judged: Sequence[PassageVerdict], config: JudgeConfig) -> list[float]:
-    gains: list[float] = []
-    for v in judged:
-        if config.mode == "graded":
+def judged_list(
+    verdicts: Sequence[PassageVerdict],
+    mode: Mode,
+    *,
+    qrels: Mapping[str, int] | None = None,
+    grade_threshold: int = QRELS_BINARY_LEVEL,
+) -> JudgedList:
+    """The verdicts (rank order) as the arrays registry measures are computed on.
+
+    Relevance is the verdict (``yes`` = 1); the gain is the grade in graded mode, yes=1/no=0
+    in binary mode; an unjudged passage is -1 in both. With ``qrels``, the qrels passages
+    no judged passage matches by id join the pool: gain = their grade (binary mode: 1 when
+    the grade is >= 1, else 0), relevant when the grade is >= ``grade_threshold`` (graded
+    mode; binary: >= 1). Negative qrels grades are left out.
+    """
+    relevant: list[int] = []
+    gains: list[int] = []
+    for v in verdicts:
+        if not v.judged:
+            relevant.append(-1)
+            gains.append(-1)
+            continue
+        yes = 1 if v.verdict == "yes" else 0
+        relevant.append(yes)
+        if mode == "graded":
             if v.grade is None:
                 raise ValueError(f"verdict #{v.index} has no grade but the mode is graded")
-            gains.append(float(v.grade))
+            gains.append(int(v.grade))
         else:
-            gains.append(1.0 if v.verdict == "yes" else 0.0)
-    return gains
-
-
-def _ideal(
-    judged: Sequence[PassageVerdict],
-    gains: Sequence[float],
-    config: JudgeConfig,
-    qrels: Mapping[str, int] | None,
-) -> list[float]:
-    pool = list(gains)
+            gains.append(yes)
+    pool_relevant: list[int] = []
+    pool_gains: list[int] = []
     if qrels is not None:
-        retrieved = {v.passage_id for v in judged if v.passage_id is not None}
-        missed = [g for pid, g in qrels.items() if pid not in retrieved]
-        if config.mode == "graded":
-            pool.extend(float(g) for g in missed if g > 0)
-        else:
-            pool.extend(1.0 for g in missed if g >= QRELS_BINARY_LEVEL)
-    return sorted(pool, reverse=True)
+        retrieved = {v.passage_id for v in verdicts if v.judged and v.passage_id is not None}
+        level = grade_threshold if mode == "graded" else QRELS_BINARY_LEVEL
+        for pid, grade in qrels.items():
+            if pid in retrieved or grade < 0:
+                continue
+            pool_relevant.append(1 if grade >= level else 0)
+            if mode == "graded":
+                pool_gains.append(int(grade))
+            else:
+                pool_gains.append(1 if grade >= QRELS_BINARY_LEVEL else 0)
+    return JudgedList(  # already normalised: -1 for unjudged in both arrays
+        np.array(relevant, dtype=np.int64),
+        np.array(gains, dtype=np.int64),
+        np.array(pool_relevant, dtype=np.int64),
+        np.array(pool_gains, dtype=np.int64),
+    )
 
 
 def usage_of(verdicts: Sequence[PassageVerdict]) -> UsageSummary:
@@ -120,33 +149,63 @@ def summarize(
     k: Sequence[int] = (5, 10),
     qrels: Mapping[str, int] | None = None,
     reason: str = "",
+    measures: Sequence[str] = (),
 ) -> JudgeResult:
-    """The metrics of one query from its verdicts, given in rank order (pure)."""
+    """The metrics of one query from its verdicts, given in rank order (pure).
+
+    ``measures``: registry measures to compute besides score, AP and NDCG@k (``["P@3",
+    "AP(rel=2)"]``, comma lists allowed), reported under the names given; ValueError names a
+    bad one.
+    """
     cutoffs = check_k(k)
-    judged = [v for v in verdicts if v.judged]
-    score: float | None = None
-    ap: float | None = None
+    named = parse_named_measures(measures)
+    listed = judged_list(verdicts, config.mode, qrels=qrels, grade_threshold=config.grade_threshold)
     ndcgs: dict[int, float] = {}
-    if judged:
-        rel = np.array([1 if v.verdict == "yes" else 0 for v in judged], dtype=np.int64)
-        score = float(rel.sum()) / len(judged)
-        ap = float(average_precision(rel))
-        gains = _gains(judged, config)
-        ideal = np.array(_ideal(judged, gains, config, qrels), dtype=np.float64)
-        gain_arr = np.array(gains, dtype=np.float64)
-        ndcgs = {c: float(ndcg(gain_arr, ideal=ideal, k=c, gain="linear")) for c in cutoffs}
+    if listed.judged:
+        for c in cutoffs:
+            value = listed.value(judge_measure(f"ndcg_cut_{c}"))
+            assert value is not None  # pragma: no cover - judged passages exist
+            ndcgs[c] = value
     return JudgeResult(
         query=query,
         mode=config.mode,
         backend=backend_name,
         verdicts=list(verdicts),
-        score=score,
-        ap=ap,
+        score=listed.value(judge_measure(JUDGE_SCORE)),
+        ap=listed.value(judge_measure(JUDGE_AP)),
         ndcg=ndcgs,
-        unjudged=len(verdicts) - len(judged),
+        unjudged=len(verdicts) - listed.judged,
         reason=reason,
         usage=usage_of(verdicts),
         conventions=conventions_of(config, qrels_given=qrels is not None),
+        measures=listed.values(named),
+        measure_conventions=measure_conventions(named),
+    )
+
+
+def measure_conventions(named: Sequence[NamedMeasure]) -> dict[str, dict[str, object]]:
+    """``{name: parameters}`` of each user-chosen measure as computed on verdicts."""
+    return {m.name: m.judge_conventions for m in named}
+
+
+def with_measures(
+    result: JudgeResult,
+    measures: Sequence[str],
+    *,
+    qrels: Mapping[str, int] | None = None,
+) -> JudgeResult:
+    """``result`` with ``measures`` (registry measure names) computed on its verdicts, as
+    :func:`summarize` computes them (``qrels``: the ones ``result`` was computed with)."""
+    named = parse_named_measures(measures)
+    if not named:
+        return result
+    threshold = int(result.conventions.get("grade_threshold", QRELS_BINARY_LEVEL))
+    listed = judged_list(result.verdicts, result.mode, qrels=qrels, grade_threshold=threshold)
+    return result.model_copy(
+        update={
+            "measures": {**result.measures, **listed.values(named)},
+            "measure_conventions": {**result.measure_conventions, **measure_conventions(named)},
+        }
     )
 
 

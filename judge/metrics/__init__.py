@@ -1,5 +1,12 @@
 """Ranking metrics: pure per-query functions, the measure registry, TREC-style evaluation
-and significance tests."""
+and significance tests.
+
+The registry (:func:`parse_measure`, :func:`register_measure`) is the one vocabulary of
+measures in ``judge``: ``judge trec`` evaluates runs with it under trec_eval's conventions,
+and every figure computed on an LLM judge's verdicts (``JudgeResult``, ``judge score``
+records and summaries, stability reports) is a registry measure parsed with the label-free
+conventions of :data:`LABEL_FREE` and computed on a :class:`JudgedList`.
+"""
 
 from typing import TYPE_CHECKING
 
@@ -11,11 +18,22 @@ from judge.metrics._evaluate import (
     format_trec_eval,
     ordered_measures,
 )
+from judge.metrics._judged import (
+    LABEL_FREE,
+    JudgedList,
+    NamedMeasure,
+    judge_measure,
+    parse_named_measures,
+    split_measure_list,
+    truth_measure,
+    truth_values,
+)
 from judge.metrics._measures import (
     MIN_GEO_MEAN,
     NICKNAMES,
     Aggregate,
     ApDenominator,
+    Conventions,
     IdcgSource,
     Measure,
     RankedQuery,
@@ -24,6 +42,9 @@ from judge.metrics._measures import (
     parse_measure,
     parse_measure_args,
     parse_measures,
+    register_measure,
+    registry_version,
+    unregister_measure,
 )
 from judge.metrics._ranking import (
     NOT_IN_POOL,
@@ -59,6 +80,7 @@ from judge.metrics._significance import (
 )
 
 __all__ = [
+    "LABEL_FREE",
     "MIN_GEO_MEAN",
     "NICKNAMES",
     "NOT_IN_POOL",
@@ -66,11 +88,14 @@ __all__ = [
     "Aggregate",
     "ApDenominator",
     "Comparison",
+    "Conventions",
     "Evaluation",
     "Gain",
     "IdcgSource",
+    "JudgedList",
     "JudgedQuery",
     "Measure",
+    "NamedMeasure",
     "PairedTest",
     "RankedQuery",
     "UnjudgedPolicy",
@@ -89,6 +114,7 @@ __all__ = [
     "hit_rate",
     "holm",
     "holm_adjust",
+    "judge_measure",
     "mean_reciprocal_rank_all_hits",
     "measure_family",
     "ndcg",
@@ -97,14 +123,21 @@ __all__ = [
     "parse_measure",
     "parse_measure_args",
     "parse_measures",
+    "parse_named_measures",
     "percentile_bootstrap_mean",
     "permutation_test",
     "precision_at_k",
     "r_precision",
     "recall_at_k",
     "reciprocal_rank",
+    "register_measure",
+    "registry_version",
     "set_precision",
+    "split_measure_list",
     "success_at_k",
+    "truth_measure",
+    "truth_values",
+    "unregister_measure",
 ]
 
 # --- agreement metrics (judge/metrics/_agreement.py, owned by another helper) ---------
@@ -126,35 +159,20 @@ _AGREEMENT_NAMES = (
     "spearman_rho",
 )
 if TYPE_CHECKING:
-    from judge.metrics._agreement import (
-        AgreementUndefinedError,
-        AlphaLevel,
-        KappaWeights,
-        TauVariant,
-        binary_kappa,
-        cohen_kappa,
-        confusion_matrix,
-        exact_agreement,
-        kendall_tau,
-        krippendorff_alpha,
-        roc_auc,
-        spearman_rho,
-    )
+    from judge.metrics._agreement import AgreementUndefinedError as AgreementUndefinedError
+    from judge.metrics._agreement import AlphaLevel as AlphaLevel
+    from judge.metrics._agreement import KappaWeights as KappaWeights
+    from judge.metrics._agreement import TauVariant as TauVariant
+    from judge.metrics._agreement import binary_kappa as binary_kappa
+    from judge.metrics._agreement import cohen_kappa as cohen_kappa
+    from judge.metrics._agreement import confusion_matrix as confusion_matrix
+    from judge.metrics._agreement import exact_agreement as exact_agreement
+    from judge.metrics._agreement import kendall_tau as kendall_tau
+    from judge.metrics._agreement import krippendorff_alpha as krippendorff_alpha
+    from judge.metrics._agreement import roc_auc as roc_auc
+    from judge.metrics._agreement import spearman_rho as spearman_rho
 
-__all__ += [
-    "AgreementUndefinedError",
-    "AlphaLevel",
-    "KappaWeights",
-    "TauVariant",
-    "binary_kappa",
-    "cohen_kappa",
-    "confusion_matrix",
-    "exact_agreement",
-    "kendall_tau",
-    "krippendorff_alpha",
-    "roc_auc",
-    "spearman_rho",
-]
+__all__ += list(_AGREEMENT_NAMES)
 
 
 def __getattr__(name: str) -> object:

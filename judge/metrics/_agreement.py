@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 KappaWeights = Literal["none", "linear", "quadratic"]
-AlphaLevel = Literal["nominal", "ordinal", "interval"]
+AlphaLevel = Literal["nominal", "ordinal", "interval", "ratio"]
 TauVariant = Literal["b", "c"]
 
 __all__ = [
@@ -174,16 +174,18 @@ def krippendorff_alpha(
 ) -> float:
     """Krippendorff's alpha for ``data`` (raters x units; NaN = not labelled).
 
-    ``level`` is the level of measurement (``ordinal`` for relevance grades).
+    ``level`` is the level of measurement (``ordinal`` for relevance grades; ``nominal``,
+    ``interval`` and ``ratio`` as the ``krippendorff`` package defines them).
     ``value_domain`` (default: the sorted distinct values present) orders the values for
     the ordinal metric. Raises :class:`AgreementUndefinedError` when no unit has two labels
-    or all pairable labels are one value.
+    or all pairable labels are one value (a caller that reports "undefined" as NaN, such as
+    the stability report, catches it: :func:`judge.stability.krippendorff_alpha`).
     """
     matrix = np.asarray(data, dtype=np.float64)
     if matrix.ndim != 2:
         raise ValueError(f"alpha needs a 2-D raters x units array (got shape {matrix.shape})")
-    if level not in ("nominal", "ordinal", "interval"):
-        raise ValueError(f"unknown level of measurement {level!r} (nominal, ordinal, interval)")
+    if level not in ("nominal", "ordinal", "interval", "ratio"):
+        raise ValueError(f"unknown level of measurement {level!r} (nominal, ordinal, interval, ratio)")
     present = ~np.isnan(matrix)
     pairable = present.sum(axis=0) >= 2
     if not np.any(pairable):

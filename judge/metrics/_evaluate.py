@@ -18,7 +18,6 @@ trec_eval semantics reproduced here:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from judge.metrics._measures import MIN_GEO_MEAN, Measure, RankedQuery
+from judge.metrics._measures import Measure, RankedQuery
 from judge.metrics._ranking import NOT_IN_POOL, UnjudgedPolicy
 
 __all__ = [
@@ -147,12 +146,9 @@ def evaluate(
         elif m.aggregate == "count":
             all_values[m.trec_name] = n
         elif m.aggregate == "sum":
-            all_values[m.trec_name] = int(_left_sum(columns[m.trec_name]))
-        elif m.aggregate == "mean":
-            all_values[m.trec_name] = _left_sum(columns[m.trec_name]) / n
-        elif m.aggregate == "geometric":
-            logs = [math.log(max(v, MIN_GEO_MEAN)) for v in columns[m.trec_name]]
-            all_values[m.trec_name] = math.exp(_left_sum(logs) / n)
+            all_values[m.trec_name] = int(m.combine(columns[m.trec_name]))
+        elif m.aggregate in ("mean", "geometric"):
+            all_values[m.trec_name] = m.combine(columns[m.trec_name])
     scores = {name: np.asarray(col, dtype=np.float64) for name, col in columns.items()}
     conv: dict[str, object] = {"relevance_level": relevance_level}
     if conventions:
@@ -186,13 +182,6 @@ class _Contexts:
             ctx = RankedQuery(self._grades, qrels=self._qrels, relevance_level=key[0], unjudged=key[1])
             self._cache[key] = ctx
         return ctx
-
-
-def _left_sum(values: Sequence[float]) -> float:
-    total = 0.0
-    for v in values:
-        total += v
-    return total
 
 
 def _format_value(value: Value) -> str:

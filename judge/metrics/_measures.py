@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,7 @@ __all__ = [
     "NICKNAMES",
     "Aggregate",
     "ApDenominator",
+    "Conventions",
     "IdcgSource",
     "Measure",
     "RankedQuery",
@@ -57,12 +58,19 @@ __all__ = [
     "parse_measure",
     "parse_measure_args",
     "parse_measures",
+    "register_measure",
+    "registry_version",
+    "unregister_measure",
 ]
 
 ApDenominator = Literal["qrels", "retrieved"]
 IdcgSource = Literal["qrels", "list"]
 Aggregate = Literal["mean", "geometric", "sum", "count", "runid", "none"]
 ParamStyle = Literal["none", "cutoff", "point", "values", "pairs"]
+Conventions = Mapping[str, str]
+"""Default conventions of an evaluation, by :class:`Measure` field: ``unjudged``,
+``ap_denominator``, ``gain``, ``idcg`` (see :func:`parse_measure`)."""
+_CONVENTION_KEYS = ("unjudged", "ap_denominator", "gain", "idcg")
 
 MIN_GEO_MEAN = 0.00001  # trec_eval's floor for geometric means
 _INFAP_EPSILON = 0.00001
@@ -237,6 +245,12 @@ class Measure:
         return self._family.integer
 
     @property
+    def uses_level(self) -> bool:
+        """Whether the measure is binary: it calls a document relevant when its grade is at
+        least the relevance level (``rel=``, else the evaluation's level)."""
+        return self._family.binary
+
+    @property
     def is_string(self) -> bool:
         """``relstring``: a per-query string, not a number."""
         return self._family.string
@@ -333,6 +347,23 @@ class Measure:
         ``relevance_level``: the binary threshold when the measure has no ``rel=``.
         """
         return self.compute_on(self.query(grades, qrels=qrels, relevance_level=relevance_level))
+
+    def combine(self, values: Sequence[float]) -> float:
+        """The value over queries from per-query values, as trec_eval aggregates this
+        measure: left-to-right mean, sum, or geometric mean with a floor of
+        :data:`MIN_GEO_MEAN`. ValueError without values, or for a measure that has no
+        per-query numeric value (``runid``, ``num_q``, ``relstring``)."""
+        if not values:
+            raise ValueError(f"{self.trec_name}: no per-query values to aggregate")
+        arr = np.asarray(values, dtype=np.float64)
+        if self.aggregate == "mean":
+            return sequential_sum(arr) / int(arr.shape[0])
+        if self.aggregate == "sum":
+            return sequential_sum(arr)
+        if self.aggregate == "geometric":
+            logs = np.asarray([math.log(max(float(v), MIN_GEO_MEAN)) for v in arr], dtype=np.float64)
+            return math.exp(sequential_sum(logs) / int(arr.shape[0]))
+        raise ValueError(f"{self.trec_name} has no per-query numeric value to aggregate")
 
     def compute_string(
         self, grades: npt.ArrayLike, *, qrels: npt.ArrayLike | None = None, relevance_level: int = 1
@@ -823,6 +854,8 @@ _FAMILIES: tuple[_Family, ...] = (
 
 _REGISTRY: dict[str, _Family] = {f.name: f for f in _FAMILIES}
 _ORDER: dict[str, int] = {f.name: i for i, f in enumerate(_FAMILIES)}
+_REGISTERED: set[str] = set()  # families added by register_measure
+_VERSION = [0]  # bumped by register_measure / unregister_measure
 
 _OFFICIAL = (
     "runid",
@@ -926,8 +959,76 @@ _ATOL_RE = re.compile(r"^\s*[+-]?\d+")
 
 
 def available_measures() -> tuple[str, ...]:
-    """Every measure family in the registry, in trec_eval output order."""
-    return tuple(f.name for f in _FAMILIES)
+    """Every measure family in the registry, in trec_eval output order (registered ones last)."""
+    return tuple(_REGISTRY)
+
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def register_measure(
+    name: str,
+    compute: Callable[[Measure, RankedQuery], float],
+    *,
+    cutoff: Literal["none", "optional", "required"] = "none",
+    aggregate: Literal["mean", "sum", "geometric"] = "mean",
+    binary: bool = True,
+    graded: bool = False,
+    aliases: Sequence[str] = (),
+) -> None:
+    """Add a measure family to the registry: from then on it parses everywhere a measure
+    does (``judge trec -m``, ``judge score -m``, ``judge.evaluate(measures=...)``,
+    ``judge stability --metric``) and is computed by ``compute(measure, query)``.
+
+    ``compute`` gets the parsed :class:`Measure` (its ``cutoff`` and conventions) and the
+    query's :class:`RankedQuery` (``rel``, ``grades``, ``num_rel`` ...) and returns a float.
+    ``cutoff``: whether the family takes ``@k`` / ``_k``. ``binary``: it uses the relevance
+    level (accepts ``rel=``); ``graded``: it accepts ``gain=``/``idcg=``. ``aliases``: extra
+    case-insensitive names. ValueError when the name or an alias is taken or malformed.
+    """
+    if not _NAME_RE.fullmatch(name) or _TREC_SUFFIX_RE.match(name):
+        raise ValueError(f"measure name {name!r} must be letters, digits and '_', not ending in _<number>")
+    taken = [n for n in (name, *aliases) if n in _REGISTRY or n.lower() in _ALIASES or n in NICKNAMES]
+    if taken:
+        raise ValueError(f"measure name {taken[0]!r} is already registered")
+    if aggregate not in ("mean", "sum", "geometric"):
+        raise ValueError(f"unknown aggregate {aggregate!r}")
+    if cutoff not in ("none", "optional", "required"):
+        raise ValueError(f"cutoff must be none, optional or required, not {cutoff!r}")
+    family = _Family(
+        name,
+        aggregate,
+        "none" if cutoff == "none" else "cutoff",
+        compute,
+        cutoff_required=cutoff == "required",
+        binary=binary,
+        graded=graded,
+        trec=False,
+    )
+    _REGISTRY[name] = family
+    _ORDER[name] = len(_ORDER)
+    for alias in aliases:
+        _ALIASES[alias.lower()] = name
+    _REGISTERED.add(name)
+    _VERSION[0] += 1
+
+
+def unregister_measure(name: str) -> None:
+    """Remove a family added by :func:`register_measure` (and its aliases)."""
+    if name not in _REGISTERED:
+        raise ValueError(f"{name!r} is not a registered extension measure")
+    _REGISTERED.discard(name)
+    del _REGISTRY[name]
+    del _ORDER[name]
+    for alias in [a for a, target in _ALIASES.items() if target == name]:
+        del _ALIASES[alias]
+    _VERSION[0] += 1
+
+
+def registry_version() -> int:
+    """A number that changes whenever a family is registered or removed (for caches of
+    parsed measures)."""
+    return _VERSION[0]
 
 
 def measure_family(name: str) -> str:
@@ -996,16 +1097,22 @@ def _apply_params(fields: dict[str, object], family: _Family, params: str, text:
             raise ValueError(f"measure {text!r}: unknown parameter {key!r}")
 
 
-def parse_measure(text: str) -> Measure:
+def parse_measure(text: str, *, defaults: Conventions | None = None) -> Measure:
     """Parse one measure: a trec_eval name (``map``, ``P_5``, ``ndcg_cut_10``,
     ``iprec_at_recall_0.10``) or a short form (``AP``, ``AP(rel=2)``, ``nDCG@10``, ``P@5``,
-    ``R@100``, ``MRR``, ``map@100``, ``nDCG(gain=exponential)@10``). ValueError names the text."""
+    ``R@100``, ``MRR``, ``map@100``, ``nDCG(gain=exponential)@10``). ValueError names the text.
+
+    ``defaults``: the conventions of the evaluation the measure is parsed for (e.g. the
+    label-free ones of :data:`judge.metrics.LABEL_FREE`), applied where the family takes
+    them; parameters written in the text (``AP(denominator=qrels)``) override them. Without
+    ``defaults`` a measure has trec_eval's conventions.
+    """
     original = text
     text = text.strip()
     if not text:
         raise ValueError("empty measure name")
     try:
-        return _parse_measure(text)
+        return _parse_measure(text, defaults)
     except ValueError as exc:
         message = str(exc)
         if repr(original) in message or repr(text) in message:
@@ -1013,7 +1120,21 @@ def parse_measure(text: str) -> Measure:
         raise ValueError(f"bad measure {original!r}: {message}") from None
 
 
-def _parse_measure(text: str) -> Measure:
+def _convention_fields(family: _Family, defaults: Conventions | None) -> dict[str, Any]:
+    """The ``defaults`` that apply to ``family`` (a convention it does not take is skipped)."""
+    if not defaults:
+        return {}
+    fields: dict[str, Any] = {}
+    for key, value in defaults.items():
+        if key not in _CONVENTION_KEYS:
+            raise ValueError(f"unknown measure convention {key!r} (one of {', '.join(_CONVENTION_KEYS)})")
+        takes = {"unjudged": True, "ap_denominator": family.ap, "gain": family.graded, "idcg": family.graded}
+        if takes[key]:
+            fields[key] = value
+    return fields
+
+
+def _parse_measure(text: str, defaults: Conventions | None = None) -> Measure:
     match = _SHORT_RE.match(text)
     if match is None:
         raise ValueError(f"cannot parse measure {text!r}")
@@ -1043,6 +1164,7 @@ def _parse_measure(text: str) -> Measure:
         if cut_family is None:
             raise ValueError(f"measure {text!r}: {family_name} takes no cutoff")
         family_name, family = cut_family, _REGISTRY[cut_family]
+    fields.update(_convention_fields(family, defaults))
     if at is not None:
         if family.params == "cutoff":
             if not re.fullmatch(r"\d+", at) or int(at) < 1:
@@ -1061,7 +1183,7 @@ def _parse_measure(text: str) -> Measure:
     return Measure(family_name, **fields)  # type: ignore[arg-type]
 
 
-def _trec_dot(text: str) -> tuple[Measure, ...] | None:
+def _trec_dot(text: str, defaults: Conventions | None = None) -> tuple[Measure, ...] | None:
     """trec_eval's ``name.params`` syntax (``P.5,10``, ``ndcg.1=3,2=9``), or None."""
     if "." not in text:
         return None
@@ -1069,6 +1191,7 @@ def _trec_dot(text: str) -> tuple[Measure, ...] | None:
     if root not in _REGISTRY or not _REGISTRY[root].trec:
         return None
     family = _REGISTRY[root]
+    conv = _convention_fields(family, defaults)
     if not params:
         raise ValueError(f"measure {text!r}: empty parameter list")
     pieces = params.split(",")
@@ -1078,17 +1201,17 @@ def _trec_dot(text: str) -> tuple[Measure, ...] | None:
             raise ValueError(f"measure {text!r}: cutoffs must be positive")
         if len(set(cutoffs)) != len(cutoffs):
             raise ValueError(f"measure {text!r}: duplicate cutoffs")
-        return tuple(Measure(root, cutoff=c) for c in cutoffs)
+        return tuple(Measure(root, cutoff=c, **conv) for c in cutoffs)
     if family.params == "point":
         points = sorted(_atof(p) for p in pieces)
         if len(set(points)) != len(points):
             raise ValueError(f"measure {text!r}: duplicate cutoffs")
-        return tuple(Measure(root, point=p) for p in points)
+        return tuple(Measure(root, point=p, **conv) for p in points)
     if family.params == "values":
         values = tuple(_atof(p) for p in pieces)
         if root == "utility" and len(values) != 4:
             raise ValueError(f"measure {text!r}: utility needs 4 coefficients")
-        return (Measure(root, values=values, param_text=params),)
+        return (Measure(root, values=values, param_text=params, **conv),)
     if family.params == "pairs":
         gains: list[tuple[int, float]] = []
         values_: tuple[float, ...] = ()
@@ -1100,39 +1223,41 @@ def _trec_dot(text: str) -> tuple[Measure, ...] | None:
                 gains.append((int(key), _atof(value)))
             elif key == "p" and root == "rbp":
                 values_ = (_atof(value),)
-        return (Measure(root, gains=tuple(gains), values=values_, param_text=params),)
+        return (Measure(root, gains=tuple(gains), values=values_, param_text=params, **conv),)
     raise ValueError(f"measure {text!r}: {root} takes no parameters")
 
 
-def parse_measures(text: str) -> tuple[Measure, ...]:
+def parse_measures(text: str, *, defaults: Conventions | None = None) -> tuple[Measure, ...]:
     """Parse a ``-m`` argument, which may stand for several measures: a nickname
     (``official``, ``all_trec``, ``set``), a trec_eval family with default cutoffs (``P``),
-    trec_eval's ``name.params`` syntax (``P.5,10``, ``ndcg_cut.10,20``), or one measure."""
+    trec_eval's ``name.params`` syntax (``P.5,10``, ``ndcg_cut.10,20``), or one measure.
+    ``defaults``: as for :func:`parse_measure`."""
     text = text.strip()
     if text in NICKNAMES:
         out: list[Measure] = []
         for name in NICKNAMES[text]:
-            out.extend(_family_defaults(name))
+            out.extend(_family_defaults(name, defaults))
         return tuple(out)
-    dotted = _trec_dot(text)
+    dotted = _trec_dot(text, defaults)
     if dotted is not None:
         return dotted
     if text in _REGISTRY and _REGISTRY[text].params in ("cutoff", "point"):
-        defaults = _family_defaults(text)
-        if defaults:
-            return defaults
-    return (parse_measure(text),)
+        expanded = _family_defaults(text, defaults)
+        if expanded:
+            return expanded
+    return (parse_measure(text, defaults=defaults),)
 
 
-def _family_defaults(name: str) -> tuple[Measure, ...]:
+def _family_defaults(name: str, defaults: Conventions | None = None) -> tuple[Measure, ...]:
     family = _REGISTRY[name]
+    conv = _convention_fields(family, defaults)
     if family.params == "cutoff":
-        return tuple(Measure(name, cutoff=c) for c in family.default_cutoffs)
+        return tuple(Measure(name, cutoff=c, **conv) for c in family.default_cutoffs)
     if family.params == "point":
-        return tuple(Measure(name, point=p) for p in family.default_points)
+        return tuple(Measure(name, point=p, **conv) for p in family.default_points)
     if family.params == "values":
-        return (Measure(name, values=family.default_values),)
-    return (Measure(name),)
+        return (Measure(name, values=family.default_values, **conv),)
+    return (Measure(name, **conv),)
 
 
 def parse_measure_args(texts: Sequence[str]) -> tuple[Measure, ...]:

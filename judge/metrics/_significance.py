@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from judge.metrics._ranking import sequential_sum
+
 __all__ = [
     "Comparison",
     "PairedTest",
@@ -81,10 +83,8 @@ def _pair(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 def _mean(values: npt.NDArray[np.float64]) -> float:
-    total = 0.0
-    for v in values.tolist():
-        total += float(v)
-    return total / int(values.shape[0])
+    """Left-to-right mean (the order trec_eval averages in)."""
+    return sequential_sum(values) / int(values.shape[0])
 
 
 def permutation_test(
@@ -134,16 +134,11 @@ def bootstrap_ci(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``differences`` (``scipy.stats.bootstrap``).
-    With fewer than two values, or all equal, the interval is the mean itself."""
+    """Percentile bootstrap CI of the mean of ``differences`` (:func:`percentile_bootstrap_mean`).
+    With fewer than two values, or all equal, the interval is that value."""
     d = np.asarray(differences, dtype=np.float64)
     if d.ndim != 1 or d.shape[0] == 0:
         raise ValueError("bootstrap needs a non-empty 1-d array")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if d.shape[0] < 2 or np.all(d == d[0]):
-        m = _mean(d)
-        return (m, m)
     low, high, _ = percentile_bootstrap_mean(d, confidence=confidence, resamples=resamples, seed=seed)
     return (low, high)
 
@@ -154,8 +149,19 @@ def percentile_bootstrap_mean(
     """``(low, high, standard error)`` of the mean of ``values`` by the percentile bootstrap
     (``scipy.stats.bootstrap``, resampling with ``numpy.random.default_rng(seed)``).
 
-    The one bootstrap of a mean in ``judge`` (system comparisons, stability reports);
-    callers handle their degenerate cases (no values, one value, all equal) first."""
+    The one bootstrap of a mean in ``judge`` (system comparisons, stability reports).
+    Fewer than two values, or all equal: ``(v, v, 0.0)`` with ``v`` the (common) value, as
+    nothing can vary. ValueError without values, or for ``confidence`` outside (0, 1) or
+    ``resamples < 1``."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if values.shape[0] == 0:
+        raise ValueError("bootstrap needs at least one value")
+    if values.shape[0] < 2 or np.all(values == values[0]):
+        v = float(values[0])
+        return (v, v, 0.0)
     from scipy import stats
 
     with warnings.catch_warnings():

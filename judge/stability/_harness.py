@@ -39,14 +39,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +57,13 @@ from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, sum
 from judge.judging._config import template_for
 from judge.judging._core import _check_probability
 from judge.judging._models import PassageVerdict
+from judge.stability._figures import (
+    MAP_FIGURE,
+    SCORE_FIGURE,
+    StabilityMetric,
+    figure_metrics,
+    parse_metric,
+)
 from judge.stability._stats import (
     Interval,
     bootstrap_mean_ci,
@@ -71,6 +77,9 @@ from judge.stability._stats import (
     value_range,
 )
 from judge.store import atomic_write_lines
+
+if TYPE_CHECKING:
+    from judge.metrics._agreement import AlphaLevel
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -92,59 +101,6 @@ DEFAULT_QUERY_CONCURRENCY = 8
 """Queries in flight over all runs when neither the caller nor the backend sets a limit."""
 
 # ---------------------------------------------------------------------------------------
-# Which figure is checked
-
-
-@dataclass(frozen=True, slots=True)
-class StabilityMetric:
-    """A run-level figure: ``map`` (mean AP), ``score`` (mean score) or ``ndcg@K``.
-
-    ``per_query`` reads the matching per-query value from a :class:`JudgeResult`.
-    """
-
-    name: str
-    k: int | None = None
-
-    def per_query(self, result: JudgeResult) -> float | None:
-        if self.name == "map":
-            return result.ap
-        if self.name == "score":
-            return result.score
-        if self.k is None:  # pragma: no cover - parse_metric never builds this
-            raise ValueError(f"metric {self.name} has no cutoff")
-        return result.ndcg.get(self.k)
-
-    @property
-    def per_query_name(self) -> str:
-        """The per-query quantity averaged into this figure (``ap``, ``score``, ``ndcg@K``)."""
-        return "ap" if self.name == "map" else self.name
-
-
-_NDCG = re.compile(r"^ndcg@(\d+)$")
-
-
-def parse_metric(text: str, k: Sequence[int]) -> StabilityMetric:
-    """``map`` | ``score`` | ``ndcg@K`` (K must be one of the cutoffs ``k``)."""
-    name = text.strip().lower()
-    if name in ("map", "score"):
-        return StabilityMetric(name)
-    m = _NDCG.match(name)
-    if m:
-        cutoff = int(m.group(1))
-        if cutoff not in k:
-            raise InputError(
-                f"ndcg@{cutoff} needs {cutoff} among the cutoffs -k {' '.join(map(str, k))}",
-                field="--metric",
-            )
-        return StabilityMetric(f"ndcg@{cutoff}", cutoff)
-    raise InputError(f"unknown metric {text!r} (use map, score or ndcg@K)", field="--metric")
-
-
-def _figure_metrics(k: Sequence[int]) -> list[StabilityMetric]:
-    return [StabilityMetric("map"), StabilityMetric("score")] + [StabilityMetric(f"ndcg@{c}", c) for c in k]
-
-
-# ---------------------------------------------------------------------------------------
 # Options and results
 
 
@@ -153,7 +109,8 @@ class StabilityOptions:
     """How a stability run is made and checked.
 
     ``runs``: judgments of the whole dataset (>= 2). ``threshold``: the largest allowed
-    relative spread of ``metric`` (``map``, ``score`` or ``ndcg@K``). ``k``: NDCG cutoffs.
+    relative spread of ``metric`` (``map``, ``score``, ``ndcg@K`` or a registry measure such as
+    ``P@3``). ``k``: NDCG cutoffs.
     ``concurrency``: queries in flight over all runs (default: the backend's
     ``max_concurrency``, else 8). ``confidence``/``bootstrap_resamples``/``bootstrap_seed``:
     the bootstrap over queries. ``top``: how many least stable queries and passages to list.
@@ -487,7 +444,7 @@ def _agreement(labels: list[list[Label]], mode: str) -> dict[str, Any]:
     matrix = np.array([[value_of.get(x, math.nan) for x in row] for row in labels], dtype=np.float64).reshape(
         len(labels), n_passages
     )
-    level = "ordinal" if mode == "graded" else "nominal"
+    level: AlphaLevel = "ordinal" if mode == "graded" else "nominal"
     alpha = krippendorff_alpha(
         matrix, level=level, value_domain=[0.0, 1.0, 2.0, 3.0] if mode == "graded" else None
     )
@@ -523,8 +480,8 @@ def _unstable_queries(
     checked: StabilityMetric,
     top: int,
 ) -> tuple[list[dict[str, Any]], list[float], list[float]]:
-    ap = _per_query_values(runs, StabilityMetric("map"))
-    score = _per_query_values(runs, StabilityMetric("score"))
+    ap = _per_query_values(runs, MAP_FIGURE)
+    score = _per_query_values(runs, SCORE_FIGURE)
     chk = _per_query_values(runs, checked)
     rows: list[dict[str, Any]] = []
     for q, rec in enumerate(records):
@@ -698,7 +655,7 @@ def analyse(
         raise ValueError("analyse needs at least 2 runs")
     runs = sorted(runs, key=lambda r: r.index)
     checked = options.checked
-    metrics = _figure_metrics(options.k)
+    metrics = figure_metrics(options.k, checked)
     per_run_figures = {m.name: [run.figure(m) for run in runs] for m in metrics}
     figures = {name: _figure_summary(values) for name, values in per_run_figures.items()}
     noise, per_run_ci = _noise(runs, checked, options, per_run_figures[checked.name])
@@ -754,7 +711,10 @@ def analyse(
             "bootstrap_seed": options.bootstrap_seed,
             "top": options.top,
         },
-        "conventions": _conventions(options, config.mode),
+        "conventions": {
+            **_conventions(options, config.mode),
+            "measures": {m.name: m.conventions for m in metrics},
+        },
         "check": {
             "metric": checked.name,
             "threshold": options.threshold,

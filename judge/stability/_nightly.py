@@ -16,7 +16,7 @@ the config file's directory. Keys (only ``dataset`` is required):
 ``seed``               seed sent to the backend (default 42; null for none)
 ``runs``               judgments of the dataset per night (default 3)
 ``threshold``          largest allowed relative spread (default 0.01)
-``metric``             ``map`` (default), ``score`` or ``ndcg@K``
+``metric``             ``map`` (default), ``score``, ``ndcg@K`` or a registry measure (``P@3`` ...)
 ``k``                  NDCG cutoffs (default [5, 10])
 ``concurrency``        queries in flight (default: the backend's limit)
 ``timeout``            seconds per provider call (default 60; 600 for the embedded model)

@@ -11,7 +11,7 @@
 * ``runs`` [{run, map, score, ndcg@K..., ci {estimate, low, high, half_width, se,
   n_queries, confidence} of the checked figure, queries, unjudged_queries,
   unjudged_passages, calls, prompt_tokens, completion_tokens, cost, elapsed_s, file}].
-* ``figures`` {map|score|ndcg@K: {values, mean, min, max, range, sd, relative_spread, cv}}.
+* ``figures`` {map|score|ndcg@K|<checked measure>: {values, mean, min, max, range, sd, relative_spread, cv}}.
 * ``agreement`` {labels, passages, unstable_passages, flip_rate, deviation_rate,
   fleiss_kappa, fleiss_subjects, krippendorff_alpha, alpha_level, unjudged_ratings}.
 * ``noise`` {metric, judge {sd, range, half_range}, query_sampling {estimate, low, high,
@@ -295,7 +295,14 @@ def render_markdown(report: StabilityReport) -> str:
         out.append("")
         out.append(f"![per-query ranges]({plots['query_ranges']})")
     out += ["", "## Conventions", ""]
-    out += [f"- {k}: {v}" for k, v in d["conventions"].items()]
+    for key, value in d["conventions"].items():
+        if key == "measures" and isinstance(value, dict):
+            out.append("- measures (registry, label-free conventions):")
+            for name, params in value.items():
+                rest = ", ".join(f"{p}={v}" for p, v in params.items() if p != "key")
+                out.append(f"  - {_label(name)}: `{params.get('key', name)}` ({rest})")
+        else:
+            out.append(f"- {key}: {value}")
     return "\n".join(out) + "\n"
 
 

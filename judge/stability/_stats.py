@@ -12,8 +12,8 @@ Conventions (each one is also echoed in the stability report):
   across runs); 0.0 for fewer than 2 figures; the same zero-mean rule as the spread.
 * **Fleiss' kappa** (runs are the raters, passages the subjects) is undefined when every
   rating falls in one category (chance agreement is 1): it is returned as ``nan``.
-* **Krippendorff's alpha** is computed by the ``krippendorff`` package (missing ratings are
-  ``nan``); undefined (``nan``) when fewer than two distinct values occur.
+* **Krippendorff's alpha** is :func:`judge.metrics.krippendorff_alpha` (missing ratings
+  are ``nan``), reported as ``nan`` where it is undefined (fewer than two distinct values).
 * The **bootstrap** resamples queries with replacement (percentile interval, seeded).
 * **Queries needed**: with ``n`` queries and a measured CI half-width ``h``, the half-width
   shrinks as ``1/sqrt(n)``, so reaching a target half-width ``t`` takes
@@ -27,12 +27,15 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import krippendorff
 import numpy as np
 import numpy.typing as npt
 
 from judge.metrics import percentile_bootstrap_mean
+
+if TYPE_CHECKING:
+    from judge.metrics._agreement import AlphaLevel
 
 __all__ = [
     "Interval",
@@ -181,37 +184,21 @@ def fleiss_kappa_from_labels(
 def krippendorff_alpha(
     data: npt.ArrayLike,
     *,
-    level: str = "nominal",
+    level: AlphaLevel = "nominal",
     value_domain: Sequence[float] | None = None,
 ) -> float:
-    """Krippendorff's alpha of a raters x units table (``nan`` = missing rating).
-
-    ``level`` is ``nominal``, ``ordinal``, ``interval`` or ``ratio``; ``value_domain`` the
-    ordered possible values (needed for ordinal data whose extremes may be unused).
-    Returns ``nan`` when alpha is undefined (fewer than two distinct values, or no unit with
-    two ratings).
+    """Krippendorff's alpha of a raters x units table (``nan`` = missing rating), as the
+    stability report gives it: :func:`judge.metrics.krippendorff_alpha` (the one
+    implementation), with ``nan`` where that raises :class:`~judge.metrics.AgreementUndefinedError`
+    (fewer than two distinct values, or no unit with two ratings).
     """
-    arr = np.asarray(data, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(f"data must be a 2-d raters x units table, got shape {arr.shape}")
-    if level not in ("nominal", "ordinal", "interval", "ratio"):
-        raise ValueError(f"unknown level of measurement {level!r}")
-    pairable = np.sum(~np.isnan(arr), axis=0) >= 2
-    if not np.any(pairable):
-        return math.nan
-    values = arr[:, pairable]
-    seen = np.unique(values[~np.isnan(values)])
-    if seen.size < 2:
-        return math.nan
+    from judge.metrics._agreement import AgreementUndefinedError
+    from judge.metrics._agreement import krippendorff_alpha as alpha
+
     try:
-        result = krippendorff.alpha(
-            reliability_data=values,
-            level_of_measurement=level,  # type: ignore[arg-type]
-            value_domain=None if value_domain is None else list(value_domain),
-        )
-    except ValueError:
+        return alpha(data, level=level, value_domain=value_domain)
+    except AgreementUndefinedError:
         return math.nan
-    return float(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,20 +228,16 @@ def bootstrap_mean_ci(
     """Percentile bootstrap interval of the mean, resampling the values with replacement.
 
     Seeded (``numpy.random.default_rng(seed)``), so the same values give the same interval.
-    0 values: all fields ``nan``; 1 value: the degenerate interval ``[v, v]`` with se 0.
+    0 values: all fields ``nan``; 1 value, or all equal: the degenerate interval ``[v, v]``
+    with se 0 (:func:`judge.metrics.percentile_bootstrap_mean`).
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError("confidence must be in (0, 1)")
-    if n_resamples < 1:
-        raise ValueError("n_resamples must be at least 1")
     arr = _as_1d(values)
     if arr.size == 0:
         return Interval(math.nan, math.nan, math.nan, math.nan, 0, confidence)
-    est = float(arr.mean())
-    if arr.size == 1 or float(arr.max() - arr.min()) == 0.0:
-        return Interval(est, est, est, 0.0, int(arr.size), confidence)
     low, high, se = percentile_bootstrap_mean(arr, confidence=confidence, resamples=n_resamples, seed=seed)
-    return Interval(est, low, high, se, int(arr.size), confidence)
+    return Interval(float(arr.mean()), low, high, se, int(arr.size), confidence)
 
 
 def queries_needed(n: int, half_width: float, target: float) -> int | None:
