@@ -35,6 +35,7 @@ from judge.batch._metrics import (
 )
 from judge.io._jsonl import DatasetRecord
 from judge.judging._models import JudgeResult, PassageVerdict
+from judge.metrics._redundancy import REDUNDANCY_CONVENTIONS, redundancy_by_k
 
 RECORD_VERSION = 1
 
@@ -118,6 +119,7 @@ def build_record(rec: DatasetRecord, result: JudgeResult, k: Sequence[int]) -> d
         "expected_ids": list(rec.expected_ids) if rec.expected_ids is not None else None,
         "qrels": rec.qrels,
         "unjudged_passages": unjudged_passages,
+        "redundancy": {c: _round(x) for c, x in redundancy_by_k([p.text for p in rec.passages], k).items()},
     }
     return finish_record(out, result, k)
 
@@ -217,6 +219,8 @@ def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) ->
         "usage": {**usage, "currency": currency},
         "conventions": {"judge": JUDGE_CONVENTIONS, "mean": "over queries where the metric is defined"},
     }
+    summary["redundancy"] = {c: _mean((r.get("redundancy") or {}).get(c) for r in records) for c in ks}
+    summary["conventions"]["redundancy"] = REDUNDANCY_CONVENTIONS
     gt_records = [r for r in records if r.get("ground_truth")]
     if gt_records:
         agree: Counter[str] = Counter()
