@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from judge.judging._metric import RelevancyJudge
     from judge.judging._models import JudgeResult, PassageVerdict
     from judge.metrics._answer import answer_scores, gen_eval
+    from judge.metrics._redundancy import redundancy_by_k
 
 __all__ = [
     "JudgeConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "answer_scores",
     "evaluate",
     "gen_eval",
+    "redundancy_by_k",
     "resolve_backend",
 ]
 
@@ -49,6 +51,7 @@ _LAZY = {
     "resolve_backend": "judge.backends",
     "gen_eval": "judge.metrics._answer",
     "answer_scores": "judge.metrics._answer",
+    "redundancy_by_k": "judge.metrics._redundancy",
 }
 
 
