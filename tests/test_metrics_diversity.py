@@ -271,3 +271,32 @@ def test_judge_compare_with_diversity_measures(tmp_path: Path, capsys: pytest.Ca
     )
     comparison = json.loads(capsys.readouterr().out)["comparisons"][0]
     assert comparison["mean_baseline"] == 0.5 and comparison["mean_system"] == 1.0
+
+
+def test_judge_trec_equals_ndeval_on_a_larger_pool_from_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(5)
+    qrels_path, run_path = tmp_path / "div.qrels", tmp_path / "run.txt"
+    with qrels_path.open("w") as fh:
+        for q in range(8):
+            for d in range(150):
+                for s in rng.sample(range(1, 7), rng.randint(1, 3)):
+                    fh.write(f"{q} {s} d{d} {rng.choice([0, 0, 1, 2])}\n")
+    with run_path.open("w") as fh:
+        for q in range(8):
+            for r, d in enumerate(rng.sample(range(300), 100)):
+                fh.write(f"{q} Q0 d{d} {r + 1} {1000 - r} sys\n")
+    names = ["alpha_nDCG@5", "alpha_nDCG@20", "ERR_IA@10", "nERR_IA@20", "P_IA@10", "StRecall@20"]
+    args = ["trec", "--json", "-q"] + [x for name in names for x in ("-m", name)]
+    assert main([*args, str(qrels_path), str(run_path)]) == 0
+    ours = json.loads(capsys.readouterr().out)["per_query"]
+    qrels = list(ir_measures.read_trec_qrels(str(qrels_path)))  # iteration column = subtopic
+    run = list(ir_measures.read_trec_run(str(run_path)))
+    reference = ir_measures.iter_calc([ir_measures.parse_measure(n) for n in names], qrels, run)
+    checked = 0
+    for metric in reference:
+        key = parse_measure(str(metric.measure)).trec_name
+        assert ours[metric.query_id][key] == pytest.approx(metric.value, abs=1e-9), (key, metric.query_id)
+        checked += 1
+    assert checked == 8 * len(names)
