@@ -143,6 +143,10 @@ def test_parse_and_names() -> None:
         parse_measure("nDCG(alpha=0.3)@10")
     with pytest.raises(ValueError, match="alpha"):
         parse_measure("alpha_nDCG(alpha=2)@10")
+    with pytest.raises(ValueError, match="alpha"):
+        parse_measure("P_IA(alpha=0.3)@10")  # P_IA and StRecall do not depend on alpha
+    assert parse_measure("ERR_IA(alpha=0.3)@10").trec_name == "ERR_IA_10(alpha=0.3)"
+    assert "alpha" not in parse_measure("StRecall@10").params
     with pytest.raises(ValueError, match="cutoff"):
         parse_measure("ERR_IA")
 
@@ -300,3 +304,22 @@ def test_judge_trec_equals_ndeval_on_a_larger_pool_from_files(
         assert ours[metric.query_id][key] == pytest.approx(metric.value, abs=1e-9), (key, metric.query_id)
         checked += 1
     assert checked == 8 * len(names)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_err_ia_with_other_alpha_equals_pyndeval(seed: int) -> None:
+    # ir_measures' ERR_IA has no alpha parameter; ndeval's -alpha (pyndeval's alpha=) changes it
+    import pyndeval
+
+    rng = random.Random(100 + seed)
+    lines, run = _random_case(rng)
+    alpha = rng.choice([0.2, 0.7])
+    names = [f"{name}(alpha={alpha})@{k}" for name in ("ERR_IA", "nERR_IA") for k in (3, 10, 20)]
+    ours = _values(names, lines, run)
+    scored = [(q, d, sc) for q, docs in run.items() for d, sc in docs.items()]
+    theirs = pyndeval.ndeval(
+        lines, scored, [f"{n}@{k}" for n in ("ERR-IA", "nERR-IA") for k in (3, 10, 20)], alpha=alpha
+    )
+    for qid, values in ours.items():
+        for mine, ref in zip(names, theirs[qid].values(), strict=True):
+            assert values[mine] == pytest.approx(ref, abs=1e-9), (mine, qid)

@@ -169,7 +169,7 @@ class _Family:
     ap: bool = False  # accepts denominator=
     trec: bool = True
     string: bool = False
-    diversity: bool = False  # needs subtopic qrels; accepts alpha=
+    diversity: bool = False  # needs subtopic qrels
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ class Measure:
         if self.gains and self.gain != "linear":
             raise ValueError("explicit per-grade gains cannot be combined with gain=exponential")
         if self.alpha is not None:
-            if not family.diversity:
+            if self.name not in _ALPHA_FAMILIES:
                 raise ValueError(f"measure {self.name!r} takes no alpha")
             if not 0.0 <= self.alpha <= 1.0:
                 raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
@@ -291,7 +291,7 @@ class Measure:
             out["idcg"] = self.idcg
         if self._family.ap:
             out["ap_denominator"] = self.ap_denominator
-        if self._family.diversity:
+        if self.name in _ALPHA_FAMILIES:
             out["alpha"] = DEFAULT_ALPHA if self.alpha is None else self.alpha
         out["unjudged"] = self.unjudged
         return out
@@ -807,6 +807,7 @@ def _diversity(name: DiversityMeasureName) -> Callable[[Measure, RankedQuery], f
 
 _STD_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
 _NDEVAL_CUTOFFS = (5, 10, 20)
+_ALPHA_FAMILIES = frozenset({"alpha_nDCG", "alpha_DCG", "ERR_IA", "nERR_IA"})  # use ndeval's alpha
 _ELEVEN_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 _FAMILIES: tuple[_Family, ...] = (
@@ -1073,7 +1074,7 @@ def _apply_params(fields: dict[str, object], family: _Family, params: str, text:
         elif key_l == "p" and family.name == "rbp":
             fields["values"] = (float(value),)
             fields["param_text"] = f"p={value}"
-        elif key_l == "alpha" and family.diversity:
+        elif key_l == "alpha" and family.name in _ALPHA_FAMILIES:
             try:
                 fields["alpha"] = float(value)
             except ValueError:
