@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from judge.judging._config import JudgeConfig, Passage
     from judge.judging._metric import RelevancyJudge
     from judge.judging._models import JudgeResult, PassageVerdict
+    from judge.metrics._answer import answer_scores, gen_eval
+    from judge.metrics._redundancy import redundancy_by_k
 
 __all__ = [
     "JudgeConfig",
@@ -31,7 +33,10 @@ __all__ = [
     "PassageVerdict",
     "RelevancyJudge",
     "aevaluate",
+    "answer_scores",
     "evaluate",
+    "gen_eval",
+    "redundancy_by_k",
     "resolve_backend",
 ]
 
@@ -44,6 +49,9 @@ _LAZY = {
     "PassageVerdict": "judge.judging._models",
     "RelevancyJudge": "judge.judging._metric",
     "resolve_backend": "judge.backends",
+    "gen_eval": "judge.metrics._answer",
+    "answer_scores": "judge.metrics._answer",
+    "redundancy_by_k": "judge.metrics._redundancy",
 }
 
 

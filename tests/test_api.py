@@ -38,6 +38,9 @@ def test_public_api_names() -> None:
         "JudgeConfig",
         "Passage",
         "resolve_backend",
+        "gen_eval",
+        "answer_scores",
+        "redundancy_by_k",
     }
     assert judge.JudgeConfig is JudgeConfig and judge.Passage is Passage
     from judge.backends import resolve_backend

@@ -38,6 +38,7 @@ from judge.metrics import (
     truth_measure,
     truth_values,
 )
+from judge.metrics._redundancy import REDUNDANCY_CONVENTIONS, redundancy_by_k
 
 RECORD_VERSION = 1
 
@@ -143,6 +144,7 @@ def build_record(
         "expected_ids": list(rec.expected_ids) if rec.expected_ids is not None else None,
         "qrels": rec.qrels,
         "unjudged_passages": unjudged_passages,
+        "redundancy": {c: _round(x) for c, x in redundancy_by_k([p.text for p in rec.passages], k).items()},
     }
     return finish_record(out, result, k, measures=measures)
 
@@ -300,6 +302,8 @@ def summarize_records(
         summary["conventions"]["measures"] = {
             m.name: {"judge": m.judge_conventions, "ground_truth": m.truth_conventions} for m in named
         }
+    summary["redundancy"] = {c: _mean((r.get("redundancy") or {}).get(c) for r in records) for c in ks}
+    summary["conventions"]["redundancy"] = REDUNDANCY_CONVENTIONS
     gt_records = [r for r in records if r.get("ground_truth")]
     if gt_records:
         agree: Counter[str] = Counter()

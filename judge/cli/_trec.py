@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from judge.io import InputError, Qrels, Run, join_run_qrels, read_qrels, read_run
+from judge.io._trec import SubtopicQrels, join_run_subtopic_qrels, read_subtopic_qrels
 from judge.metrics import (
     Comparison,
     Evaluation,
+    JudgedQuery,
     Measure,
     compare_scores,
     evaluate,
@@ -26,6 +28,7 @@ from judge.metrics import (
 _DEFAULT_TREC_MEASURES = ("official",)
 _DEFAULT_COMPARE_MEASURES = ("map", "ndcg_cut_10", "P_10", "recip_rank")
 _TIES = "score descending, then docno descending (trec_eval)"
+_QRELS_HELP = "qrels file: qid iter docno grade (with diversity measures: qid subtopic docno grade)"
 
 
 def register(subparsers: Any) -> None:
@@ -35,10 +38,12 @@ def register(subparsers: Any) -> None:
         description=(
             "Evaluate RUN against QRELS with trec_eval's semantics and output layout. "
             "Measures: trec_eval names (map, P_5, ndcg_cut_10, P.5,10, all_trec, official) "
-            "or short forms (AP, AP(rel=2), nDCG@10, P@5, R@100, MRR)."
+            "or short forms (AP, AP(rel=2), nDCG@10, P@5, R@100, MRR). Diversity measures "
+            "(alpha_nDCG@10, alpha_nDCG(alpha=0.3)@10, ERR_IA@10, P_IA@10, StRecall@10; a bare "
+            "name gives ndeval's @5,10,20) read QRELS as diversity qrels: qid subtopic docno grade."
         ),
     )
-    trec.add_argument("qrels", metavar="QRELS", help="qrels file: qid iter docno grade")
+    trec.add_argument("qrels", metavar="QRELS", help=_QRELS_HELP)
     trec.add_argument("run", metavar="RUN", help="run file: qid Q0 docno rank score tag")
     _common_options(trec, default_measures=_DEFAULT_TREC_MEASURES)
     trec.add_argument("-q", dest="per_query", action="store_true", help="also print every query")
@@ -54,7 +59,7 @@ def register(subparsers: Any) -> None:
             "difference, and Holm's correction across every comparison made."
         ),
     )
-    compare.add_argument("qrels", metavar="QRELS", help="qrels file: qid iter docno grade")
+    compare.add_argument("qrels", metavar="QRELS", help=_QRELS_HELP)
     compare.add_argument("runs", metavar="RUN", nargs="+", help="run files; the first is the baseline")
     _common_options(compare, default_measures=_DEFAULT_COMPARE_MEASURES)
     compare.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -117,14 +122,40 @@ def _conventions(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _evaluate(args: argparse.Namespace, measures: Sequence[Measure], qrels: Qrels, run: Run) -> Evaluation:
+def _read_judgements(path: str, measures: Sequence[Measure]) -> Qrels | SubtopicQrels:
+    """QRELS as diversity qrels (qid subtopic docno grade) when a diversity measure is asked
+    for, else as ordinary qrels; the ordinary measures then use each document's largest grade."""
+    if any(m.is_diversity for m in measures):
+        return read_subtopic_qrels(path)
+    try:
+        return read_qrels(path)
+    except InputError as exc:
+        if not exc.message.startswith("duplicate judgement"):
+            raise
+        hint = "; diversity qrels (qid subtopic docno grade) are read when a diversity measure is asked for"
+        raise InputError(exc.message + hint, path=exc.path, line=exc.line, field=exc.field) from None
+
+
+def _evaluate(
+    args: argparse.Namespace, measures: Sequence[Measure], qrels: Qrels | SubtopicQrels, run: Run
+) -> Evaluation:
+    conventions = _conventions(args)
+    if isinstance(qrels, SubtopicQrels):
+        from judge.metrics._diversity import DIVERSITY_CONVENTIONS
+
+        conventions["diversity"] = DIVERSITY_CONVENTIONS
+        joined: Iterable[JudgedQuery] = join_run_subtopic_qrels(
+            qrels, run, complete=args.complete, max_docs=args.max_docs
+        )
+    else:
+        joined = join_run_qrels(qrels, run, complete=args.complete, max_docs=args.max_docs)
     try:
         return evaluate(
             measures,
-            join_run_qrels(qrels, run, complete=args.complete, max_docs=args.max_docs),
+            joined,
             run_id=run.run_id,
             relevance_level=args.level,
-            conventions=_conventions(args),
+            conventions=conventions,
         )
     except ValueError as exc:
         raise InputError(f"{exc} (qrels: {qrels.path})", path=run.path) from None
@@ -133,7 +164,7 @@ def _evaluate(args: argparse.Namespace, measures: Sequence[Measure], qrels: Qrel
 def run_trec(args: argparse.Namespace) -> int:
     _check_options(args)
     measures = _measures(args)
-    qrels = read_qrels(args.qrels)
+    qrels = _read_judgements(args.qrels, measures)
     run = read_run(args.run)
     evaluation = _evaluate(args, measures, qrels, run)
     if args.json:
@@ -155,7 +186,7 @@ def run_compare(args: argparse.Namespace) -> int:
     for m in measures:
         if m.aggregate not in ("mean", "sum") or m.is_string:
             raise InputError(f"{m.trec_name} has no per-query mean to compare", field="-m")
-    qrels = read_qrels(args.qrels)
+    qrels = _read_judgements(args.qrels, measures)
     runs = [read_run(path) for path in args.runs]
     evaluations = [_evaluate(args, measures, qrels, run) for run in runs]
     names = [Path(path).name for path in args.runs]

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from judge.metrics._diversity import SubtopicMatrix
 from judge.metrics._measures import Measure, RankedQuery
 from judge.metrics._ranking import NOT_IN_POOL, UnjudgedPolicy
 
@@ -121,7 +122,7 @@ def evaluate(
     for query in queries:
         missing = query.grades is None
         grades = _PLACEHOLDER if query.grades is None else query.grades
-        contexts = _Contexts(grades, query.qrels, levels)
+        contexts = _Contexts(grades, query.qrels, levels, getattr(query, "subtopics", None))
 
         values: dict[str, Value] = {}
         for m in ordered:
@@ -168,8 +169,13 @@ class _Contexts:
     """Per-query :class:`RankedQuery` objects, one per (relevance level, unjudged policy)."""
 
     def __init__(
-        self, grades: npt.NDArray[np.int64], qrels: npt.NDArray[np.int64], levels: dict[str, int]
+        self,
+        grades: npt.NDArray[np.int64],
+        qrels: npt.NDArray[np.int64],
+        levels: dict[str, int],
+        subtopics: SubtopicMatrix | None = None,
     ) -> None:
+        self._subtopics = subtopics  # diversity qrels' per-subtopic judgements, if any
         self._grades = grades
         self._qrels = qrels
         self._levels = levels
@@ -179,7 +185,13 @@ class _Contexts:
         key = (self._levels[m.trec_name], m.unjudged)
         ctx = self._cache.get(key)
         if ctx is None:
-            ctx = RankedQuery(self._grades, qrels=self._qrels, relevance_level=key[0], unjudged=key[1])
+            ctx = RankedQuery(
+                self._grades,
+                qrels=self._qrels,
+                relevance_level=key[0],
+                unjudged=key[1],
+                subtopics=self._subtopics,
+            )
             self._cache[key] = ctx
         return ctx
 

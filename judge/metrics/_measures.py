@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from judge.metrics._diversity import DEFAULT_ALPHA, DiversityMeasureName, SubtopicMatrix, diversity_value
 from judge.metrics._ranking import (
     NOT_IN_POOL,
     UNJUDGED_IN_POOL,
@@ -92,6 +93,7 @@ class RankedQuery:
         qrels: npt.ArrayLike | None = None,
         relevance_level: int = 1,
         unjudged: UnjudgedPolicy = "nonrelevant",
+        subtopics: SubtopicMatrix | None = None,
     ) -> None:
         if relevance_level < 0:
             raise ValueError(f"relevance level must be >= 0, got {relevance_level}")
@@ -106,6 +108,7 @@ class RankedQuery:
         self.level = relevance_level
         self.unjudged: UnjudgedPolicy = unjudged
         self._qrels = None if qrels is None else np.asarray(qrels, dtype=np.int64)
+        self.subtopics = subtopics  # per-subtopic judgements, for the diversity measures
 
     @property
     def has_qrels(self) -> bool:
@@ -174,6 +177,7 @@ class _Family:
     ap: bool = False  # accepts denominator=
     trec: bool = True
     string: bool = False
+    diversity: bool = False  # needs subtopic qrels
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,7 @@ class Measure:
     ap_denominator: ApDenominator = "qrels"
     idcg: IdcgSource = "qrels"
     unjudged: UnjudgedPolicy = "nonrelevant"
+    alpha: float | None = None  # diversity measures' redundancy intolerance; None = 0.5
     _family: _Family = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -227,6 +232,13 @@ class Measure:
             raise ValueError(f"unknown unjudged policy {self.unjudged!r}")
         if self.gains and self.gain != "linear":
             raise ValueError("explicit per-grade gains cannot be combined with gain=exponential")
+        if self.alpha is not None:
+            if self.name not in _ALPHA_FAMILIES:
+                raise ValueError(f"measure {self.name!r} takes no alpha")
+            if not 0.0 <= self.alpha <= 1.0:
+                raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+            if self.alpha == DEFAULT_ALPHA:  # one key for the default, however it was written
+                object.__setattr__(self, "alpha", None)
 
     # ------------------------------------------------------------------ description
     @property
@@ -261,6 +273,11 @@ class Measure:
         return self._family.trec and self._conventions_text() == ""
 
     @property
+    def is_diversity(self) -> bool:
+        """Whether this is an intent-aware measure computed on diversity (subtopic) qrels."""
+        return self._family.diversity
+
+    @property
     def table_index(self) -> int:
         """Position in trec_eval's measure table (its output order)."""
         return _ORDER[self.name]
@@ -288,6 +305,8 @@ class Measure:
             out["idcg"] = self.idcg
         if self._family.ap:
             out["ap_denominator"] = self.ap_denominator
+        if self.name in _ALPHA_FAMILIES:
+            out["alpha"] = DEFAULT_ALPHA if self.alpha is None else self.alpha
         out["unjudged"] = self.unjudged
         return out
 
@@ -303,6 +322,8 @@ class Measure:
             parts.append(f"idcg={self.idcg}")
         if self.unjudged != "nonrelevant":
             parts.append(f"unjudged={self.unjudged}")
+        if self.alpha is not None:
+            parts.append(f"alpha={self.alpha:g}")
         return f"({','.join(parts)})" if parts else ""
 
     @property
@@ -324,11 +345,18 @@ class Measure:
 
     # ------------------------------------------------------------------ computation
     def query(
-        self, grades: npt.ArrayLike, *, qrels: npt.ArrayLike | None = None, relevance_level: int = 1
+        self,
+        grades: npt.ArrayLike,
+        *,
+        qrels: npt.ArrayLike | None = None,
+        relevance_level: int = 1,
+        subtopics: SubtopicMatrix | None = None,
     ) -> RankedQuery:
         """The per-query context this measure is computed on."""
         level = relevance_level if self.rel is None else self.rel
-        return RankedQuery(grades, qrels=qrels, relevance_level=level, unjudged=self.unjudged)
+        return RankedQuery(
+            grades, qrels=qrels, relevance_level=level, unjudged=self.unjudged, subtopics=subtopics
+        )
 
     def compute_on(self, query: RankedQuery) -> float:
         """Value for one query from a prepared :class:`RankedQuery` (level/unjudged must match)."""
@@ -338,15 +366,23 @@ class Measure:
         return family.compute(self, query)
 
     def compute(
-        self, grades: npt.ArrayLike, *, qrels: npt.ArrayLike | None = None, relevance_level: int = 1
+        self,
+        grades: npt.ArrayLike,
+        *,
+        qrels: npt.ArrayLike | None = None,
+        relevance_level: int = 1,
+        subtopics: SubtopicMatrix | None = None,
     ) -> float:
         """Value for one query.
 
         ``grades``: grades of the ranked list in rank order (negative = unjudged);
         ``qrels``: all judged grades of the query, or ``None`` without ground truth;
-        ``relevance_level``: the binary threshold when the measure has no ``rel=``.
+        ``relevance_level``: the binary threshold when the measure has no ``rel=``;
+        ``subtopics``: per-subtopic judgements (diversity measures only).
         """
-        return self.compute_on(self.query(grades, qrels=qrels, relevance_level=relevance_level))
+        return self.compute_on(
+            self.query(grades, qrels=qrels, relevance_level=relevance_level, subtopics=subtopics)
+        )
 
     def combine(self, values: Sequence[float]) -> float:
         """The value over queries from per-query values, as trec_eval aggregates this
@@ -782,7 +818,27 @@ def _mrr_all_hits(m: Measure, q: RankedQuery) -> float:
     return mean_reciprocal_rank_all_hits(q.rel, m.cutoff)
 
 
+def _diversity(name: DiversityMeasureName) -> Callable[[Measure, RankedQuery], float]:
+    def compute(m: Measure, q: RankedQuery) -> float:
+        if q.subtopics is None:
+            raise ValueError(f"{m.trec_name} needs diversity qrels (qid subtopic docno grade)")
+        alpha = DEFAULT_ALPHA if m.alpha is None else m.alpha
+        return diversity_value(
+            name,
+            q.subtopics,
+            cutoff=m.cutoff or 1,
+            level=q.level,
+            alpha=alpha,
+            drop_unjudged=q.unjudged == "drop",
+            cache_key=q,
+        )
+
+    return compute
+
+
 _STD_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
+_NDEVAL_CUTOFFS = (5, 10, 20)
+_ALPHA_FAMILIES = frozenset({"alpha_nDCG", "alpha_DCG", "ERR_IA", "nERR_IA"})  # use ndeval's alpha
 _ELEVEN_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 _FAMILIES: tuple[_Family, ...] = (
@@ -850,6 +906,20 @@ _FAMILIES: tuple[_Family, ...] = (
     _Family("F1", "mean", "cutoff", _f1, cutoff_required=True, trec=False),
     _Family("hit_rate", "mean", "cutoff", _hit_rate, trec=False),
     _Family("mrr_all_hits", "mean", "cutoff", _mrr_all_hits, trec=False),
+    # Intent-aware diversity measures (ndeval's), on subtopic qrels: judge/metrics/_diversity.py.
+    *(
+        _Family(
+            name,
+            "mean",
+            "cutoff",
+            _diversity(name),
+            cutoff_required=True,
+            default_cutoffs=_NDEVAL_CUTOFFS,
+            trec=False,
+            diversity=True,
+        )
+        for name in ("alpha_nDCG", "alpha_DCG", "ERR_IA", "nERR_IA", "P_IA", "StRecall")
+    ),
 )
 
 _REGISTRY: dict[str, _Family] = {f.name: f for f in _FAMILIES}
@@ -948,6 +1018,21 @@ _ALIASES: dict[str, str] = {
     "mrr_all_hits": "mrr_all_hits",
     "mrr_all": "mrr_all_hits",
     "runid": "runid",
+    "alpha_ndcg": "alpha_nDCG",
+    "alpha-ndcg": "alpha_nDCG",
+    "a-ndcg": "alpha_nDCG",
+    "alpha_dcg": "alpha_DCG",
+    "alpha-dcg": "alpha_DCG",
+    "err_ia": "ERR_IA",
+    "err-ia": "ERR_IA",
+    "nerr_ia": "nERR_IA",
+    "nerr-ia": "nERR_IA",
+    "p_ia": "P_IA",
+    "p-ia": "P_IA",
+    "strecall": "StRecall",
+    "st_recall": "StRecall",
+    "strec": "StRecall",
+    "s-recall": "StRecall",
 }
 # '@k' on a family without cut-off parameter selects its cut-off family.
 _CUT_FAMILY = {"map": "map_cut", "ndcg": "ndcg_cut", "recip_rank": "recip_rank_cut", "dcg": "dcg_cut"}
@@ -1090,6 +1175,11 @@ def _apply_params(fields: dict[str, object], family: _Family, params: str, text:
         elif key_l == "p" and family.name == "rbp":
             fields["values"] = (float(value),)
             fields["param_text"] = f"p={value}"
+        elif key_l == "alpha" and family.name in _ALPHA_FAMILIES:
+            try:
+                fields["alpha"] = float(value)
+            except ValueError:
+                raise ValueError(f"measure {text!r}: alpha must be a number, got {value!r}") from None
         elif key_l == "beta" and family.name == "set_F":
             fields["values"] = (float(value),)
             fields["param_text"] = value
