@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from judge.judging._config import JudgeConfig, Passage
     from judge.judging._metric import RelevancyJudge
     from judge.judging._models import JudgeResult, PassageVerdict
+    from judge.systems import compare_systems
 
 __all__ = [
     "JudgeConfig",
@@ -31,6 +32,7 @@ __all__ = [
     "PassageVerdict",
     "RelevancyJudge",
     "aevaluate",
+    "compare_systems",
     "evaluate",
     "resolve_backend",
 ]
@@ -44,6 +46,7 @@ _LAZY = {
     "PassageVerdict": "judge.judging._models",
     "RelevancyJudge": "judge.judging._metric",
     "resolve_backend": "judge.backends",
+    "compare_systems": "judge.systems",
 }
 
 
