@@ -410,19 +410,41 @@ def _system_index(
     return out
 
 
-def _evaluate_draw(
-    index: Mapping[str, npt.NDArray[np.intp]],
-    drawn: Mapping[str, npt.NDArray[np.int64]],
-    measures: Sequence[Measure],
-    level: int,
-) -> Evaluation:
-    queries = []
-    for token in sorted(index, key=lambda t: t.encode("utf-8")):
-        grades = drawn[token]
-        idx = index[token]
-        ranked = np.where(idx >= 0, grades[np.maximum(idx, 0)], -1).astype(np.int64)
-        queries.append(JudgedRanking(qid=token, grades=ranked, qrels=grades))
-    return evaluate(measures, queries, relevance_level=level)
+class _DrawScorer:
+    """Per-query measure values of one system on redrawn grades, through the registry.
+
+    A query's values depend only on its redrawn grades, so they are memoised by those
+    grades: confident verdicts redraw to the same grades again and again, and each
+    distinct state is evaluated once."""
+
+    def __init__(
+        self, index: Mapping[str, npt.NDArray[np.intp]], measures: Sequence[Measure], level: int
+    ) -> None:
+        self.index = index
+        self.measures = tuple(measures)
+        self.level = level
+        self.memo: dict[tuple[str, bytes], npt.NDArray[np.float64]] = {}
+
+    def score(self, drawn: Mapping[str, npt.NDArray[np.int64]]) -> dict[str, npt.NDArray[np.float64]]:
+        """``token -> values`` (one per measure, in ``measures`` order)."""
+        out: dict[str, npt.NDArray[np.float64]] = {}
+        missing: list[tuple[tuple[str, bytes], JudgedRanking]] = []
+        for token, idx in self.index.items():
+            grades = drawn[token]
+            key = (token, grades.tobytes())
+            hit = self.memo.get(key)
+            if hit is not None:
+                out[token] = hit
+                continue
+            ranked = np.where(idx >= 0, grades[np.maximum(idx, 0)], -1).astype(np.int64)
+            missing.append((key, JudgedRanking(qid=token, grades=ranked, qrels=grades)))
+        if missing:
+            ev = evaluate(self.measures, [q for _, q in missing], relevance_level=self.level)
+            columns = np.stack([ev.query_scores(m) for m in self.measures], axis=1)
+            for row, (key, _) in enumerate(missing):
+                self.memo[key] = columns[row]
+                out[key[0]] = columns[row]
+        return out
 
 
 def order_stability(
@@ -442,26 +464,31 @@ def order_stability(
     if models is None or resamples < 1 or not paired:
         return dict.fromkeys(keys, None)
     by_name = {s.name: s for s in inputs.systems}
-    names = {p.comparison.baseline for p in paired} | {p.comparison.system for p in paired}
-    index = {name: _system_index(by_name[name], models, inputs.tokens) for name in names}
-    by_measure = {m.trec_name: m for m in measures}
-    observed = {k: _sign(float(p.differences.mean())) for k, p in zip(keys, paired, strict=True)}
-    held = dict.fromkeys(keys, 0)
+    names = sorted({p.comparison.baseline for p in paired} | {p.comparison.system for p in paired})
+    wanted = {q for p in paired for q in p.qids}
+    column = {m.trec_name: i for i, m in enumerate(measures)}
+    scorers = {
+        name: _DrawScorer(
+            {t: idx for t, idx in _system_index(by_name[name], models, inputs.tokens).items() if t in wanted},
+            measures,
+            level,
+        )
+        for name in names
+    }
+    observed = [_sign(float(p.differences.mean())) for p in paired]
+    held = [0] * len(paired)
     rng = np.random.default_rng(seed)
     for _ in range(resamples):
         drawn = {model.token: _redraw(model, rng, mode) for model in models}
-        evals = {name: _evaluate_draw(index[name], drawn, measures, level) for name in sorted(names)}
-        for key, p in zip(keys, paired, strict=True):
+        values = {name: scorer.score(drawn) for name, scorer in scorers.items()}
+        for i, p in enumerate(paired):
             c = p.comparison
-            base, other = evals[c.baseline], evals[c.system]
-            m = by_measure[c.measure]
-            bi = {q: i for i, q in enumerate(base.qids)}
-            oi = {q: i for i, q in enumerate(other.qids)}
-            a = base.query_scores(m)[[bi[q] for q in p.qids]]
-            b = other.query_scores(m)[[oi[q] for q in p.qids]]
-            if _sign(float((b - a).mean())) == observed[key]:
-                held[key] += 1
-    return {k: held[k] / resamples for k in keys}
+            j = column[c.measure]
+            base, other = values[c.baseline], values[c.system]
+            diff = math.fsum(float(other[q][j]) - float(base[q][j]) for q in p.qids) / len(p.qids)
+            if _sign(diff) == observed[i]:
+                held[i] += 1
+    return {k: held[i] / resamples for i, k in enumerate(keys)}
 
 
 def _sign(x: float) -> int:
