@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from _helpers import passage_of
 
@@ -16,7 +17,18 @@ import judge
 from judge.backends import ChatRequest, RuleBackend, ScriptedBackend
 from judge.io import InputError, read_qrels, read_run
 from judge.judging import JudgeConfig
+from judge.metrics import parse_measure_args
 from judge.systems import SystemsReport
+from judge.systems._inputs import read_systems
+from judge.systems._pool import build_pool, read_pool_verdicts
+from judge.systems._scoring import (
+    _DrawScorer,
+    _QueryModel,
+    _system_index,
+    evaluate_files,
+    pool_qrels,
+    stability_models,
+)
 
 REL = "[相关]"
 
@@ -345,3 +357,99 @@ def test_rerun_asks_nothing_and_a_new_system_asks_only_its_new_pairs(tmp_path: P
     assert grown.pool.unique_pairs == 4 and grown.pool.judged == 4
     records = (tmp_path / "r" / "pool.judged.jsonl").read_text().splitlines()
     assert len(records) == 1 and json.loads(records[0])["docnos"] == ["x", "y", "z", "w"]
+
+
+def _graded_prob_backend(probs: dict[str, dict[str, float]]) -> ScriptedBackend:
+    def step(request: ChatRequest, _index: int) -> Any:
+        return probs[passage_of(request)]
+
+    return ScriptedBackend(step, name="fake:grade-probs", supports_probabilities=True)
+
+
+def test_order_stability_redraws_grades_from_their_probabilities(tmp_path: Path) -> None:
+    # Graded, relevant = grade >= 2. a: P(grade >= 2) = 0.2 (argmax 0); b: 0.8 (argmax: 2 and
+    # 3 tie at 0.4 -> the lower, 2). B ahead iff a < 2 and b >= 2: 0.8 * 0.8 = 0.64.
+    a = [{"id": "q1", "query": "问题", "retrieval_context": [{"id": "a", "text": "段落 a"}]}]
+    b = [{"id": "q1", "query": "问题", "retrieval_context": [{"id": "b", "text": "段落 b"}]}]
+    backend = _graded_prob_backend(
+        {
+            "段落 a": {"0": 0.5, "1": 0.3, "2": 0.1, "3": 0.1},
+            "段落 b": {"0": 0.1, "1": 0.1, "2": 0.4, "3": 0.4},
+        }
+    )
+    report = _run(
+        tmp_path,
+        {"A": a, "B": b},
+        backend=backend,
+        mode="graded",
+        config=JudgeConfig(probability=True, explain=False),
+        stability_resamples=2000,
+        measures=["map"],
+    )
+    assert read_qrels(tmp_path / "report" / "pool.qrels").to_dict() == {"q1": {"a": 0, "b": 2}}
+    (c,) = report.comparisons
+    assert c.diff == 1.0
+    assert c.order_stability == pytest.approx(0.64, abs=0.04)  # standard error 0.011
+
+
+def test_redraw_scorer_equals_judge_trec_on_the_observed_pool(tmp_path: Path) -> None:
+    # The in-memory evaluation order_stability uses, fed the observed grades, gives the
+    # per-query values the file-based (judge trec) evaluation gives.
+
+    rows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    for i in range(5):
+        q = f"q{i}"
+        ctx = [_p(f"{q}-d{j}", (i + j) % 3 == 0, q) for j in range(6)]
+        rows["A"].append({"id": q, "query": f"问题 {i}", "retrieval_context": ctx[:4]})
+        rows["B"].append({"id": q, "query": f"问题 {i}", "retrieval_context": ctx[2:][::-1]})
+    _run(tmp_path, rows)
+    paths = {n: tmp_path / f"{n}.jsonl" for n in rows}
+    inputs = read_systems(paths)
+    pool = build_pool(inputs, depth=None, human=None)
+    verdicts = read_pool_verdicts(tmp_path / "report" / "pool.judged.jsonl")
+    qrels = pool_qrels(pool, verdicts, "binary")
+    models = stability_models(pool, verdicts, qrels, "binary", 2)
+    assert models is None  # no probabilities in this pool
+    observed = [
+        _QueryModel(t, list(d), np.array(list(d.values()), dtype=np.int64), np.array([], dtype=np.intp),
+                    np.array([]), None, None)
+        for t, d in qrels.items()
+    ]  # fmt: skip
+    measures = parse_measure_args(["map", "ndcg_cut_10", "P_5", "recall_10", "recip_rank", "Rprec"])
+    for system in inputs.systems:
+        run = tmp_path / "report" / "runs" / f"{system.name}.run"
+        ev = evaluate_files(tmp_path / "report" / "pool.qrels", run, measures, 1)
+        assert ev is not None
+        scorer = _DrawScorer(_system_index(system, observed, inputs.tokens), measures, 1)
+        values = scorer.score({m.token: m.grades for m in observed})
+        for qid in ev.qids:
+            assert [ev.per_query[qid][m.trec_name] for m in measures] == values[qid].tolist()
+
+
+def test_unjudged_pairs_stay_out_of_the_qrels_until_retry_unjudged(tmp_path: Path) -> None:
+    a = [{"id": "q1", "query": "问题", "retrieval_context": [_p("x", True), _p("y", True)]}]
+    b = [{"id": "q1", "query": "问题", "retrieval_context": [_p("y", True)]}]
+    keyword = _keyword()
+
+    def flaky(request: ChatRequest, _index: int) -> Any:
+        if "段落 y" in passage_of(request):
+            return "我无法判断。"  # never valid JSON: re-asked, then unjudged
+        return keyword.rule(request)
+
+    broken = ScriptedBackend(flaky, name="fake:keyword")
+    cache = tmp_path / "cache.sqlite"
+    report = _run(tmp_path, {"A": a, "B": b}, backend=broken, cache=cache)
+    assert (report.pool.judged, report.pool.unjudged) == (1, 1)
+    assert read_qrels(tmp_path / "report" / "pool.qrels").to_dict() == {"q1": {"x": 1}}
+    assert any("--retry-unjudged" in w for w in report.warnings)
+    # A plain re-run keeps it unjudged and asks nothing.
+    quiet = _keyword()
+    again = _run(tmp_path, {"A": a, "B": b}, backend=quiet, cache=cache)
+    assert quiet.calls == 0 and again.pool.unjudged == 1
+    # --retry-unjudged asks only for y.
+    fixed = _keyword()
+    retried = _run(tmp_path, {"A": a, "B": b}, backend=fixed, cache=cache, retry_unjudged=True)
+    assert _asked(fixed) == [f"q1 的段落 y {REL}"]
+    assert (retried.pool.judged, retried.pool.unjudged, retried.pool.calls) == (2, 0, 1)
+    assert read_qrels(tmp_path / "report" / "pool.qrels").to_dict() == {"q1": {"x": 1, "y": 1}}
+    assert retried.systems["B"].measures["map"] == pytest.approx(0.5)
