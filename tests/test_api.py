@@ -38,6 +38,7 @@ def test_public_api_names() -> None:
         "JudgeConfig",
         "Passage",
         "resolve_backend",
+        "compare_systems",
     }
     assert judge.JudgeConfig is JudgeConfig and judge.Passage is Passage
     from judge.backends import resolve_backend
