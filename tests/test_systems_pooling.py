@@ -103,6 +103,10 @@ def test_pooled_ap_ndcg_recall_by_hand(tmp_path: Path) -> None:
     )  # fmt: skip
     # Without probabilities there is no order stability.
     assert all(c.order_stability is None for c in report.comparisons)
+    # report.json is the model, schema first, and reads back into it.
+    text = (tmp_path / "report" / "report.json").read_text(encoding="utf-8")
+    assert next(iter(json.loads(text))) == "schema" and json.loads(text)["schema"] == "judge.systems/1"
+    assert SystemsReport.model_validate_json(text) == report
     # The files: binary grades 1/0, runs in input order.
     qrels = read_qrels(tmp_path / "report" / "pool.qrels").to_dict()
     assert qrels == {"q1": {"r1": 1, "r2": 1, "r3": 1, "n1": 0, "n2": 0}}
