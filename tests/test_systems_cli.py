@@ -279,3 +279,19 @@ def test_kill_9_mid_pool_then_rerun_loses_nothing_and_asks_nothing_twice(tmp_pat
             assert any(m - 2 * CONCURRENCY <= first[key] < m for m in marks), (first[key], marks)
     c = next(c for c in report["comparisons"] if c["measure"] == "map")
     assert (c["wins"], c["system_mean"], c["baseline_mean"]) == (n, 1.0, 0.25)
+
+
+def test_depth_and_qrels_flags(sim: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _systems(tmp_path, 3)
+    human = tmp_path / "human.qrels"
+    # Humans label q00's first relevant passage and one irrelevant one: two holes fewer.
+    human.write_text("q00 0 q00-r0 3\nq00 0 q00-n0 0\n", encoding="utf-8")
+    before = _requests(sim)
+    out = tmp_path / "r"
+    assert main(_cli(sim, a, b, out, "--depth", "2", "--qrels", str(human), "--mode", "graded")) == 0
+    report = json.loads(capsys.readouterr().out)
+    # Top 2 of each: one = [r0, n0], all4 = [r0, r1] -> 3 unique per query; 2 labelled in q00.
+    assert report["pool"]["unique_pairs"] == 9 and report["pool"]["human_labels"] == 2
+    assert report["pool"]["calls"] == _requests(sim) - before == 7
+    assert report["conventions"]["depth"] == 2 and report["conventions"]["relevance_level"] == 2
+    assert "q00 0 q00-r0 3\n" in (out / "pool.qrels").read_text(encoding="utf-8")
