@@ -329,6 +329,7 @@ def test_missing_file_and_bad_names_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         judge.compare_systems({"A": good, "B": tmp_path / "nope.jsonl"}, tmp_path / "r", backend=_keyword())
     assert str(tmp_path / "nope.jsonl") in str(info.value)
+    assert not (tmp_path / "r").exists()  # refused before anything was written
     with pytest.raises(InputError, match="at least two"):
         judge.compare_systems({"A": good}, tmp_path / "r", backend=_keyword())
     with pytest.raises(InputError, match="system name"):

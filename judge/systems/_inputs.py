@@ -138,6 +138,17 @@ class Reporter:
             self._fh = None
 
 
+def check_paths(paths: Mapping[str, Path]) -> None:
+    """At least two systems, every file there (InputError naming the first missing one)."""
+    if len(paths) < 2:
+        raise InputError("compare-systems needs at least two systems (NAME=PATH ...)", field="NAME=PATH")
+    for path in paths.values():
+        if not path.exists():
+            raise InputError("no such file", path=str(path))
+        if path.is_dir():
+            raise InputError("is a directory, expected a JSONL dataset", path=str(path))
+
+
 def read_systems(
     paths: Mapping[str, Path],
     *,
@@ -152,13 +163,7 @@ def read_systems(
     A bad line is rejected (reported, the rest is read), a long passage truncated (a
     warning); with ``strict`` any problem in any file raises after all were reported.
     """
-    if len(paths) < 2:
-        raise InputError("compare-systems needs at least two systems (NAME=PATH ...)", field="NAME=PATH")
-    for path in paths.values():
-        if not path.exists():
-            raise InputError("no such file", path=str(path))
-        if path.is_dir():
-            raise InputError("is a directory, expected a JSONL dataset", path=str(path))
+    check_paths(paths)
     rep = reporter or Reporter(None)
     inputs = Inputs(systems=[], passages={}, tokens={}, queries={})
     token_owner: dict[str, str] = {}

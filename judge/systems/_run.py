@@ -19,7 +19,7 @@ from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
 from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
-from judge.systems._inputs import Inputs, Reporter, check_name, read_systems
+from judge.systems._inputs import Inputs, Reporter, check_name, check_paths, read_systems
 from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
 from judge.systems._pool import (
     Pool,
@@ -126,6 +126,7 @@ async def run_compare_systems(
     opts.check()
     measures = parse_measures(opts.measures)
     paths = {check_name(name): Path(path) for name, path in systems.items()}
+    check_paths(paths)
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
