@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from judge.judging._models import JudgeResult, PassageVerdict
     from judge.metrics._answer import answer_scores, gen_eval
     from judge.metrics._redundancy import redundancy_by_k
+    from judge.systems import compare_systems
 
 __all__ = [
     "JudgeConfig",
@@ -34,6 +35,7 @@ __all__ = [
     "RelevancyJudge",
     "aevaluate",
     "answer_scores",
+    "compare_systems",
     "evaluate",
     "gen_eval",
     "redundancy_by_k",
@@ -52,6 +54,7 @@ _LAZY = {
     "gen_eval": "judge.metrics._answer",
     "answer_scores": "judge.metrics._answer",
     "redundancy_by_k": "judge.metrics._redundancy",
+    "compare_systems": "judge.systems",
 }
 
 

@@ -41,6 +41,7 @@ def test_public_api_names() -> None:
         "gen_eval",
         "answer_scores",
         "redundancy_by_k",
+        "compare_systems",
     }
     assert judge.JudgeConfig is JudgeConfig and judge.Passage is Passage
     from judge.backends import resolve_backend

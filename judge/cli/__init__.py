@@ -34,6 +34,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._stability",
     "judge.cli._agree",
     "judge.cli._geneval",
+    "judge.cli._systems",
 )
 
 

@@ -1,0 +1,210 @@
+"""``judge compare-systems``: judge the pooled passages of several systems once, score every
+system against the pool as ``judge trec`` does, compare each with the first.
+
+Exit codes: 0 done; 2 bad input or usage, or ``--strict`` refused an input (nothing
+judged); 3 the backend failed permanently; 130 interrupted (rerun the same command: judged
+pairs are kept and cost nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from judge.cli._flags import add_call_flags, add_judge_flags, config_error, decision_kwargs
+from judge.io._errors import InputError
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "compare-systems",
+        help="pool several systems' results, judge each pair once, compare the systems fairly",
+        description=(
+            "Each NAME=PATH is a dataset in judge score's input format (gzip ok); the first "
+            "is the baseline. Per query the union of all systems' passages (or each one's top "
+            "--depth) is judged once (cached, resumable), every system is scored against that "
+            "pool as judge trec scores a run against qrels, and each is compared with the "
+            "baseline (randomization test, t-test, bootstrap CI, Holm, wins/ties/losses). "
+            "Writes report.json, report.md, report.html, pool.judged.jsonl, pool.qrels and "
+            "runs/NAME.run into REPORT_DIR."
+        ),
+        epilog=(
+            "exit codes: 0 done; 2 bad input/usage or --strict refusal (nothing judged); "
+            "3 backend failed permanently; 130 interrupted (rerun to resume)"
+        ),
+    )
+    p.add_argument(
+        "systems", nargs="+", metavar="NAME=PATH", help="a system's dataset; the first is the baseline"
+    )
+    p.add_argument(
+        "-o", "--output", required=True, metavar="REPORT_DIR", help="directory for the report and pool"
+    )
+    p.add_argument(
+        "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
+    )
+    p.add_argument(
+        "--depth", type=int, default=None, metavar="N", help="pool only each system's top N passages"
+    )
+    p.add_argument(
+        "-m",
+        "--measure",
+        dest="measures",
+        action="append",
+        metavar="MEASURE",
+        help="registry measure(s); repeatable (default: map, ndcg_cut_10, P_5, recall_10, recip_rank)",
+    )
+    p.add_argument(
+        "-l",
+        dest="level",
+        type=int,
+        default=None,
+        help="minimum grade counted relevant (default 1; graded mode: the judge's grade threshold, 2)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed of every test and resample (default 0)")
+    p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
+    p.add_argument(
+        "--stability-resamples",
+        type=int,
+        default=1000,
+        help="redraws of the pool from P(yes) for order_stability (default 1000; 0 skips)",
+    )
+    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
+    p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
+    add_judge_flags(p, defaults=False)
+    p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
+    p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
+    add_call_flags(p)
+    p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
+    p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
+    p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
+    p.add_argument("--strict", action="store_true", help="check every input first; refuse on any problem")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="NAME=FIELD",
+        help="read NAME from FIELD in every input (as judge score --map)",
+    )
+    p.add_argument(
+        "--max-passage-chars", type=int, default=None, help="truncate longer passages (default 8000)"
+    )
+    p.add_argument(
+        "--retry-unjudged",
+        action="store_true",
+        help="ask again for pooled pairs left unjudged by an earlier run",
+    )
+    p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
+    p.set_defaults(func=run_compare_systems_cli)
+
+
+def _positive(value: float | None, flag: str) -> None:
+    if value is not None and value <= 0:
+        raise InputError("must be > 0", field=flag)
+
+
+def _config(args: argparse.Namespace, mode: str | None) -> Any:
+    from judge.judging import JudgeConfig
+
+    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
+    if args.language:
+        kwargs["language"] = args.language
+    if args.template:
+        kwargs["template"] = args.template
+    try:
+        return JudgeConfig(**kwargs)
+    except ValueError as exc:
+        raise config_error(exc) from exc
+
+
+def run_compare_systems_cli(args: argparse.Namespace) -> int:
+    from judge.backends import describe_backend, ensure_resilient, resolve_backend
+    from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
+    from judge.store import SQLiteVerdictStore
+    from judge.systems import PoolRun, SystemsOptions, run_compare_systems
+    from judge.systems._inputs import parse_system_args
+    from judge.systems._pool import existing_mode
+
+    systems = parse_system_args(args.systems)
+    for value, flag in ((args.concurrency, "--concurrency"), (args.rpm, "--rpm"), (args.tpm, "--tpm")):
+        _positive(value, flag)
+    _positive(args.timeout, "--timeout")
+    if args.top_queries < 0:
+        raise InputError("must be >= 0", field="--top-queries")
+    out = Path(args.output)
+    options = SystemsOptions(
+        depth=args.depth,
+        measures=tuple(args.measures) if args.measures else None,
+        relevance_level=args.level,
+        qrels=Path(args.qrels) if args.qrels else None,
+        seed=args.seed,
+        resamples=args.resamples,
+        stability_resamples=args.stability_resamples,
+        confidence=args.confidence,
+        strict=bool(args.strict),
+        field_map=parse_field_map(args.map),
+        max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
+        top_queries=args.top_queries,
+    )
+    options.check()
+    # Resume in the pool's mode unless one is given (as judge score does).
+    config = _config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
+
+    inner = resolve_backend(args.backend, base_url=args.base_url)
+    if not args.quiet:
+        print(describe_backend(inner), file=sys.stderr)
+    concurrency = args.concurrency
+    if concurrency is None:
+        concurrency = 16 if inner.max_concurrency is None else min(16, inner.max_concurrency)
+    backend = ensure_resilient(
+        inner,
+        max_retries=args.max_retries,
+        timeout_s=args.timeout,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        concurrency=concurrency,
+    )
+    run = PoolRun(
+        concurrency=concurrency,
+        progress="quiet" if args.quiet else "auto",
+        listwise=bool(args.listwise or args.listwise_template),
+        listwise_template=args.listwise_template,
+        retry_unjudged=bool(args.retry_unjudged),
+        settings={
+            "rpm": args.rpm,
+            "tpm": args.tpm,
+            "timeout_s": backend.timeout_s,
+            "max_retries": args.max_retries,
+            "cache": None if args.no_cache else str(args.cache or "default"),
+        },
+    )
+
+    async def go() -> Any:
+        store = None if args.no_cache else SQLiteVerdictStore(args.cache)
+        try:
+            return await run_compare_systems(
+                systems, out, backend, config, store=store, options=options, pool_run=run
+            )
+        finally:
+            if store is not None:
+                await store.aclose()
+            await backend.aclose()
+
+    report = asyncio.run(go())
+    if args.json:
+        print(report.to_json_text(), end="")
+    else:
+        print((out / "report.md").read_text(encoding="utf-8"), end="")
+    if not args.quiet:
+        pool = report.pool
+        print(
+            f"judge compare-systems: {len(report.systems)} systems, {pool.queries} queries, "
+            f"{pool.unique_pairs} unique pairs ({pool.human_labels} human, {pool.judged} judged, "
+            f"{pool.unjudged} unjudged), {pool.calls} LLM calls this run; report {out / 'report.html'}",
+            file=sys.stderr,
+        )
+    return 0

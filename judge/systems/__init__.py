@@ -1,0 +1,33 @@
+"""Comparing retrieval systems on one judged pool (``judge compare-systems``).
+
+Per query, the union of every system's passages (or each one's top ``depth``) is judged
+once through the batch engine of ``judge score``; every system is then scored against that
+pool exactly as ``judge trec`` scores a run against qrels, and compared with the first
+(the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
+"""
+
+from judge.systems._model import SCHEMA, PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._pool import PoolRun
+from judge.systems._run import (
+    DEFAULT_REPORT_DIR,
+    SystemsOptions,
+    acompare_systems,
+    compare_systems,
+    run_compare_systems,
+)
+from judge.systems._scoring import DEFAULT_MEASURES
+
+__all__ = [
+    "DEFAULT_MEASURES",
+    "DEFAULT_REPORT_DIR",
+    "SCHEMA",
+    "PoolRun",
+    "PoolSummary",
+    "SystemComparison",
+    "SystemSummary",
+    "SystemsOptions",
+    "SystemsReport",
+    "acompare_systems",
+    "compare_systems",
+    "run_compare_systems",
+]

@@ -1,0 +1,95 @@
+"""The report of ``judge compare-systems`` as pydantic models: schema ``judge.systems/1``.
+
+``report.json`` is :meth:`SystemsReport.to_json` (field ``schema`` first). Other tools read
+it; the keys the issue fixed are never renamed. Extra keys (``path``, ``ci``, ``n``,
+``calls_saved``, ``warnings`` ...) only add information.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA = "judge.systems/1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SystemSummary(_Model):
+    """One system: ``queries`` evaluated against the pool (``judge trec``'s ``num_q``);
+    ``measures``: each measure's mean under its ``judge trec --json`` name, plus
+    ``map_isolated`` (label-free AP as ``judge score`` computes it; None when nothing was
+    judged); ``ci``: a percentile bootstrap interval of each pooled mean."""
+
+    path: str
+    queries: int
+    queries_in_file: int
+    measures: dict[str, float | int | None]
+    ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+
+
+class PoolSummary(_Model):
+    """What was judged. ``pairs``: (query, passage) pairs over all systems (within
+    ``--depth``); ``unique_pairs``: distinct ones = ``human_labels + judged + unjudged``;
+    ``calls``: LLM requests the run that wrote this report made (0 on a re-run);
+    ``calls_saved``: ``pairs - unique_pairs``, the judgments pooling did not ask twice."""
+
+    queries: int
+    pairs: int
+    unique_pairs: int
+    human_labels: int
+    judged: int
+    unjudged: int
+    calls: int
+    calls_saved: int
+
+
+class SystemComparison(_Model):
+    """``system`` against ``baseline`` on ``measure`` over the ``n`` queries both answered
+    and every system has: means, ``diff`` (system - baseline), the seeded paired
+    randomization test (``p_value``) and its Holm adjustment over every comparison
+    (``p_holm``), the paired t-test (``t_test_p``), a bootstrap CI of ``diff``, per-query
+    wins / ties / losses of ``system``, and ``order_stability`` (share of P(yes) resamples
+    of the pool in which the sign of ``diff`` holds; None without probabilities)."""
+
+    baseline: str
+    system: str
+    measure: str
+    n: int
+    baseline_mean: float
+    system_mean: float
+    diff: float
+    p_value: float
+    p_holm: float | None
+    t_test_p: float | None
+    t_test_p_holm: float | None
+    ci_low: float
+    ci_high: float
+    wins: int
+    ties: int
+    losses: int
+    order_stability: float | None
+
+
+class SystemsReport(_Model):
+    """The whole report (``report.json``)."""
+
+    schema_: Literal["judge.systems/1"] = Field(default="judge.systems/1", alias="schema")
+    systems: dict[str, SystemSummary]
+    pool: PoolSummary
+    comparisons: list[SystemComparison]
+    conventions: dict[str, Any]
+    not_in_all_systems: list[str]
+    warnings: list[str] = Field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``report.json`` object (``schema`` first, NaN/inf as null)."""
+        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return data
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, indent=2, allow_nan=False) + "\n"

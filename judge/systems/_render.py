@@ -1,0 +1,528 @@
+"""``report.md`` and ``report.html`` of ``judge compare-systems``.
+
+The HTML page is one self-contained file: inline CSS, inline SVG charts drawn here, no
+script, no font or image from anywhere (it opens offline); UTF-8 with a ``<meta charset>``
+so Chinese queries, passages and reasons render. Sections: the verdict in one sentence per
+system, the pool, the systems' means, the means with their bootstrap intervals as a chart,
+the comparisons, the per-query differences as a chart, the queries where the systems
+differ most (each system's top passages with verdicts and reasons), then conventions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+
+from judge.judging import PassageVerdict
+from judge.metrics import Evaluation, Measure
+from judge.systems._inputs import Inputs
+from judge.systems._model import SystemComparison, SystemsReport
+from judge.systems._pool import Pool, PoolVerdicts
+from judge.systems._scoring import Paired, system_verdicts
+
+_PALETTE = ("#3366aa", "#dd7733", "#339966", "#aa3377", "#7766bb", "#999933", "#44aaaa", "#bb5555")
+_WIN, _LOSS, _TIE = "#2a9d63", "#d1495b", "#999999"
+
+
+@dataclass
+class ReportData:
+    """What the renderers need beyond the report: inputs, pool, verdicts, per-query values."""
+
+    report: SystemsReport
+    inputs: Inputs
+    pool: Pool
+    verdicts: PoolVerdicts
+    evaluations: Mapping[str, Evaluation | None]
+    paired: Sequence[Paired]
+    measures: tuple[Measure, ...]
+    level: int
+    mode: str
+    top_queries: int = 10
+    top_passages: int = 5
+
+    @property
+    def primary(self) -> str | None:
+        """The measure the per-query views use: ``map`` if compared, else the first."""
+        names = [m.trec_name for m in self.measures]
+        return "map" if "map" in names else (names[0] if names else None)
+
+
+def _f(x: float | int | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.{digits}f}"
+
+
+def _p(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "–"
+    return f"{x:.4f}" if x >= 0.0001 else f"{x:.1e}"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}"
+
+
+def _verdict_sentence(c: SystemComparison) -> str:
+    """``B vs A on map: +0.2500 (95% CI ...), p=..., Holm ...; wins/ties/losses``."""
+    stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
+    significant = c.p_holm is not None and c.p_holm < 0.05
+    verdict = (
+        ("better than" if c.diff > 0 else "worse than") if significant else "not significantly different from"
+    )
+    return (
+        f"{c.system} is {verdict} {c.baseline} on {c.measure}: {_signed(c.diff)} "
+        f"(CI {_f(c.ci_low)} to {_f(c.ci_high)}), p={_p(c.p_value)}, Holm p={_p(c.p_holm)}; "
+        f"wins {c.wins}, ties {c.ties}, losses {c.losses} over {c.n} queries{stable}"
+    )
+
+
+# ---------------------------------------------------------------------------- markdown
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def render_markdown(data: ReportData) -> str:
+    r = data.report
+    measure_names = [m.trec_name for m in data.measures]
+    lines = ["# Systems comparison (judge compare-systems)", ""]
+    primary = data.primary
+    for c in r.comparisons:
+        if c.measure == primary:
+            lines.append(f"- {_verdict_sentence(c)}")
+    if r.comparisons:
+        lines.append("")
+    p = r.pool
+    lines += [
+        "## Pool",
+        "",
+        f"{p.queries} queries; {p.pairs} (query, passage) pairs over all systems, {p.unique_pairs} unique: "
+        f"{p.human_labels} from human labels, {p.judged} judged, {p.unjudged} unjudged. "
+        f"LLM calls this run: {p.calls}; pooling saved {p.calls_saved} judgments.",
+        "",
+        "## Systems",
+        "",
+    ]
+    header = ["system", "queries", *measure_names, "map_isolated"]
+    rows = [
+        [
+            name,
+            str(s.queries),
+            *(_f(s.measures.get(m)) for m in measure_names),
+            _f(s.measures.get("map_isolated")),
+        ]
+        for name, s in r.systems.items()
+    ]
+    lines += _md_table(header, rows)
+    lines += [
+        "",
+        "Pooled measures score every system against the same judged pool (judge trec on pool.qrels). "
+        "`map_isolated` is each list judged alone (AP's denominator: the relevant passages that list "
+        "found), which rewards finding few; compare systems on the pooled figures.",
+        "",
+        "## Comparisons (each system against the baseline)",
+        "",
+    ]
+    if r.comparisons:
+        header = ["system", "measure", "n", "baseline", "system mean", "diff", "95% CI", "p", "p (Holm)",
+                  "t-test p", "W/T/L", "order stability"]  # fmt: skip
+        rows = [
+            [
+                c.system,
+                c.measure,
+                str(c.n),
+                _f(c.baseline_mean),
+                _f(c.system_mean),
+                _signed(c.diff),
+                f"{_f(c.ci_low)} to {_f(c.ci_high)}",
+                _p(c.p_value),
+                _p(c.p_holm),
+                _p(c.t_test_p),
+                f"{c.wins}/{c.ties}/{c.losses}",
+                _f(c.order_stability, 3),
+            ]
+            for c in r.comparisons
+        ]
+        lines += _md_table(header, rows)
+    else:
+        lines.append("No comparison could be made (see warnings).")
+    lines.append("")
+    if r.not_in_all_systems:
+        lines += [
+            "## Queries not in every system (left out of the paired tests)",
+            "",
+            ", ".join(f"`{q}`" for q in r.not_in_all_systems),
+            "",
+        ]
+    if r.warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in r.warnings), ""]
+    lines += [
+        "## Reproduce",
+        "",
+        "```",
+        *(
+            f"judge trec -l {data.level} -m {' -m '.join(measure_names)} pool.qrels runs/{name}.run"
+            for name in r.systems
+        ),
+        "```",
+        "",
+        "## Conventions",
+        "",
+        "```json",
+        json.dumps(r.conventions, ensure_ascii=False, indent=2),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- SVG charts
+def _svg_text(
+    x: float, y: float, text: str, *, anchor: str = "start", size: int = 12, fill: str = "#222"
+) -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}">'
+        f"{escape(text)}</text>"
+    )
+
+
+def means_chart(data: ReportData) -> str:
+    """One panel per measure: each system's mean (dot) and bootstrap interval (line)."""
+    r = data.report
+    names = list(r.systems)
+    label_w, plot_w, right_w, row_h = 150, 380, 70, 22
+    panels: list[str] = []
+    y = 0
+    for m in data.measures:
+        key = m.trec_name
+        values = [(n, r.systems[n].measures.get(key), r.systems[n].ci.get(key)) for n in names]
+        highs = [ci[1] for _, _, ci in values if ci is not None] + [
+            float(v) for _, v, _ in values if isinstance(v, int | float)
+        ]
+        top = max([1.0, *highs]) if highs else 1.0
+        lows = [ci[0] for _, _, ci in values if ci is not None]
+        bottom = min([0.0, *lows]) if lows else 0.0
+        span = top - bottom or 1.0
+
+        def xpos(v: float, bottom: float = bottom, span: float = span) -> float:
+            return label_w + (v - bottom) / span * plot_w
+
+        panels.append(_svg_text(4, y + 14, key, size=13, fill="#000"))
+        y += 22
+        for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
+            tick = bottom + frac * span
+            x = xpos(tick)
+            panels.append(
+                f'<line x1="{x:.1f}" y1="{y - 4}" x2="{x:.1f}" y2="{y + row_h * len(names)}" '
+                'stroke="#e4e4e4"/>'
+            )
+            panels.append(
+                _svg_text(
+                    x, y + row_h * len(names) + 12, f"{tick:.2f}", anchor="middle", size=10, fill="#666"
+                )
+            )
+        for i, (name, value, ci) in enumerate(values):
+            cy = y + i * row_h + row_h / 2
+            color = _PALETTE[i % len(_PALETTE)]
+            panels.append(_svg_text(label_w - 8, cy + 4, name, anchor="end"))
+            if ci is not None:
+                panels.append(
+                    f'<line x1="{xpos(ci[0]):.1f}" y1="{cy:.1f}" x2="{xpos(ci[1]):.1f}" y2="{cy:.1f}" '
+                    f'stroke="{color}" stroke-width="2">'
+                    f"<title>{escape(f'{name} {key} CI {ci[0]:.4f} to {ci[1]:.4f}')}</title></line>"
+                )
+            if isinstance(value, int | float):
+                panels.append(
+                    f'<circle cx="{xpos(float(value)):.1f}" cy="{cy:.1f}" r="5" fill="{color}">'
+                    f"<title>{escape(f'{name} {key} = {float(value):.4f}')}</title></circle>"
+                )
+                panels.append(_svg_text(label_w + plot_w + 8, cy + 4, f"{float(value):.4f}", size=11))
+        y += row_h * len(names) + 26
+    width = label_w + plot_w + right_w
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" width="{width}" height="{y}" '
+        f'viewBox="0 0 {width} {y}"><title>Means with {escape(str(r.conventions.get("bootstrap", "")))} '
+        f"intervals</title>{''.join(panels)}</svg>"
+    )
+
+
+def difference_chart(p: Paired) -> str:
+    """Per-query differences (system - baseline), sorted, as bars around zero."""
+    c = p.comparison
+    order = np.argsort(-p.differences, kind="stable")
+    d = p.differences[order]
+    qids = [p.qids[i] for i in order]
+    n = d.shape[0]
+    width, height, pad = 640, 200, 30
+    plot_w = width - 2 * pad
+    bar = plot_w / max(n, 1)
+    scale = float(np.max(np.abs(d))) if n else 0.0
+    scale = scale if scale > 0 else 1.0
+    zero = height / 2
+    parts = [
+        f'<line x1="{pad}" y1="{zero}" x2="{width - pad}" y2="{zero}" stroke="#444"/>',
+        _svg_text(pad, 14, f"+{scale:.3f}", size=10, fill="#666"),
+        _svg_text(pad, height - 4, f"-{scale:.3f}", size=10, fill="#666"),
+        _svg_text(width - pad, 14, f"{c.system} − {c.baseline}, {c.measure}", anchor="end", size=11),
+    ]
+    for i, (value, qid) in enumerate(zip(d.tolist(), qids, strict=True)):
+        h = abs(value) / scale * (height / 2 - 20)
+        x = pad + i * bar
+        if value > 1e-12:
+            color, y0 = _WIN, zero - h
+        elif value < -1e-12:
+            color, y0 = _LOSS, zero
+        else:
+            color, y0, h = _TIE, zero - 1, 2
+        parts.append(
+            f'<rect x="{x:.2f}" y="{y0:.2f}" width="{max(bar - 0.5, 0.5):.2f}" height="{max(h, 1):.2f}" '
+            f'fill="{color}"><title>{escape(f"{qid}: {value:+.4f}")}</title></rect>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">'
+        f"<title>{escape(f'per-query {c.measure}: {c.system} minus {c.baseline}')}</title>"
+        f"{''.join(parts)}</svg>"
+    )
+
+
+# ---------------------------------------------------------------------------- HTML
+_CSS = """
+body{font-family:-apple-system,"Segoe UI","Noto Sans CJK SC","PingFang SC","Microsoft YaHei",
+"Hiragino Sans GB","WenQuanYi Micro Hei",Arial,sans-serif;margin:2em auto;max-width:1200px;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ddd;padding:.25em .55em;text-align:right;vertical-align:top}
+th{background:#f4f4f4}td.l,th.l{text-align:left}
+.sig{font-weight:bold}.win{color:#2a9d63}.loss{color:#d1495b}
+.summary li{margin:.3em 0}.chart{display:block;margin:.6em 0;max-width:100%;height:auto}
+.query{border:1px solid #ddd;border-radius:6px;margin:1em 0;padding:.6em 1em}
+.query h3{margin:.2em 0 .5em;font-size:1.05em}
+.cols{display:flex;gap:1em;flex-wrap:wrap}.col{flex:1 1 320px;min-width:280px}
+.col ol{padding-left:1.6em;margin:.3em 0}.col li{margin:.35em 0}
+.badge{display:inline-block;border-radius:3px;padding:0 .4em;font-size:.8em;color:#fff;margin-right:.3em}
+.yes{background:#2a9d63}.no{background:#888}.unjudged{background:#c0892b}.unpooled{background:#bbb}
+.human{outline:2px solid #3366aa}
+.reason{color:#555;font-size:.9em}.text{font-size:.9em}.muted{color:#777;font-size:.9em}
+pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.85em}
+"""
+
+
+def _badge(v: PassageVerdict, mode: str) -> str:
+    if v.backend == "human":
+        return (
+            f'<span class="badge yes human">human {v.grade}</span>'
+            if v.verdict == "yes"
+            else (f'<span class="badge no human">human {v.grade}</span>')
+        )
+    if not v.judged:
+        if v.template_id == "":
+            return '<span class="badge unpooled">not pooled</span>'
+        return '<span class="badge unjudged">unjudged</span>'
+    grade = f" {v.grade}" if mode == "graded" and v.grade is not None else ""
+    prob = f" p={v.p_yes:.2f}" if v.p_yes is not None else ""
+    return f'<span class="badge {v.verdict}">{v.verdict}{grade}{prob}</span>'
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    head = "".join(f'<th class="l">{h}</th>' if i < left else f"<th>{h}</th>" for i, h in enumerate(header))
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _snippet(text: str, limit: int = 280) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
+    """The queries with the largest spread of the primary measure across systems."""
+    primary = data.primary
+    if primary is None:
+        return None, []
+    excluded = set(data.report.not_in_all_systems)
+    per: dict[str, dict[str, float]] = {}
+    for name, ev in data.evaluations.items():
+        if ev is None:
+            continue
+        for qid, values in ev.per_query.items():
+            value = values.get(primary)
+            if isinstance(value, int | float):
+                per.setdefault(qid, {})[name] = float(value)
+    by_token = {t: q for q, t in data.inputs.tokens.items()}
+    rows = [
+        (by_token[t], values)
+        for t, values in per.items()
+        if t in by_token and by_token[t] not in excluded and len(values) == len(data.evaluations)
+    ]
+    rows.sort(key=lambda item: (-(max(item[1].values()) - min(item[1].values())), item[0]))
+    return primary, [r for r in rows if max(r[1].values()) - min(r[1].values()) > 0][: data.top_queries]
+
+
+def _query_block(data: ReportData, qid: str, values: Mapping[str, float], primary: str) -> str:
+    cols: list[str] = []
+    for i, system in enumerate(data.inputs.systems):
+        sq = system.queries.get(qid)
+        color = _PALETTE[i % len(_PALETTE)]
+        head = (
+            f'<h4 style="color:{color};margin:.2em 0">{escape(system.name)} '
+            f'<span class="muted">{escape(primary)} {_f(values.get(system.name))}</span></h4>'
+        )
+        if sq is None:
+            cols.append(f'<div class="col">{head}<p class="muted">no result for this query</p></div>')
+            continue
+        verdicts = system_verdicts(system, qid, data.pool, data.verdicts, data.level)
+        items = []
+        for v, docno in list(zip(verdicts, sq.docnos, strict=True))[: data.top_passages]:
+            text = data.inputs.passages[qid][docno].text
+            reason = v.reason if v.judged else (v.error or "")
+            items.append(
+                f'<li>{_badge(v, data.mode)}<span class="muted">{escape(docno)}</span>'
+                f'<div class="text">{escape(_snippet(text))}</div>'
+                + (f'<div class="reason">{escape(reason)}</div>' if reason else "")
+                + "</li>"
+            )
+        more = len(sq.docnos) - data.top_passages
+        tail = f'<p class="muted">… {more} more</p>' if more > 0 else ""
+        cols.append(f'<div class="col">{head}<ol>{"".join(items)}</ol>{tail}</div>')
+    query_text = data.inputs.queries[qid]
+    return (
+        f'<div class="query" id="q-{escape(data.inputs.tokens[qid])}">'
+        f"<h3>{escape(qid)}: {escape(query_text)}</h3>"
+        f'<div class="cols">{"".join(cols)}</div></div>'
+    )
+
+
+def render_html(data: ReportData) -> str:
+    r = data.report
+    measure_names = [m.trec_name for m in data.measures]
+    primary = data.primary
+    parts: list[str] = []
+    title = "Systems comparison: " + ", ".join(r.systems)
+    parts.append(f"<h1>{escape(title)}</h1>")
+    sentences = [f"<li>{escape(_verdict_sentence(c))}</li>" for c in r.comparisons if c.measure == primary]
+    if sentences:
+        parts.append(f'<ul class="summary" id="summary">{"".join(sentences)}</ul>')
+    p = r.pool
+    parts.append(
+        '<h2 id="pool">Pool</h2>'
+        f"<p>{p.queries} queries; {p.pairs} (query, passage) pairs over all systems, "
+        f"<b>{p.unique_pairs}</b> unique: {p.human_labels} from human labels, {p.judged} judged, "
+        f"{p.unjudged} unjudged. LLM calls this run: <b>{p.calls}</b>; pooling saved "
+        f"{p.calls_saved} judgments.</p>"
+    )
+    rows = [
+        [
+            escape(name),
+            str(s.queries),
+            *(_f(s.measures.get(m)) for m in measure_names),
+            _f(s.measures.get("map_isolated")),
+        ]
+        for name, s in r.systems.items()
+    ]
+    parts.append('<h2 id="systems">Systems</h2>')
+    parts.append(_html_table(["system", "queries", *measure_names, "map_isolated"], rows))
+    parts.append(
+        '<p class="muted">Pooled measures score every system against the same judged pool. '
+        "<code>map_isolated</code> judges each list alone (AP's denominator: the relevant passages "
+        "that list found), which rewards finding few: compare systems on the pooled figures.</p>"
+    )
+    parts.append('<h2 id="means">Means and bootstrap intervals</h2>')
+    parts.append(means_chart(data))
+    parts.append('<h2 id="comparisons">Comparisons (each system against the baseline)</h2>')
+    if r.comparisons:
+        rows = []
+        for c in r.comparisons:
+            sig = c.p_holm is not None and c.p_holm < 0.05
+            cls = ("win" if c.diff > 0 else "loss") if sig else ""
+            rows.append(
+                [
+                    escape(c.system),
+                    escape(c.measure),
+                    str(c.n),
+                    _f(c.baseline_mean),
+                    _f(c.system_mean),
+                    f'<span class="{cls}">{_signed(c.diff)}</span>',
+                    f"{_f(c.ci_low)} to {_f(c.ci_high)}",
+                    _p(c.p_value),
+                    f'<span class="{"sig" if sig else ""}">{_p(c.p_holm)}</span>',
+                    _p(c.t_test_p),
+                    f"{c.wins} / {c.ties} / {c.losses}",
+                    _f(c.order_stability, 3),
+                ]
+            )
+        parts.append(
+            _html_table(
+                [
+                    "system",
+                    "measure",
+                    "n",
+                    "baseline",
+                    "system",
+                    "diff",
+                    "CI of diff",
+                    "p",
+                    "p (Holm)",
+                    "t-test p",
+                    "wins / ties / losses",
+                    "order stability",
+                ],
+                rows,
+                left=2,
+            )
+        )
+    else:
+        parts.append("<p>No comparison could be made (see warnings).</p>")
+    diffs = [pd for pd in data.paired if pd.comparison.measure == primary]
+    if diffs:
+        parts.append(f'<h2 id="per-query">Per-query differences ({escape(str(primary))})</h2>')
+        parts.append(
+            '<p class="muted">One bar per query, sorted: green where the system beats the baseline, '
+            "red where it loses, grey for ties.</p>"
+        )
+        parts.extend(difference_chart(pd) for pd in diffs)
+    measure, queries = _differing_queries(data)
+    parts.append('<h2 id="queries">Queries where the systems differ most</h2>')
+    if measure is not None and queries:
+        parts.append(
+            f'<p class="muted">By the spread of per-query {escape(measure)} across systems; each '
+            f"system's top {data.top_passages} passages with the pooled verdict and its reason.</p>"
+        )
+        parts.extend(_query_block(data, qid, values, measure) for qid, values in queries)
+    else:
+        parts.append("<p>The systems score the same on every query.</p>")
+    if r.not_in_all_systems:
+        parts.append('<h2 id="missing">Queries not in every system (left out of the paired tests)</h2>')
+        parts.append("<p>" + ", ".join(f"<code>{escape(q)}</code>" for q in r.not_in_all_systems) + "</p>")
+    if r.warnings:
+        parts.append(
+            '<h2 id="warnings">Warnings</h2><ul>'
+            + "".join(f"<li>{escape(w)}</li>" for w in r.warnings)
+            + "</ul>"
+        )
+    parts.append('<h2 id="conventions">Conventions</h2>')
+    parts.append(f"<pre>{escape(json.dumps(r.conventions, ensure_ascii=False, indent=2))}</pre>")
+    return (
+        '<!DOCTYPE html>\n<html lang="zh-CN">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(parts)
+        + "\n</body>\n</html>\n"
+    )

@@ -1,0 +1,430 @@
+"""``compare-systems`` end to end: read, pool, judge, score, compare, write the report.
+
+:func:`run_compare_systems` takes a resolved backend and store (the CLI and the public API
+make them); :func:`acompare_systems` / :func:`compare_systems` are the public API.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from judge.backends._base import Backend
+from judge.io import InputError, read_qrels
+from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
+from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
+from judge.metrics import Evaluation
+from judge.store import atomic_write_text
+from judge.systems._inputs import Inputs, Reporter, check_name, check_paths, read_systems
+from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._pool import (
+    Pool,
+    PoolRun,
+    PoolVerdicts,
+    build_pool,
+    check_pool_complete,
+    judge_pool,
+    pool_dataset_lines,
+)
+from judge.systems._render import ReportData, render_html, render_markdown
+from judge.systems._scoring import (
+    Paired,
+    compare_systems_paired,
+    evaluate_files,
+    map_isolated,
+    mean_ci,
+    order_stability,
+    parse_measures,
+    pool_qrels,
+    stability_models,
+    trec_conventions,
+    write_pool_files,
+)
+
+DEFAULT_REPORT_DIR = "systems-report"
+POOL_INPUT = "pool.input.jsonl"
+POOL_JUDGED = "pool.judged.jsonl"
+
+
+@dataclass(frozen=True)
+class SystemsOptions:
+    """Everything about a comparison that is not how one passage is judged.
+
+    ``depth``: pool only each system's top N (None: all). ``measures``: registry measures
+    (default map, ndcg_cut_10, P_5, recall_10, recip_rank). ``relevance_level``: minimum
+    grade counted relevant (default 1 in binary mode, the judge's grade threshold in
+    graded mode). ``qrels``: human labels filling the pool first. ``seed``,
+    ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
+    redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
+    ``top_passages``: how much the HTML shows of the queries where the systems differ most.
+    """
+
+    depth: int | None = None
+    measures: tuple[str, ...] | None = None
+    relevance_level: int | None = None
+    qrels: Path | None = None
+    seed: int = 0
+    resamples: int = 10_000
+    stability_resamples: int = 1000
+    confidence: float = 0.95
+    strict: bool = False
+    field_map: Mapping[str, str] = field(default_factory=dict)
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
+    top_queries: int = 10
+    top_passages: int = 5
+
+    def check(self) -> None:
+        if self.depth is not None and self.depth < 1:
+            raise InputError(f"must be >= 1, got {self.depth}", field="--depth")
+        if self.relevance_level is not None and self.relevance_level < 0:
+            raise InputError(f"must be >= 0, got {self.relevance_level}", field="-l")
+        if self.resamples < 1:
+            raise InputError(f"must be >= 1, got {self.resamples}", field="--resamples")
+        if self.stability_resamples < 0:
+            raise InputError(f"must be >= 0, got {self.stability_resamples}", field="--stability-resamples")
+        if not 0.0 < self.confidence < 1.0:
+            raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
+        if self.max_passage_chars < 1:
+            raise InputError("must be >= 1", field="--max-passage-chars")
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _pooled_config(config: JudgeConfig, backend: Backend, listwise: bool) -> JudgeConfig:
+    """The config the engine judges with (listwise judging generates its verdicts)."""
+    if listwise:
+        config = replace(config, probability=False)
+    return resolve_config(config, backend)
+
+
+def _level(options: SystemsOptions, config: JudgeConfig) -> int:
+    if options.relevance_level is not None:
+        return options.relevance_level
+    return config.grade_threshold if config.mode == "graded" else 1
+
+
+async def run_compare_systems(
+    systems: Mapping[str, str | os.PathLike[str]],
+    report_dir: str | os.PathLike[str],
+    backend: Backend,
+    config: JudgeConfig,
+    *,
+    store: VerdictStore | None = None,
+    options: SystemsOptions | None = None,
+    pool_run: PoolRun | None = None,
+) -> SystemsReport:
+    """Pool, judge, score and compare ``systems`` (name -> dataset path; the first is the
+    baseline); write every file into ``report_dir``; return the report."""
+    opts = options or SystemsOptions()
+    run = pool_run or PoolRun()
+    opts.check()
+    measures = parse_measures(opts.measures)
+    paths = {check_name(name): Path(path) for name, path in systems.items()}
+    check_paths(paths)
+    out = Path(report_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError("the report directory is a file", path=str(out))
+    human = None
+    if opts.qrels is not None:
+        if not Path(opts.qrels).exists():
+            raise InputError("no such file", path=str(opts.qrels), field="--qrels")
+        human = read_qrels(opts.qrels)
+    out.mkdir(parents=True, exist_ok=True)
+    reporter = Reporter(out / "input.rejects.jsonl")
+    try:
+        inputs = read_systems(
+            paths,
+            field_map=opts.field_map,
+            max_passage_chars=opts.max_passage_chars,
+            strict=opts.strict,
+            reporter=reporter,
+        )
+    finally:
+        reporter.close()
+    pool = build_pool(inputs, depth=opts.depth, human=human)
+    judged_config = _pooled_config(config, backend, run.listwise)
+    verdicts = await judge_pool(
+        out / POOL_INPUT,
+        out / POOL_JUDGED,
+        pool_dataset_lines(pool, inputs),
+        backend,
+        config,
+        store=store,
+        run=replace(run, max_passage_chars=opts.max_passage_chars),
+    )
+    check_pool_complete(pool, verdicts)
+    return score_and_report(
+        inputs, pool, verdicts, out, judged_config, measures=measures, options=opts, backend_name=backend.name
+    )
+
+
+def score_and_report(
+    inputs: Inputs,
+    pool: Pool,
+    verdicts: PoolVerdicts,
+    out: Path,
+    config: JudgeConfig,
+    *,
+    measures: Sequence[Any],
+    options: SystemsOptions,
+    backend_name: str,
+) -> SystemsReport:
+    """Everything after judging: pooled files, metrics, comparisons, report files."""
+    mode = config.mode
+    level = _level(options, config)
+    qrels = pool_qrels(pool, verdicts, mode)
+    qrels_path, run_paths = write_pool_files(out, inputs, qrels)
+    names = [s.name for s in inputs.systems]
+    evaluations: dict[str, Evaluation | None] = {
+        name: evaluate_files(qrels_path, run_paths[name], measures, level) for name in names
+    }
+    warnings = list(inputs.warnings)
+    if inputs.rejected:
+        warnings.append(f"{inputs.rejected} input line(s) rejected (see input.rejects.jsonl)")
+    summaries: dict[str, SystemSummary] = {}
+    for system in inputs.systems:
+        ev = evaluations[system.name]
+        means: dict[str, float | int | None] = {}
+        cis: dict[str, tuple[float, float] | None] = {}
+        for m in measures:
+            value = ev.all.get(m.trec_name) if ev is not None else None
+            means[m.trec_name] = value if isinstance(value, int | float) else None
+            cis[m.trec_name] = (
+                mean_ci(
+                    ev.query_scores(m),
+                    confidence=options.confidence,
+                    resamples=options.resamples,
+                    seed=options.seed,
+                )
+                if ev is not None
+                else None
+            )
+        means["map_isolated"] = map_isolated(system, pool, verdicts, config, level)
+        summaries[system.name] = SystemSummary(
+            path=str(system.path),
+            queries=len(ev.qids) if ev is not None else 0,
+            queries_in_file=len(system.queries),
+            measures=means,
+            ci=cis,
+        )
+    not_in_all = inputs.not_in_all()
+    excluded = {inputs.tokens[q] for q in not_in_all}
+    paired: list[Paired] = compare_systems_paired(
+        names,
+        evaluations,
+        measures,
+        excluded,
+        seed=options.seed,
+        resamples=options.resamples,
+        confidence=options.confidence,
+        warnings=warnings,
+    )
+    models = stability_models(pool, verdicts, qrels, mode, config.grade_threshold)
+    stability = order_stability(
+        paired,
+        inputs,
+        models,
+        measures,
+        mode=mode,
+        level=level,
+        seed=options.seed,
+        resamples=options.stability_resamples,
+    )
+    comparisons = [
+        SystemComparison(
+            baseline=p.comparison.baseline,
+            system=p.comparison.system,
+            measure=p.comparison.measure,
+            n=p.comparison.n,
+            baseline_mean=p.comparison.mean_baseline,
+            system_mean=p.comparison.mean_system,
+            diff=p.comparison.difference,
+            p_value=p.comparison.p_permutation,
+            p_holm=p.comparison.p_permutation_holm,
+            t_test_p=_finite(p.comparison.p_t_test),
+            t_test_p_holm=_finite(p.comparison.p_t_test_holm),
+            ci_low=p.comparison.ci_low,
+            ci_high=p.comparison.ci_high,
+            wins=p.wins,
+            ties=p.ties,
+            losses=p.losses,
+            order_stability=stability[(p.comparison.system, p.comparison.measure)],
+        )
+        for p in paired
+    ]
+    template = template_for(config)
+    unjudged = verdicts.unjudged()
+    pool_summary = PoolSummary(
+        queries=len(pool.queries),
+        pairs=pool.pairs,
+        unique_pairs=pool.unique_pairs,
+        human_labels=pool.human_labels,
+        judged=verdicts.judged(),
+        unjudged=unjudged,
+        calls=verdicts.calls,
+        calls_saved=pool.pairs - pool.unique_pairs,
+    )
+    if unjudged:
+        warnings.append(
+            f"{unjudged} pooled pair(s) are unjudged (left out of pool.qrels, so scored as not relevant); "
+            "rerun with --retry-unjudged to ask again"
+        )
+    conventions: dict[str, Any] = {
+        "baseline": names[0],
+        "mode": mode,
+        "backend": backend_name,
+        "template_id": template.id,
+        "template_hash": template.hash,
+        "pooling": "union of every system's passages"
+        if options.depth is None
+        else f"union of every system's top {options.depth} passages",
+        "depth": options.depth,
+        "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
+        "human_labels": str(options.qrels) if options.qrels is not None else None,
+        "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
+        "measures": [m.trec_name for m in measures],
+        "measure_params": {m.trec_name: m.params for m in measures},
+        **trec_conventions(level),
+        "map_isolated": "label-free AP of judge score: each list alone, denominator = relevant passages "
+        "that list holds, unjudged dropped; mean over queries with a judged passage",
+        "system_queries": "queries of the system with a judgment in the pool (judge trec's num_q)",
+        "paired_queries": "queries scored for both systems and present in every system",
+        "seed": options.seed,
+        "resamples": options.resamples,
+        "permutation_test": "two-sided paired randomization (sign flipping), p=(b+1)/(R+1)",
+        "t_test": "scipy.stats.ttest_rel (two-sided)",
+        "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline)",
+        "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (systems x measures)",
+        "wins": "queries where the system scores higher than the baseline (ties: equal)",
+        "order_stability": (
+            f"{options.stability_resamples} redraws of every pooled verdict from its P(yes) "
+            "(graded: from its grade probabilities), seed "
+            f"{options.seed}; share in which sign(diff) holds; null without probabilities"
+        ),
+        "reproduce": f"judge trec -l {level} -m {' -m '.join(m.trec_name for m in measures)} "
+        "REPORT_DIR/pool.qrels REPORT_DIR/runs/NAME.run",
+    }
+    report = SystemsReport(
+        systems=summaries,
+        pool=pool_summary,
+        comparisons=comparisons,
+        conventions=conventions,
+        not_in_all_systems=not_in_all,
+        warnings=warnings,
+    )
+    data = ReportData(
+        report=report,
+        inputs=inputs,
+        pool=pool,
+        verdicts=verdicts,
+        evaluations=evaluations,
+        paired=paired,
+        measures=tuple(measures),
+        level=level,
+        mode=mode,
+        top_queries=options.top_queries,
+        top_passages=options.top_passages,
+    )
+    atomic_write_text(out / "report.json", report.to_json_text())
+    atomic_write_text(out / "report.md", render_markdown(data))
+    atomic_write_text(out / "report.html", render_html(data))
+    return report
+
+
+# ---------------------------------------------------------------------------- public API
+def _store_of(cache: VerdictStore | str | os.PathLike[str] | bool) -> tuple[VerdictStore | None, bool]:
+    """``(store, ours)``: True -> the default cache file, a path -> that file, False -> none."""
+    from judge.store import SQLiteVerdictStore
+
+    if cache is True:
+        return SQLiteVerdictStore(None), True
+    if cache is False or cache is None:
+        return None, False
+    if isinstance(cache, str | os.PathLike):
+        return SQLiteVerdictStore(Path(cache)), True
+    return cache, False
+
+
+async def acompare_systems(
+    systems: Mapping[str, str | os.PathLike[str]],
+    output_dir: str | os.PathLike[str] = DEFAULT_REPORT_DIR,
+    *,
+    backend: Any = None,
+    mode: Mode | None = None,
+    config: JudgeConfig | None = None,
+    qrels: str | os.PathLike[str] | None = None,
+    depth: int | None = None,
+    measures: Sequence[str] | None = None,
+    relevance_level: int | None = None,
+    cache: VerdictStore | str | os.PathLike[str] | bool = True,
+    seed: int = 0,
+    resamples: int = 10_000,
+    stability_resamples: int = 1000,
+    confidence: float = 0.95,
+    strict: bool = False,
+    concurrency: int = 16,
+    retry_unjudged: bool = False,
+    base_url: str | None = None,
+) -> SystemsReport:
+    """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
+    from judge.judging._resolve import resolve_judge_backend
+
+    base = config if config is not None else JudgeConfig()
+    if mode is not None and mode != base.mode:
+        base = replace(base, mode=mode)
+    options = SystemsOptions(
+        depth=depth,
+        measures=tuple(measures) if measures is not None else None,
+        relevance_level=relevance_level,
+        qrels=Path(qrels) if qrels is not None else None,
+        seed=seed,
+        resamples=resamples,
+        stability_resamples=stability_resamples,
+        confidence=confidence,
+        strict=strict,
+    )
+    resolved = resolve_judge_backend(backend, base_url=base_url)
+    store, own_store = _store_of(cache)
+    try:
+        return await run_compare_systems(
+            systems,
+            output_dir,
+            resolved,
+            base,
+            store=store,
+            options=options,
+            pool_run=PoolRun(concurrency=concurrency, retry_unjudged=retry_unjudged),
+        )
+    finally:
+        if own_store and store is not None:
+            await store.aclose()  # type: ignore[attr-defined]
+        if backend is None or isinstance(backend, str):
+            await resolved.aclose()
+
+
+def compare_systems(
+    systems: Mapping[str, str | os.PathLike[str]],
+    output_dir: str | os.PathLike[str] = DEFAULT_REPORT_DIR,
+    **kwargs: Any,
+) -> SystemsReport:
+    """Judge the pooled passages of several retrieval systems once and compare them.
+
+    ``systems``: name -> dataset in ``judge score``'s input format (JSONL, gzip ok); the
+    first is the baseline. Writes ``report.json`` (schema ``judge.systems/1``),
+    ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
+    ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
+    report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
+    pool first), ``depth``, ``measures``, ``relevance_level``, ``cache`` (True: the default
+    verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
+    ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
+    ``retry_unjudged``, ``base_url``. Re-running resumes: judged pairs cost nothing.
+    """
+    from judge.judging._sync import run_sync
+
+    return run_sync(acompare_systems(systems, output_dir, **kwargs))
