@@ -170,8 +170,26 @@ class UnsupportedError(PermanentError):
     """The backend cannot do what the request asks (e.g. token probabilities)."""
 
 
-class ConfigurationError(BackendError):
-    """A backend spec or its settings are invalid (unknown prefix, missing key)."""
+class ConfigError(ValueError):
+    """A setting of a config object is invalid. ``field`` names the setting (the config
+    object's attribute, e.g. ``concurrency`` or ``p_yes_threshold``; None when no single
+    field is at fault) and ``message`` says what is wrong with it, written to follow the
+    field's name: ``str(exc)`` is ``"p_yes_threshold must be in [0, 1], not 1.5"``. The CLI
+    maps ``field`` to its flag with a table (``judge.cli._flags.FLAG_FOR_FIELD``) and shows
+    ``message``; nothing parses the message text."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field} {message}" if field else message)
+
+
+class ConfigurationError(BackendError, ConfigError):
+    """A backend spec or its settings are invalid (unknown prefix, missing key, a bad call
+    policy). ``field`` as for :class:`ConfigError`."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        ConfigError.__init__(self, message, field=field)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from judge.backends._base import Backend, PermanentError
+from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._progress import ProgressMode, ProgressReporter, Snapshot, make_progress
 from judge.batch._records import build_record, finish_record, summarize_records, verdicts_of
 from judge.io._errors import InputError
@@ -68,7 +69,7 @@ class BatchOptions:
     """
 
     k: tuple[int, ...] = (5, 10)
-    concurrency: int = 16
+    concurrency: int = DEFAULT_CONCURRENCY  # the call policy's default (CallPolicy)
     window: int | None = None
     field_map: Mapping[str, str] = field(default_factory=dict)
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS

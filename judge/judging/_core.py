@@ -190,7 +190,7 @@ class _Asker:
                 ]
                 continue
             self._apply(out, parsed)
-            out.raw = None
+            out.raw = completion.text if parsed.extras else None  # extras ignored, not lost
             return out
         out.error = f"no valid verdict after {out.attempts} replies: {error}"
         return out
