@@ -90,10 +90,7 @@ def test_extra_keys_and_null_reasons_leave_nothing_unjudged_and_rerun_is_free(
     again = json.loads(capsys.readouterr().out)
     assert again["unjudged"] == 0
     assert sim.stats()["total"] == 0
-    first = [v["verdict"] for r in records for v in r["verdicts"]]
-    second = [
-        v["verdict"]
-        for line in (tmp_path / "b.jsonl").read_text(encoding="utf-8").splitlines()
-        for v in json.loads(line)["verdicts"]
-    ]
-    assert first == second
+    first = {r["id"]: [v["verdict"] for v in r["verdicts"]] for r in records}
+    rerun = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["id"]: [v["verdict"] for v in r["verdicts"]] for r in rerun} == first
+    assert all(v["cached"] for r in rerun for v in r["verdicts"])
