@@ -131,7 +131,9 @@ class Backend(Protocol):
     optional ``prefers_probabilities = True`` makes probability mode the default for this
     backend (``JudgeConfig.probability=None``; the embedded model sets it).
     ``max_concurrency`` is the most parallel calls this backend can usefully serve (1 for
-    the embedded model, None for unbounded remote APIs).
+    the embedded model, None for unbounded remote APIs); the call policy never exceeds it.
+    An optional ``free = True`` says the backend runs on this machine and its calls cost
+    nothing (the embedded model): cost accounting asks the backend, not its name.
     """
 
     name: str
