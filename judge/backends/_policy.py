@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +107,3 @@ class CallPolicy:
         if isinstance(p, str | Path):
             return PriceTable.from_json(p)
         return PriceTable.from_mapping(p)
-
-    def settings(self) -> dict[str, Any]:
-        """The policy as plain values for summaries (prices by their currency only)."""
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prices"}
-        return out

@@ -7,11 +7,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from judge.backends._base import ConfigError
 from judge.io._errors import InputError
 
-if TYPE_CHECKING:
-    from judge.backends import CallPolicy, ResilientBackend
+if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
+    from judge.backends import CallPolicy, ConfigError, ResilientBackend
 
 
 def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -130,6 +129,8 @@ def config_error(exc: ConfigError, flags: Mapping[str, str] | None = None) -> In
 def flag_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     """Inside: a :class:`~judge.backends.ConfigError` (a JudgeConfig, a CallPolicy, a
     backend spec) becomes an :class:`InputError` naming the flag (exit code 2)."""
+    from judge.backends._base import ConfigError
+
     try:
         yield
     except ConfigError as exc:
