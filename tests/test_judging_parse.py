@@ -181,3 +181,18 @@ def test_one_json_extraction_for_parser_and_deepeval_adapter(text: str, found: o
     assert first_json_object(text) == found
     parsed = parse_into(Loose, text)
     assert (parsed.model_dump() if parsed is not None else None) == found
+
+
+def test_listwise_items_follow_the_same_rules() -> None:
+    from judge.judging._listwise import parse_listwise
+
+    reply = (
+        '{"verdicts": [{"id": 1, "verdict": "yes", "reason": null, "grade": 3},'
+        ' {"id": 2, "verdict": "no", "confidence": 0.9},'
+        ' {"id": 3, "verdict": "maybe", "reason": "说不准"}]}'
+    )
+    valid, problems = parse_listwise(reply, 3, "binary")
+    assert valid == {1: ("yes", None, ""), 2: ("no", None, "")}
+    assert problems == ['passage 3: \'verdict\' must be "yes" or "no"']
+    graded, problems = parse_listwise('{"verdicts": [{"id": 1, "grade": 2, "verdict": "yes"}]}', 1, "graded")
+    assert graded == {1: ("", 2, "")} and problems == []
