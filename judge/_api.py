@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from judge.backends._policy import CallPolicy
+from judge.backends._resolve import make_backend
+from judge.backends._sync import run_sync
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import judge_query
 from judge.judging._models import JudgeResult, Mode
-from judge.judging._resolve import resolve_judge_backend
 from judge.judging._summary import with_measures
-from judge.judging._sync import run_sync
 from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]
@@ -43,13 +44,18 @@ async def aevaluate(
     summary: bool = True,
     base_url: str | None = None,
     measures: Sequence[str] = (),
+    policy: CallPolicy | None = None,
 ) -> JudgeResult:
     """Judge every passage of ``retrieval_context`` (rank order) for ``query``.
 
     ``backend``: a spec string (``qwen:qwen-plus``, ``openai:<model>``, ``local``), a
-    Backend, a ``deepeval.models.DeepEvalBaseLLM``, or None (from the environment:
+    Backend, a ``deepeval.models.DeepEvalBaseLLM``, a LangChain model (``Tongyi``,
+    ``ChatTongyi``, any ``BaseLanguageModel``), or None (from the environment:
     ``DASHSCOPE_API_KEY`` -> Qwen, ``OPENAI_BASE_URL`` -> OpenAI-compatible, else the
-    embedded model); always wrapped in ``ResilientBackend``. ``mode``: ``binary`` or
+    embedded model); always made resilient by :func:`judge.backends.make_backend` under
+    ``policy`` (a :class:`~judge.backends.CallPolicy`; default: 16 calls in flight capped by
+    the backend's limit, 60 s per call, 5 retries; a backend that is already resilient keeps
+    its own policy unless one is given). ``mode``: ``binary`` or
     ``graded`` (default: ``config.mode``, i.e. binary). ``config``: every other judging
     setting (probability mode, thresholds, samples, template). ``qrels``: passage id ->
     grade, makes NDCG's IDCG come from them (passages need ids: pass :class:`Passage`).
@@ -65,7 +71,7 @@ async def aevaluate(
     if isinstance(retrieval_context, str):
         raise TypeError("retrieval_context must be a list of passages, not a single string")
     parse_named_measures(measures)  # a bad measure fails before any call
-    resolved = resolve_judge_backend(backend, base_url=base_url)
+    resolved = make_backend(backend, policy=policy, base_url=base_url)
     try:
         result = await judge_query(
             resolved,
@@ -98,6 +104,7 @@ def evaluate(
     summary: bool = True,
     base_url: str | None = None,
     measures: Sequence[str] = (),
+    policy: CallPolicy | None = None,
 ) -> JudgeResult:
     """Synchronous :func:`aevaluate` (same arguments, same result)."""
     return run_sync(
@@ -113,5 +120,6 @@ def evaluate(
             summary=summary,
             base_url=base_url,
             measures=measures,
+            policy=policy,
         )
     )

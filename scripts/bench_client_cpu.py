@@ -56,11 +56,13 @@ async def _score(data: Path, out: Path, cache: Path, base_url: str, concurrency:
     from judge.judging import JudgeConfig
     from judge.store import SQLiteVerdictStore
 
-    backend = ResilientBackend(
-        OpenAIBackend("sim-judge", base_url=base_url, api_key="sk-sim-not-a-real-key"),
-        concurrency=concurrency,
-        timeout_s=30.0,
-    )
+    inner = OpenAIBackend("sim-judge", base_url=base_url, api_key="sk-sim-not-a-real-key")
+    try:  # the one factory and call policy (the baseline tree predates them)
+        from judge.backends import CallPolicy, make_backend
+
+        backend = make_backend(inner, policy=CallPolicy(concurrency=concurrency, timeout_s=30.0))
+    except ImportError:
+        backend = ResilientBackend(inner, concurrency=concurrency, timeout_s=30.0)
     store = SQLiteVerdictStore(cache)
     try:
         outcome = await score_dataset(

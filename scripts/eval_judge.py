@@ -62,7 +62,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from judge.backends import Backend, ensure_resilient, resolve_backend
+import judge.backends
+from judge.backends import Backend
 from judge.judging import JudgeConfig, Passage, PassageVerdict, judge_passage, load_template
 from judge.judging._listwise import judge_listwise
 from judge.metrics._agreement import (
@@ -400,10 +401,9 @@ def verdict_record(pair: Pair, split: str, cfg: RunConfig, v: PassageVerdict, mo
 
 
 def make_backend(spec: str) -> Backend:
-    backend = resolve_backend(spec)
-    if spec.startswith("local"):
-        return backend
-    return ensure_resilient(backend)
+    """The judge for ``--backend``, made by the package's one factory (resilient under the
+    default call policy, the embedded model included: one call at a time, 600 s per call)."""
+    return judge.backends.make_backend(spec)
 
 
 class Progress:

@@ -9,7 +9,12 @@ It does not import ``judge``. It answers ``POST /v1/chat/completions`` (and
   ``Retry-After: <retry_after_s>`` (a hung request keeps its slot until its client gives up);
 * faults, drawn per request from a seeded RNG: ``error_rate`` HTTP 500s, ``garbage_rate``
   HTTP 200 replies whose content is not JSON, ``hang_rate`` requests never answered
-  (held ``hang_s`` seconds or until the client gives up).
+  (held ``hang_s`` seconds or until the client gives up);
+* harmless extras, chosen per prompt (a hash of it, so a repeated prompt gets the same
+  reply): ``extra_key_rate`` of the judge replies carry one key the schema does not ask for
+  (``"grade": 0`` on a binary verdict, ``"verdict": "no"`` on a graded one), and
+  ``null_reason_rate`` of them have ``"reason": null``. A judge should accept both (the
+  verdict is valid) and re-ask neither.
 
 Replies are deterministic functions of the prompt. A passage may carry a marker
 ``<rel=N>`` (N in 0..3) that fixes its grade; without one the grade is a hash of the text
@@ -68,6 +73,8 @@ class SimConfig:
     garbage_rate: float = 0.0
     hang_rate: float = 0.0
     hang_s: float = 3600.0
+    extra_key_rate: float = 0.0
+    null_reason_rate: float = 0.0
     seed: int = 0
     model: str = "sim-judge"
 
@@ -112,8 +119,14 @@ def classify(body: dict[str, Any]) -> str:
     return "judge"
 
 
-def answer(kind: str, body: dict[str, Any]) -> str:
-    """The reply content for a well-behaved request."""
+def _share(text: str, salt: str) -> float:
+    """A deterministic number in [0, 1) for a prompt (which replies get extras)."""
+    digest = hashlib.sha256(f"{salt}\0{text}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32
+
+
+def answer(kind: str, body: dict[str, Any], config: SimConfig | None = None) -> str:
+    """The reply content for a well-behaved request (with the harmless extras ``config`` asks for)."""
     text = _prompt_text(body)
     if kind == "deepeval_verdicts":
         ctx = text
@@ -132,9 +145,19 @@ def answer(kind: str, body: dict[str, Any]) -> str:
     g = grade_of(passage)
     props = _schema_props(body)
     graded = "grade" in props or (not props and '"grade"' in text)
-    if graded:
-        return json.dumps({"grade": g, "reason": f"模拟评分 {g}"}, ensure_ascii=False)
-    return json.dumps({"verdict": "yes" if g >= 2 else "no", "reason": "模拟判断"}, ensure_ascii=False)
+    reply: dict[str, Any] = (
+        {"grade": g, "reason": f"模拟评分 {g}"}
+        if graded
+        else {"verdict": "yes" if g >= 2 else "no", "reason": "模拟判断"}
+    )
+    if config is not None and _share(text, "null") < config.null_reason_rate:
+        reply["reason"] = None
+    if config is not None and _share(text, "extra") < config.extra_key_rate:
+        if graded:
+            reply["verdict"] = "yes" if g >= 2 else "no"
+        else:
+            reply["grade"] = 0
+    return json.dumps(reply, ensure_ascii=False)
 
 
 class SimServer:
@@ -231,7 +254,9 @@ class SimServer:
             if outcome == "500":
                 return web.json_response({"error": {"message": "internal error (simulated)"}}, status=500)
             content = (
-                "I'm sorry, as a language model I cannot <b>" if outcome == "garbage" else answer(kind, body)
+                "I'm sorry, as a language model I cannot <b>"
+                if outcome == "garbage"
+                else answer(kind, body, cfg)
             )
             prompt_tokens = max(1, len(_prompt_text(body)) // 4)
             completion_tokens = max(1, len(content) // 4)
@@ -421,6 +446,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--garbage-rate", type=float, default=d.garbage_rate)
     p.add_argument("--hang-rate", type=float, default=d.hang_rate)
     p.add_argument("--hang-s", type=float, default=d.hang_s)
+    p.add_argument(
+        "--extra-key-rate",
+        type=float,
+        default=d.extra_key_rate,
+        help='share of judge replies with one extra key (binary: "grade": 0; graded: "verdict")',
+    )
+    p.add_argument(
+        "--null-reason-rate",
+        type=float,
+        default=d.null_reason_rate,
+        help="share of judge replies whose reason is null",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     a = p.parse_args(argv)
     cfg = SimConfig(
@@ -432,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         garbage_rate=a.garbage_rate,
         hang_rate=a.hang_rate,
         hang_s=a.hang_s,
+        extra_key_rate=a.extra_key_rate,
+        null_reason_rate=a.null_reason_rate,
         seed=a.seed,
     )
     try:

@@ -490,3 +490,60 @@ def test_parse_retry_after_forms() -> None:
     future = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
     waited = parse_retry_after({"Retry-After": future})
     assert waited is not None and 55.0 <= waited <= 60.0
+
+
+# -- the two chat backends agree (one copy of each shared rule) -------------------------------
+
+
+def _logprob_content(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"content": entries}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # the token is reported without a logprob and no alternatives: probability 0, not 1
+        ([{"token": "yes"}], {"yes": 0.0, "no": 0.0}),
+        ([{"token": "yes", "logprob": None, "top_logprobs": []}], {"yes": 0.0, "no": 0.0}),
+        # an alternative without a logprob counts 0; the others count
+        (
+            [{"token": "yes", "logprob": math.log(0.7), "top_logprobs": [
+                {"token": "yes", "logprob": math.log(0.7)}, {"token": "no"}]}],
+            {"yes": 0.7, "no": 0.0},
+        ),
+    ],
+)  # fmt: skip
+async def test_missing_logprob_means_probability_zero_in_both_backends(
+    stub: Stub, content: list[dict[str, Any]], expected: dict[str, float]
+) -> None:
+    ds = ds_ok("yes")
+    ds["output"]["choices"][0]["logprobs"] = _logprob_content(content)
+    oa = oa_ok("yes")
+    oa["choices"][0]["logprobs"] = _logprob_content(content)
+    stub.reply(200, ds)
+    stub.reply(200, oa)
+    request = ChatRequest(messages=MESSAGES, candidates=("yes", "no"))
+    got = []
+    for backend in (qwen(stub), oai(stub)):
+        c = await backend.complete(request)
+        await backend.aclose()
+        assert c.token_probs is not None
+        got.append({k: pytest.approx(v) for k, v in c.token_probs.items()})
+    assert got[0] == got[1] == {k: pytest.approx(v) for k, v in expected.items()}
+
+
+async def test_json_schema_name_is_sanitised_the_same_in_both_backends(stub: Stub) -> None:
+    schema = {**SCHEMA, "title": "判定 Verdict (v2)"}
+    request = ChatRequest(messages=MESSAGES, json_schema=schema)
+    q = qwen(stub, structured="json_schema").build_parameters(request)
+    o = oai(stub).build_request(request)
+    assert q["response_format"]["json_schema"]["name"] == "___Verdict__v2_"
+    assert o["response_format"]["json_schema"]["name"] == "___Verdict__v2_"
+    untitled = {k: v for k, v in SCHEMA.items() if k != "title"}
+    request = ChatRequest(messages=MESSAGES, json_schema=untitled)
+    assert (
+        qwen(stub, structured="json_schema").build_parameters(request)["response_format"]["json_schema"][
+            "name"
+        ]
+        == "response"
+    )

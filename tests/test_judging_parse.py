@@ -50,8 +50,6 @@ def test_fenced_block_wins_over_earlier_braces() -> None:
         ("相关。", "no JSON object"),
         ('{"verdict": "yes", "reason": "x"', "no JSON object"),
         ('{"relevant": "yes", "reason": "x"}', "unexpected field 'relevant'"),
-        ('{"verdict": "yes"}', "missing field 'reason'"),
-        ('{"verdict": "yes", "reason": "x", "score": 1}', "unexpected field 'score'"),
         ('{"verdict": "relevant", "reason": "x"}', '\'verdict\' must be "yes" or "no"'),
         ('{"verdict": "yes.", "reason": "x"}', "'verdict' must be"),
         ('{"verdict": true, "reason": "x"}', "'verdict' must be"),
@@ -90,6 +88,9 @@ def test_graded_replies(reply: str, grade: int) -> None:
         ('{"grade": "high", "reason": "x"}', "0, 1, 2 or 3"),
         ('{"grade": "12", "reason": "x"}', "0, 1, 2 or 3"),
         ('{"verdict": "yes", "reason": "x"}', "unexpected field 'verdict'"),
+        ('{"grade": "maybe", "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"grade": null, "reason": "x"}', "0, 1, 2 or 3"),
+        ('{"reason": "x", "score": 2}', r"missing field 'grade' \(unexpected field 'score'\)"),
     ],
 )
 def test_invalid_graded_replies(reply: str, message: str) -> None:
@@ -99,3 +100,99 @@ def test_invalid_graded_replies(reply: str, message: str) -> None:
 
 def test_extract_json_object_returns_first_valid_object() -> None:
     assert extract_json_object('x {"a": {"b": 1}} y {"c": 2}') == {"a": {"b": 1}}
+
+
+# ---- strict on the verdict, lenient on harmless extras (issue 11) ---------------------------
+# A reply with one extra key, or a null/missing reason, used to be refused, re-asked twice
+# and recorded unjudged. The verdict itself stays strict (above); the extras are kept.
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict", "reason", "extras"),
+    [
+        ('{"verdict": "no", "reason": "无关", "grade": 0}', "no", "无关", {"grade": 0}),
+        ('{"verdict": "yes", "reason": "x", "score": 1}', "yes", "x", {"score": 1}),
+        ('{"verdict": "yes", "reason": null}', "yes", "", {}),
+        ('{"verdict": "yes"}', "yes", "", {}),
+        (
+            '{"Verdict": "否", " Confidence ": "high", "reason": " 无关 "}',
+            "no",
+            "无关",
+            {"confidence": "high"},
+        ),
+    ],
+)
+def test_extra_keys_and_null_or_missing_reason_are_accepted(
+    reply: str, verdict: str, reason: str, extras: dict[str, object]
+) -> None:
+    v = parse_verdict(reply)
+    assert (v.verdict, v.reason, v.extras) == (verdict, reason, extras)
+
+
+def test_graded_extras_and_null_reason() -> None:
+    g = parse_grade('{"grade": 2, "reason": null, "verdict": "yes", "notes": ["a"]}')
+    assert (g.grade, g.reason, g.extras) == (2, "", {"verdict": "yes", "notes": ["a"]})
+    assert parse_grade('{"grade": "3"}').reason == ""
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"verdict": "maybe", "reason": "说不准", "grade": 1}',
+        '{"verdict": null, "reason": "x"}',
+        '{"reason": null, "grade": 0}',
+    ],
+)
+def test_the_verdict_itself_stays_strict_with_extras(reply: str) -> None:
+    with pytest.raises(VerdictParseError, match="verdict"):
+        parse_verdict(reply)
+
+
+def test_object_validators_are_the_same_rules() -> None:
+    from judge.judging import grade_from_object, verdict_from_object
+
+    assert verdict_from_object({"verdict": "是", "reason": None, "id": 3}).verdict == "yes"
+    assert grade_from_object({"GRADE": 2.0, "x": 1}).grade == 2
+    with pytest.raises(VerdictParseError, match="'verdict' must be"):
+        verdict_from_object({"verdict": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ('```JSON\n{"a": 1}\n```', {"a": 1}),
+        ('```json {"a": 1}```', {"a": 1}),
+        ('```python\nx = {"b": 2}\n```', {"b": 2}),
+        ('pre {"a": "}"} post', {"a": "}"}),
+        ("no object here", None),
+    ],
+)
+def test_one_json_extraction_for_parser_and_deepeval_adapter(text: str, found: object) -> None:
+    """The verdict parser and the deepeval adapter read replies through the same extraction
+    (their fence patterns used to differ: ```python and ```json without a newline)."""
+    from pydantic import BaseModel, ConfigDict
+
+    from judge.backends._deepeval import parse_into
+    from judge.backends._json import first_json_object
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    assert first_json_object(text) == found
+    parsed = parse_into(Loose, text)
+    assert (parsed.model_dump() if parsed is not None else None) == found
+
+
+def test_listwise_items_follow_the_same_rules() -> None:
+    from judge.judging._listwise import parse_listwise
+
+    reply = (
+        '{"verdicts": [{"id": 1, "verdict": "yes", "reason": null, "grade": 3},'
+        ' {"id": 2, "verdict": "no", "confidence": 0.9},'
+        ' {"id": 3, "verdict": "maybe", "reason": "说不准"}]}'
+    )
+    valid, problems = parse_listwise(reply, 3, "binary")
+    assert valid == {1: ("yes", None, ""), 2: ("no", None, "")}
+    assert problems == ['passage 3: \'verdict\' must be "yes" or "no"']
+    graded, problems = parse_listwise('{"verdicts": [{"id": 1, "grade": 2, "verdict": "yes"}]}', 1, "graded")
+    assert graded == {1: ("", 2, "")} and problems == []

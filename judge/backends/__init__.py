@@ -1,10 +1,13 @@
-"""LLM backends behind one small async protocol, and the wrapper that makes them resilient.
+"""LLM backends behind one small async protocol, one call policy and one factory.
 
-``resolve_backend(spec)`` picks one (``qwen:<model>``, ``openai:<model>``,
-``local:qwen2.5-coder-1.5b-q4km``, a Backend object or a deepeval ``DeepEvalBaseLLM``);
-``ResilientBackend(backend)`` adds retries, timeouts, adaptive rate limiting and cost
-accounting; ``ScriptedBackend``/``RuleBackend`` are the deterministic fakes for tests.
-Heavy SDKs (dashscope, openai, deepeval) are imported only when a backend needs them.
+``make_backend(spec_or_object, policy=CallPolicy(...))`` is the factory every entry point
+uses: it resolves a spec (``qwen:<model>``, ``openai:<model>``,
+``local:qwen2.5-coder-1.5b-q4km``), a Backend object, a deepeval ``DeepEvalBaseLLM`` or a
+LangChain ``BaseLanguageModel`` (``Tongyi``, ``ChatTongyi``, ...) with ``resolve_backend``
+and wraps it once in ``ResilientBackend`` (retries, timeouts, adaptive rate limiting, cost
+accounting) under the ``CallPolicy``. ``ScriptedBackend``/``RuleBackend`` are the
+deterministic fakes for tests. Heavy SDKs (dashscope, openai, deepeval, langchain) are
+imported only when a backend needs them.
 """
 
 from judge.backends._base import (
@@ -12,6 +15,7 @@ from judge.backends._base import (
     BackendError,
     ChatRequest,
     Completion,
+    ConfigError,
     ConfigurationError,
     Message,
     PermanentError,
@@ -26,7 +30,9 @@ from judge.backends._base import (
 )
 from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_to_model
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
+from judge.backends._langchain import LangChainBackend
 from judge.backends._openai import OpenAIBackend
+from judge.backends._policy import DEFAULT_CONCURRENCY, CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._qwen import QwenBackend
 from judge.backends._redact import redact, register_secret
@@ -37,17 +43,21 @@ from judge.backends._resilient import (
     ensure_resilient,
     estimate_tokens,
 )
-from judge.backends._resolve import describe_backend, resolve_backend
+from judge.backends._resolve import describe_backend, make_backend, resolve_backend
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "AdaptiveLimiter",
     "Backend",
     "BackendError",
     "BackendStats",
+    "CallPolicy",
     "ChatRequest",
     "Completion",
+    "ConfigError",
     "ConfigurationError",
     "DeepEvalBackend",
+    "LangChainBackend",
     "Message",
     "ModelPrice",
     "OpenAIBackend",
@@ -69,6 +79,7 @@ __all__ = [
     "ensure_resilient",
     "error_for_status",
     "estimate_tokens",
+    "make_backend",
     "parse_retry_after",
     "redact",
     "register_secret",

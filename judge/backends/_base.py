@@ -131,7 +131,9 @@ class Backend(Protocol):
     optional ``prefers_probabilities = True`` makes probability mode the default for this
     backend (``JudgeConfig.probability=None``; the embedded model sets it).
     ``max_concurrency`` is the most parallel calls this backend can usefully serve (1 for
-    the embedded model, None for unbounded remote APIs).
+    the embedded model, None for unbounded remote APIs); the call policy never exceeds it.
+    An optional ``free = True`` says the backend runs on this machine and its calls cost
+    nothing (the embedded model): cost accounting asks the backend, not its name.
     """
 
     name: str
@@ -170,8 +172,26 @@ class UnsupportedError(PermanentError):
     """The backend cannot do what the request asks (e.g. token probabilities)."""
 
 
-class ConfigurationError(BackendError):
-    """A backend spec or its settings are invalid (unknown prefix, missing key)."""
+class ConfigError(ValueError):
+    """A setting of a config object is invalid. ``field`` names the setting (the config
+    object's attribute, e.g. ``concurrency`` or ``p_yes_threshold``; None when no single
+    field is at fault) and ``message`` says what is wrong with it, written to follow the
+    field's name: ``str(exc)`` is ``"p_yes_threshold must be in [0, 1], not 1.5"``. The CLI
+    maps ``field`` to its flag with a table (``judge.cli._flags.FLAG_FOR_FIELD``) and shows
+    ``message``; nothing parses the message text."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field} {message}" if field else message)
+
+
+class ConfigurationError(BackendError, ConfigError):
+    """A backend spec or its settings are invalid (unknown prefix, missing key, a bad call
+    policy). ``field`` as for :class:`ConfigError`."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        ConfigError.__init__(self, message, field=field)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -1,11 +1,25 @@
-"""Request-building pieces shared by the chat backends (OpenAI-compatible and DashScope)."""
+"""Pieces shared by the backends: request building (OpenAI-compatible and DashScope), the
+JSON-schema name, reading token log-probabilities, one prompt string for single-prompt
+models, and mapping a foreign library's exception onto our error classes."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from judge.backends._base import ChatRequest, ConfigurationError
+from judge.backends._base import (
+    BackendError,
+    ChatRequest,
+    ConfigurationError,
+    Message,
+    PermanentError,
+    TransientError,
+    UnsupportedError,
+    error_for_status,
+)
+from judge.backends._redact import redact
 
 Structured = Literal["json_schema", "json_object", "none"]
 STRUCTURED = ("json_schema", "json_object", "none")
@@ -62,3 +76,108 @@ def add_output_mode(
             }
         elif structured == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
+
+
+def schema_name(schema: Mapping[str, Any]) -> str:
+    """The ``json_schema.name`` sent with a schema: its title with every character outside
+    ``[A-Za-z0-9_-]`` replaced by ``_`` and cut to 64 characters (OpenAI's rule, which
+    DashScope shares), ``response`` when it has none."""
+    title = schema.get("title")
+    name = (
+        "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in str(title))
+        if title
+        else ""
+    )
+    return name[:64] or "response"
+
+
+def logprob_value(value: object) -> float:
+    """A reported log-probability. A missing or non-numeric one means probability 0
+    (``-inf``): a token the server gave no number for carries no evidence, and counting it
+    as certain (probability 1) would decide a verdict on nothing."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value):
+        return float(value)
+    return -math.inf
+
+
+def first_token_logprobs(choice: Mapping[str, Any], name: str) -> list[tuple[str, float]]:
+    """The first generated token's top alternatives ``[(token, logprob)]`` from an
+    OpenAI-style ``choice["logprobs"]["content"]`` (DashScope's has the same shape; its
+    ``top_logprobs`` may also be a ``{token: logprob}`` mapping); the token itself when no
+    alternatives are listed. No logprobs at all raises :class:`UnsupportedError`."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+    if not content or not isinstance(content, list) or not isinstance(content[0], Mapping):
+        raise UnsupportedError(f"{name}: the server returned no logprobs")
+    first = content[0]
+    raw = first.get("top_logprobs") or []
+    if isinstance(raw, Mapping):
+        top = [(str(t), logprob_value(lp)) for t, lp in raw.items()]
+    else:
+        top = [
+            (str(t.get("token", "")), logprob_value(t.get("logprob"))) for t in raw if isinstance(t, Mapping)
+        ]
+    if not top:
+        top = [(str(first.get("token", "")), logprob_value(first.get("logprob")))]
+    return top
+
+
+def render_prompt(messages: tuple[Message, ...]) -> str:
+    """One prompt string for a single-prompt model (a deepeval model, a LangChain LLM): the
+    messages' contents in order; with assistant turns present (few-shot, re-asks), every
+    turn is labelled with its role."""
+    if any(m.role == "assistant" for m in messages):
+        labels = {"system": "System", "user": "User", "assistant": "Assistant"}
+        return "\n\n".join(f"{labels[m.role]}: {m.content}" for m in messages)
+    return "\n\n".join(m.content for m in messages)
+
+
+_STATUS_IN_TEXT = re.compile(r"status[_ ]?code\W{0,3}(\d{3})\b", re.IGNORECASE)
+_CODE_IN_TEXT = re.compile(r"\bcode\W{1,3}([A-Za-z][\w.]*)")
+_TRANSIENT_WORDS = ("Timeout", "Connection", "ServiceUnavailable", "InternalServer", "Overloaded")
+
+
+def _status_of(exc: Exception, text: str) -> int | None:
+    for holder in (exc, getattr(exc, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if status is None and isinstance(holder, Mapping):
+            status = holder.get("status_code")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    match = _STATUS_IN_TEXT.search(text)
+    return int(match.group(1)) if match else None
+
+
+def foreign_error(name: str, exc: Exception) -> BackendError:
+    """Map an exception from a library we do not control (a deepeval model, a LangChain
+    model and the SDK underneath it) onto our classes, with a redacted message:
+
+    * an HTTP status, from ``exc.status_code``, ``exc.response.status_code`` (or
+      ``["status_code"]``), else a ``status_code: NNN`` in the message (LangChain's Tongyi
+      raises ``HTTPError("... status_code: 429 \\n code: Throttling ...")``): 429 or a
+      ``Throttling*`` code -> :class:`RateLimitError` (with Retry-After when the response
+      has headers), 408/409/5xx -> :class:`TransientError`, other 4xx -> :class:`PermanentError`;
+    * a class named ``*RateLimit*`` -> RateLimitError; timeouts, connection errors and
+      classes named ``*Timeout*``/``*Connection*``/``*ServiceUnavailable*``/``*InternalServer*``
+      -> TransientError;
+    * anything else -> PermanentError (retrying a bug does not mend it).
+    """
+    if isinstance(exc, BackendError):
+        return exc
+    kind = type(exc).__name__
+    text = str(exc)
+    message = redact(f"{name}: {kind}: {text}")
+    status = _status_of(exc, text)
+    code_match = _CODE_IN_TEXT.search(text)
+    code = str(getattr(exc, "code", None) or (code_match.group(1) if code_match else ""))
+    if status is not None and 400 <= status < 600:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+        return error_for_status(
+            status, message, headers=dict(headers) if isinstance(headers, Mapping) else None, code=code
+        )
+    if "RateLimit" in kind or code.startswith("Throttling"):
+        return error_for_status(429, message)
+    if isinstance(exc, TimeoutError | ConnectionError) or any(w in kind for w in _TRANSIENT_WORDS):
+        return TransientError(message)
+    return PermanentError(message)

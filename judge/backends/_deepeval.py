@@ -16,7 +16,8 @@
   schema=None)`` return the pydantic instance when a schema is given and the reply parses,
   else the raw text (deepeval then parses it itself). It never raises TypeError (deepeval
   would silently re-call it without the schema). The sync ``generate`` runs the async path
-  on a private event-loop thread, so clients and limiters are reused between calls.
+  through :func:`judge.backends._sync.run_sync` (one private event-loop thread), so
+  clients and limiters are reused between calls.
 
 deepeval is imported lazily (and with its import-time notice sent to stderr, not stdout),
 so ``import judge.backends`` stays light.
@@ -30,8 +31,7 @@ import inspect
 import json
 import re
 import sys
-import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -43,12 +43,13 @@ from judge.backends._base import (
     Completion,
     Message,
     PermanentError,
-    TransientError,
     UnsupportedError,
     Usage,
-    error_for_status,
 )
+from judge.backends._common import foreign_error, render_prompt
+from judge.backends._json import json_objects
 from judge.backends._redact import redact
+from judge.backends._sync import run_sync
 
 if TYPE_CHECKING:
     from deepeval.models import DeepEvalBaseLLM
@@ -194,17 +195,6 @@ def _annotation(node: Mapping[str, Any], name: str, defs: Mapping[str, Any], dep
 # -- a DeepEvalBaseLLM as our backend -----------------------------------------------------------
 
 
-def render_prompt(messages: tuple[Message, ...]) -> str:
-    """One prompt string for a single-prompt model: the messages' contents, in order.
-
-    With assistant turns present (few-shot), every turn is labelled with its role.
-    """
-    if any(m.role == "assistant" for m in messages):
-        labels = {"system": "System", "user": "User", "assistant": "Assistant"}
-        return "\n\n".join(f"{labels[m.role]}: {m.content}" for m in messages)
-    return "\n\n".join(m.content for m in messages)
-
-
 def _accepts_kwarg(func: Any, name: str) -> bool:
     try:
         params = inspect.signature(func).parameters
@@ -265,7 +255,7 @@ class DeepEvalBackend:
         except BackendError:
             raise
         except Exception as exc:
-            raise _translate(self.name, exc) from None
+            raise foreign_error(self.name, exc) from None
         text, cost = _reply_text(result)
         return Completion(
             text=text,
@@ -312,42 +302,7 @@ def _reply_text(result: Any) -> tuple[str, float | None]:
     return str(result), cost
 
 
-def _translate(name: str, exc: Exception) -> BackendError:
-    kind = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    message = redact(f"{name}: {kind}: {exc}")
-    if isinstance(status, int) and 400 <= status < 600:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
-        return error_for_status(status, message, headers=dict(headers) if headers is not None else None)
-    if "RateLimit" in kind:
-        return error_for_status(429, message)
-    if isinstance(exc, TimeoutError | ConnectionError) or any(
-        word in kind for word in ("Timeout", "Connection", "ServiceUnavailable", "InternalServer")
-    ):
-        return TransientError(message)
-    return PermanentError(message)
-
-
 # -- our backend as a DeepEvalBaseLLM -----------------------------------------------------------
-
-
-class _LoopThread:
-    """One private event loop on a daemon thread, for sync calls from sync code."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        with self._lock:
-            if self._loop is None or self._loop.is_closed():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="judge-deepeval-sync", daemon=True)
-                thread.start()
-                self._loop = loop
-            loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 _adapter_cls: type[Any] | None = None
@@ -382,7 +337,6 @@ def _adapter_class() -> type[Any]:
             self.usage = Usage()
             self.calls = 0
             self.last_completion: Completion | None = None
-            self._runner = _LoopThread()
             super().__init__(model=backend.name)
 
         def __repr__(self) -> str:
@@ -439,31 +393,20 @@ def _adapter_class() -> type[Any]:
             return completion.text
 
         def generate(self, prompt: str, schema: Any = None, **kwargs: Any) -> Any:
-            return self._runner.run(self.a_generate(prompt, schema=schema))
+            return run_sync(self.a_generate(prompt, schema=schema))
 
     _adapter_cls = JudgeBackendLLM
     return JudgeBackendLLM
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-
-
 def parse_into(schema: type[BaseModel], text: str) -> BaseModel | None:
-    """``schema`` validated from the first JSON object in ``text`` (fenced or chatty); None if none fits."""
-    candidates = [m.group(1) for m in _FENCE.finditer(text)]
-    candidates.append(text)
-    for chunk in candidates:
-        start = chunk.find("{")
-        while start != -1:
-            try:
-                obj, _end = json.JSONDecoder().raw_decode(chunk[start:])
-            except json.JSONDecodeError:
-                start = chunk.find("{", start + 1)
-                continue
-            try:
-                return schema.model_validate(obj)
-            except ValidationError:
-                start = chunk.find("{", start + 1)
+    """``schema`` validated from the first JSON object in ``text`` that fits it (the
+    package's one extraction, :func:`judge.backends._json.json_objects`); None if none fits."""
+    for obj in json_objects(text):
+        try:
+            return schema.model_validate(obj)
+        except ValidationError:
+            continue
     return None
 
 

@@ -131,6 +131,8 @@ class LocalBackend:
     # is the decision rule tuned against human labels (docs/agreement.md).
     prefers_probabilities: bool = True
     max_concurrency: int | None = 1
+    # Runs on this machine: ResilientBackend counts its calls at cost 0.0 (no price table entry).
+    free: bool = True
 
     def __init__(
         self,

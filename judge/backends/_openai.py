@@ -43,7 +43,6 @@ import asyncio
 import functools
 import importlib
 import json
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -69,6 +68,8 @@ from judge.backends._common import (
     chat_messages,
     check_structured,
     check_top_logprobs,
+    first_token_logprobs,
+    schema_name,
 )
 from judge.backends._redact import redact, register_secret
 
@@ -225,7 +226,7 @@ class OpenAIBackend:
             structured=self.structured,
             strict_schema=self.strict_schema,
             top_logprobs=self.top_logprobs,
-            schema_name=_schema_name,
+            schema_name=schema_name,
         )
         if extra_body:
             kwargs["extra_body"] = extra_body
@@ -275,7 +276,7 @@ class OpenAIBackend:
         )
         token_probs = None
         if request.candidates is not None:
-            token_probs = candidate_probs(self._top_logprobs(choice), request.candidates)
+            token_probs = candidate_probs(first_token_logprobs(choice, self.name), request.candidates)
         model = data.get("model")
         finish_reason = choice.get("finish_reason")
         return Completion(
@@ -286,22 +287,6 @@ class OpenAIBackend:
             token_probs=token_probs,
             finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
-
-    def _top_logprobs(self, choice: Mapping[str, Any]) -> list[tuple[str, float]]:
-        """The first generated token's top alternatives (or the token itself)."""
-        logprobs = choice.get("logprobs")
-        content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
-        if not content or not isinstance(content, list) or not isinstance(content[0], Mapping):
-            raise UnsupportedError(f"{self.name}: the server returned no logprobs")
-        first = content[0]
-        top = [
-            (str(t.get("token", "")), _logprob(t.get("logprob")))
-            for t in (first.get("top_logprobs") or [])
-            if isinstance(t, Mapping)
-        ]
-        if not top:
-            top = [(str(first.get("token", "")), _logprob(first.get("logprob")))]
-        return top
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -357,13 +342,6 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _logprob(value: object) -> float:
-    """A reported log-probability; a missing or non-numeric one counts as probability 0."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return -math.inf
-
-
 def _status_detail(response: httpx2.Response) -> str:
     """What the SDK's status error would say: the body's ``error.message`` (and code), else
     ``Error code: N - <body>``."""
@@ -378,12 +356,6 @@ def _status_detail(response: httpx2.Response) -> str:
         if msg:
             return f"{msg} ({code})" if code else str(msg)
     return f"Error code: {response.status_code} - {body}"
-
-
-def _schema_name(schema: Mapping[str, Any]) -> str:
-    title = schema.get("title")
-    name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in str(title)) if title else ""
-    return name[:64] or "response"
 
 
 def _translate(name: str, exc: Exception) -> BackendError:

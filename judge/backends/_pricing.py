@@ -18,6 +18,10 @@ A model is priced by its exact id, else by the longest table key that prefixes i
 ``-`` boundary (``qwen-plus-2025-01-25`` and ``qwen-plus-latest`` cost what ``qwen-plus``
 costs). A spec prefix (``qwen:``, ``openai:``) is ignored. Unknown models cost 0.0 and
 :meth:`PriceTable.price_for` returns None so callers can say the cost is unknown.
+
+A backend that runs on this machine says so itself (``free = True``: the embedded judge);
+:class:`~judge.backends.ResilientBackend` then counts its calls at 0.0 without a table
+entry, whatever the model file is called.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ __all__ = ["DEFAULT_CURRENCY", "ModelPrice", "PriceTable"]
 
 DEFAULT_CURRENCY = "CNY"
 PRICES_ENV = "JUDGE_PRICES"
-_SPEC_PREFIXES = ("qwen:", "openai:", "local:", "deepeval:", "fake:")
+_SPEC_PREFIXES = ("qwen:", "openai:", "local:", "deepeval:", "langchain:", "fake:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +73,6 @@ _DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "qwen2.5-3b-instruct": (0.3, 0.9),
     "qwen2-72b-instruct": (5.0, 10.0),
     "qwen2-7b-instruct": (1.0, 2.0),
-    # The embedded judge runs on this machine.
-    "qwen2.5-coder-1.5b-q4km": (0.0, 0.0),
-    "qwen2.5-coder-1.5b-instruct-q4_k_m": (0.0, 0.0),
 }
 
 

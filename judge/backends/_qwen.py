@@ -41,7 +41,6 @@ from judge.backends._base import (
     ConfigurationError,
     PermanentError,
     TransientError,
-    UnsupportedError,
     Usage,
     candidate_probs,
     error_for_status,
@@ -53,6 +52,8 @@ from judge.backends._common import (
     chat_messages,
     check_structured,
     check_top_logprobs,
+    first_token_logprobs,
+    schema_name,
 )
 from judge.backends._redact import redact, register_secret
 
@@ -141,7 +142,7 @@ class QwenBackend:
             structured=self.structured,
             strict_schema=self.strict_schema,
             top_logprobs=self.top_logprobs,
-            schema_name=_schema_title,
+            schema_name=schema_name,
         )
         for key, value in self._extra.items():
             kwargs.setdefault(key, value)
@@ -217,7 +218,7 @@ class QwenBackend:
         )
         token_probs = None
         if request.candidates is not None:
-            token_probs = candidate_probs(self._top_logprobs(choice), request.candidates)
+            token_probs = candidate_probs(first_token_logprobs(choice, self.name), request.candidates)
         return Completion(
             text=text,
             usage=usage,
@@ -227,22 +228,6 @@ class QwenBackend:
             finish_reason=choice.get("finish_reason"),
         )
 
-    def _top_logprobs(self, choice: Mapping[str, Any]) -> list[tuple[str, float]]:
-        logprobs = choice.get("logprobs")
-        content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
-        if not content:
-            raise UnsupportedError(f"{self.name}: DashScope returned no logprobs for {self.model}")
-        first = content[0]
-        top_raw = first.get("top_logprobs") or []
-        top: list[tuple[str, float]] = []
-        if isinstance(top_raw, Mapping):  # {token: logprob}
-            top = [(str(t), float(lp)) for t, lp in top_raw.items()]
-        else:
-            top = [(str(t.get("token", "")), float(t.get("logprob", float("-inf")))) for t in top_raw]
-        if not top and "token" in first:
-            top = [(str(first["token"]), float(first.get("logprob", 0.0)))]
-        return top
-
     async def aclose(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:
@@ -251,11 +236,6 @@ class QwenBackend:
                     await session.close()
             except Exception:  # closing is best effort
                 pass
-
-
-def _schema_title(schema: Mapping[str, Any]) -> str:
-    title = schema.get("title")
-    return str(title) if title else "response"
 
 
 def _translate(name: str, exc: Exception) -> BackendError:

@@ -53,6 +53,7 @@ from judge.backends._base import (
     TransientError,
     Usage,
 )
+from judge.backends._policy import CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._redact import LOGGER, redact
 
@@ -316,56 +317,72 @@ def default_timeout(backend: Backend) -> float:
 class ResilientBackend:
     """Wrap ``inner`` with retries, timeout, adaptive rate limiting and accounting.
 
-    ``max_retries``: retries after the first attempt (so at most ``max_retries + 1``
-    provider calls per request). ``timeout_s``: per attempt; None picks
-    :func:`default_timeout` (a one-call-at-a-time local model queues calls behind each other
-    and loads on its first call, so it gets longer). ``rpm``/``tpm``: requests and
-    tokens per minute (None: unlimited). ``concurrency``: most calls in flight (default:
-    ``inner.max_concurrency``; None = unbounded until a 429 sets a window). ``prices``:
-    default ``PriceTable.from_env()``. ``backoff_base_s``/``backoff_max_s``: the retry
-    wait is ``min(base * 2**(n-1) + U(0, base), max)`` before retry *n*. ``sleep`` and
-    ``clock`` are injectable for tests.
+    Settings come from a :class:`~judge.backends.CallPolicy` (``policy=``; what
+    :func:`~judge.backends.make_backend` passes, with the policy's defaults: 16 calls in
+    flight, capped by the backend's own limit) or, for low-level use, from the same
+    settings as keywords (validated by the same ``CallPolicy``); here ``concurrency=None``
+    means no cap beyond ``inner.max_concurrency`` (unbounded for a remote API until a 429
+    sets a window). ``max_retries``: retries after the first attempt (so at most
+    ``max_retries + 1`` provider calls per request). ``timeout_s``: per attempt; None picks
+    :func:`default_timeout`. ``rpm``/``tpm``: requests and tokens per minute (None:
+    unlimited). ``prices``: default ``PriceTable.from_env()``; a backend with ``free =
+    True`` (the embedded model) costs nothing whatever the table says. ``backoff_base_s``/
+    ``backoff_max_s``: the retry wait is ``min(base * 2**(n-1) + U(0, base), max)`` before
+    retry *n*. ``sleep`` and ``clock`` are injectable for tests.
     """
 
     def __init__(
         self,
         inner: Backend,
         *,
-        max_retries: int = 5,
+        policy: CallPolicy | None = None,
+        max_retries: int | None = None,
         timeout_s: float | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
         concurrency: int | None = None,
         prices: PriceTable | None = None,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 30.0,
+        backoff_base_s: float | None = None,
+        backoff_max_s: float | None = None,
         sleep: SleepFn = asyncio.sleep,
         clock: ClockFn | None = None,
     ) -> None:
         if isinstance(inner, ResilientBackend):
-            raise ConfigurationError("backend is already wrapped in ResilientBackend")
-        if max_retries < 0:
-            raise ConfigurationError(f"max_retries must be >= 0, got {max_retries}")
-        if timeout_s is None:
-            timeout_s = default_timeout(inner)
-        if not timeout_s > 0:
-            raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s}")
-        for label, value in (("rpm", rpm), ("tpm", tpm)):
-            if value is not None and not value > 0:
-                raise ConfigurationError(f"{label} must be > 0, got {value}")
-        if concurrency is not None and concurrency < 1:
-            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
-        if backoff_base_s < 0 or backoff_max_s < 0:
-            raise ConfigurationError("backoff times must be >= 0")
+            raise ConfigurationError("is already wrapped in ResilientBackend", field="backend")
+        given: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("max_retries", max_retries),
+                ("timeout_s", timeout_s),
+                ("rpm", rpm),
+                ("tpm", tpm),
+                ("concurrency", concurrency),
+                ("prices", prices),
+                ("backoff_base_s", backoff_base_s),
+                ("backoff_max_s", backoff_max_s),
+            )
+            if v is not None
+        }
+        if policy is not None:
+            if given:
+                raise ConfigurationError(
+                    f"and {', '.join(sorted(given))}= were both given: give one", field="policy"
+                )
+            limit: int | None = policy.concurrency_for(inner)
+        else:
+            policy = CallPolicy(**given)
+            limit = concurrency if concurrency is not None else inner.max_concurrency
+        self.policy = policy
         self.inner = inner
         self.name = inner.name
         self.model = inner.model
         self.supports_probabilities = inner.supports_probabilities
         self.prefers_probabilities = bool(getattr(inner, "prefers_probabilities", False))
-        self.max_concurrency = concurrency if concurrency is not None else inner.max_concurrency
-        self.max_retries = max_retries
-        self.timeout_s = timeout_s
-        self.prices = prices if prices is not None else PriceTable.from_env()
+        self.free = bool(getattr(inner, "free", False))
+        self.max_concurrency = limit
+        self.max_retries = policy.max_retries
+        self.timeout_s = policy.timeout_s if policy.timeout_s is not None else default_timeout(inner)
+        self.prices = policy.price_table()
         self._inject_sleep = sleep
         self._skew = 0.0
         if clock is not None:
@@ -375,9 +392,13 @@ class ResilientBackend:
         else:
             self._clock = lambda: time.monotonic() + self._skew
         self.limiter = AdaptiveLimiter(
-            ceiling=self.max_concurrency, rpm=rpm, tpm=tpm, clock=self._clock, sleep=self._sleep
+            ceiling=self.max_concurrency,
+            rpm=policy.rpm,
+            tpm=policy.tpm,
+            clock=self._clock,
+            sleep=self._sleep,
         )
-        self._backoff = _backoff(backoff_base_s, backoff_max_s)
+        self._backoff = _backoff(policy.backoff_base_s, policy.backoff_max_s)
         self._c = _Counters()
         self._unpriced_warned: set[str] = set()
         self._price_cache: dict[str, ModelPrice | None] = {}
@@ -481,14 +502,14 @@ class ResilientBackend:
         c.completion_tokens += completion.usage.completion_tokens
         if completion.cost is not None:
             cost = completion.cost  # the model reported its own cost (e.g. a deepeval model)
+        elif self.free:
+            cost = 0.0  # runs on this machine (the embedded judge): priced by the backend itself
         else:
             # Price what the provider says it ran, else what we asked for.
             model = completion.model or self.model
             if self._price_for(model) is None:
                 model = self.model
             price = self._price_for(model)
-            if price is None and self.name.startswith("local:"):
-                price = ModelPrice(0.0, 0.0)  # the embedded judge runs on this machine
             cost = price.cost(completion.usage) if price is not None else 0.0
             if price is None:
                 c.unpriced_calls += 1
@@ -595,7 +616,8 @@ def _redact_exception(exc: BaseException) -> None:
 
 
 def ensure_resilient(backend: Backend, **options: Any) -> ResilientBackend:
-    """``backend`` itself when it is already a ResilientBackend, else wrapped with ``options``."""
+    """``backend`` itself when it is already a ResilientBackend, else wrapped with ``options``
+    (low level: entry points use :func:`~judge.backends.make_backend` and a CallPolicy)."""
     if isinstance(backend, ResilientBackend):
         return backend
     return ResilientBackend(backend, **options)

@@ -1,9 +1,16 @@
-"""Choose the judge backend: an explicit spec or object wins, else the environment decides.
+"""Choose the judge backend (:func:`resolve_backend`) and make it resilient (:func:`make_backend`).
 
-Order (first match wins):
+:func:`make_backend` is the one factory every entry point uses (``judge.evaluate``,
+``RelevancyJudge``, ``judge score``/``eval``/``stability``/``nightly``, the scripts): it
+resolves a spec string or an object and wraps it once in :class:`ResilientBackend` under a
+:class:`~judge.backends.CallPolicy` (concurrency, timeout, retries, rate limits, prices).
+
+:func:`resolve_backend` gives the raw backend. Order (first match wins):
 
 1. an explicit ``spec`` — a Backend object (returned as is), a ``DeepEvalBaseLLM``
-   (wrapped in :class:`DeepEvalBackend`), or a string ``prefix:model``:
+   (wrapped in :class:`DeepEvalBackend`), a LangChain ``BaseLanguageModel`` (``Tongyi``,
+   ``ChatTongyi``, any chat model or LLM: wrapped in :class:`LangChainBackend`), or a
+   string ``prefix:model``:
    ``qwen:<model>``, ``openai:<model>``, ``local:<model id or .gguf path>``,
    ``deepeval:<module>:<Class>`` (instantiated with ``**options``);
 2. ``base_url=`` given without a spec → ``openai:<$OPENAI_MODEL or default>``;
@@ -12,8 +19,7 @@ Order (first match wins):
    DashScope URL, else ``gpt-4o-mini``);
 5. else the embedded judge ``local:qwen2.5-coder-1.5b-q4km``.
 
-The returned backend is the raw one; wrap it once in :class:`ResilientBackend` (or call
-:func:`ensure_resilient`) before use. ``describe_backend`` gives the CLI's stderr line.
+``describe_backend`` gives the CLI's stderr line.
 """
 
 from __future__ import annotations
@@ -25,15 +31,19 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from judge.backends._base import Backend, ConfigurationError
+from judge.backends._policy import CallPolicy
 
 if TYPE_CHECKING:
     from deepeval.models import DeepEvalBaseLLM
+
+    from judge.backends._resilient import ResilientBackend
 
 __all__ = [
     "DEFAULT_LOCAL_MODEL",
     "DEFAULT_QWEN_MODEL",
     "SPEC_PREFIXES",
     "describe_backend",
+    "make_backend",
     "resolve_backend",
 ]
 
@@ -61,29 +71,65 @@ def _default_openai_model(base_url: str | None) -> str:
     return DEFAULT_QWEN_MODEL if is_dashscope_url(base_url) else DEFAULT_OPENAI_MODEL
 
 
+def make_backend(
+    spec_or_object: Any = None,
+    *,
+    policy: CallPolicy | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    **options: Any,
+) -> ResilientBackend:
+    """The resilient backend for a spec string, a Backend, a deepeval ``DeepEvalBaseLLM``, a
+    LangChain ``BaseLanguageModel`` or None (the environment; see :func:`resolve_backend`),
+    under ``policy`` (default ``CallPolicy()``: 16 calls in flight capped by the backend's
+    own limit, 60 s per call, 5 retries).
+
+    A backend that is already resilient is returned as is when no policy is given; with a
+    policy, its inner backend gets a new wrapper under that policy. ``base_url``/``api_key``/
+    ``options`` go to :func:`resolve_backend`. Errors: :class:`ConfigurationError` naming
+    the field (``backend``, ``base_url``, a policy field ...).
+    """
+    import judge.backends as package  # looked up at call time: tests may patch resolve_backend
+    from judge.backends._resilient import ResilientBackend
+
+    if isinstance(spec_or_object, ResilientBackend):
+        if policy is None:
+            return spec_or_object
+        return ResilientBackend(spec_or_object.inner, policy=policy)
+    inner = package.resolve_backend(spec_or_object, base_url=base_url, api_key=api_key, **options)
+    if isinstance(inner, ResilientBackend):
+        return inner if policy is None else ResilientBackend(inner.inner, policy=policy)
+    return ResilientBackend(inner, policy=policy if policy is not None else CallPolicy())
+
+
 def resolve_backend(
-    spec: str | Backend | DeepEvalBaseLLM | None = None,
+    spec: str | Backend | DeepEvalBaseLLM | Any | None = None,
     *,
     base_url: str | None = None,
     api_key: str | None = None,
     **options: Any,
 ) -> Backend:
-    """The backend for ``spec`` (a string, a Backend, a DeepEvalBaseLLM) or the environment.
+    """The raw backend for ``spec`` (a string, a Backend, a DeepEvalBaseLLM, a LangChain
+    model) or the environment; :func:`make_backend` wraps it under the call policy.
 
     ``base_url``/``api_key`` go to the backends that take them; ``options`` to the backend's
     constructor (e.g. ``structured="json_schema"``). Raises :class:`ConfigurationError` for
     an unknown prefix, a missing key or a bad option.
     """
     from judge.backends._deepeval import DeepEvalBackend, is_deepeval_model
+    from judge.backends._langchain import LangChainBackend, is_langchain_model
 
     if spec is not None and not isinstance(spec, str):
         if is_deepeval_model(spec):
             return _remember(DeepEvalBackend(spec, **options), "deepeval model passed")
+        if is_langchain_model(spec):
+            return _remember(LangChainBackend(spec, **options), "LangChain model passed")
         if isinstance(spec, Backend):
             return _remember(spec, "backend object passed")
         raise ConfigurationError(
-            "backend must be a spec string, a Backend or a deepeval DeepEvalBaseLLM; "
-            f"got {type(spec).__name__}"
+            "must be a spec string, a Backend, a deepeval DeepEvalBaseLLM or a LangChain "
+            f"BaseLanguageModel; got {type(spec).__name__}",
+            field="backend",
         )
     if isinstance(spec, str) and spec.strip():
         return _remember(_from_spec(spec.strip(), base_url, api_key, options), "explicit backend")
@@ -107,9 +153,10 @@ def _from_spec(spec: str, base_url: str | None, api_key: str | None, options: di
     prefix = prefix.strip().lower()
     if not sep or prefix not in SPEC_PREFIXES:
         raise ConfigurationError(
-            f"unknown backend {spec!r}: expected one of "
+            f"{spec!r} is unknown: expected one of "
             + ", ".join(f"{p}:<model>" for p in SPEC_PREFIXES)
-            + " (e.g. qwen:qwen-plus, openai:gpt-4o-mini, local:qwen2.5-coder-1.5b-q4km)"
+            + " (e.g. qwen:qwen-plus, openai:gpt-4o-mini, local:qwen2.5-coder-1.5b-q4km)",
+            field="backend",
         )
     model = model.strip()
     if not model:

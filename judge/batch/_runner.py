@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from judge.backends._base import Backend
+from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
@@ -78,7 +79,7 @@ class BatchOptions:
     """
 
     k: tuple[int, ...] = (5, 10)
-    concurrency: int = 16
+    concurrency: int = DEFAULT_CONCURRENCY  # the call policy's default (CallPolicy)
     window: int | None = None
     field_map: Mapping[str, str] = field(default_factory=dict)
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS

@@ -14,11 +14,14 @@ import sys
 from typing import Any
 
 from judge.cli._flags import (
+    add_call_flags,
     add_judge_flags,
     add_measure_flag,
+    call_policy,
     checked_measures,
-    config_error,
     decision_kwargs,
+    flag_errors,
+    open_backend,
 )
 from judge.io._errors import InputError
 
@@ -43,6 +46,7 @@ def register(subparsers: Any) -> None:
         help="a retrieved passage; repeat in rank order",
     )
     add_judge_flags(p)
+    add_call_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
     )
@@ -54,11 +58,10 @@ def register(subparsers: Any) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
+    from judge.backends._sync import run_sync
     from judge.judging._config import JudgeConfig
     from judge.judging._core import judge_query
-    from judge.judging._resolve import resolve_judge_backend
     from judge.judging._summary import with_measures
-    from judge.judging._sync import run_sync
 
     if not args.query.strip():
         raise InputError("must not be empty", field="--query")
@@ -68,13 +71,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
     measures = checked_measures(args.measures)
-    try:
+    with flag_errors():
         config = JudgeConfig(
             mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
         )
-    except ValueError as exc:
-        raise config_error(exc) from exc
-    backend = resolve_judge_backend(args.backend, base_url=args.base_url)
+    backend = open_backend(args.backend, args.base_url, call_policy(args))
     print(describe_backend(backend), file=sys.stderr)
 
     async def go() -> Any:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from judge.io._errors import InputError
+
+if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
+    from judge.backends import CallPolicy, ConfigError, ResilientBackend
 
 
 def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -31,12 +36,13 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
 
 
 def add_call_flags(p: argparse.ArgumentParser) -> None:
-    """``--concurrency``, ``--timeout``, ``--max-retries``: how provider calls are made."""
+    """The call policy's flags: ``--concurrency``, ``--timeout``, ``--max-retries``, ``--rpm``,
+    ``--tpm`` (None when not given: :class:`~judge.backends.CallPolicy` holds the defaults)."""
     p.add_argument(
         "--concurrency",
         type=int,
         default=None,
-        help="provider calls in flight (default 16, or the backend's limit)",
+        help="provider calls in flight (default 16, or the backend's limit: 1 for the embedded model)",
     )
     p.add_argument(
         "--timeout",
@@ -45,8 +51,10 @@ def add_call_flags(p: argparse.ArgumentParser) -> None:
         help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
     )
     p.add_argument(
-        "--max-retries", type=int, default=5, help="retries per call on 5xx/timeouts/429 (default 5)"
+        "--max-retries", type=int, default=None, help="retries per call on 5xx/timeouts/429 (default 5)"
     )
+    p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
+    p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
 
 
 def add_decision_flags(p: argparse.ArgumentParser) -> None:
@@ -81,12 +89,76 @@ def decision_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def config_error(exc: ValueError) -> InputError:
-    """A :class:`JudgeConfig` refusal as bad input naming the flag (its messages start with
-    the field name: ``p_yes_threshold must be in [0, 1], not 1.5`` -> ``--p-yes-threshold``)."""
-    message = str(exc)
-    name = message.split(" ", 1)[0]
-    return InputError(message, field="--" + name.replace("_", "-") if name.isidentifier() else None)
+#: Config-object field -> the flag that sets it. Errors carry the field
+#: (:class:`~judge.backends.ConfigError`); the CLI names the flag from this table, never
+#: from the message text. A field no flag sets keeps its own name.
+FLAG_FOR_FIELD: dict[str, str] = {
+    # CallPolicy
+    "concurrency": "--concurrency",
+    "timeout_s": "--timeout",
+    "max_retries": "--max-retries",
+    "rpm": "--rpm",
+    "tpm": "--tpm",
+    # backend resolution
+    "backend": "--backend",
+    "base_url": "--base-url",
+    # JudgeConfig
+    "mode": "--mode",
+    "language": "--language",
+    "template": "--template",
+    "probability": "--probability",
+    "p_yes_threshold": "--p-yes-threshold",
+    "explain": "--explain",
+    "samples": "--samples",
+    "temperature": "--temperature",
+    "seed": "--seed",
+}
+
+
+def config_error(exc: ConfigError, flags: Mapping[str, str] | None = None) -> InputError:
+    """A config object's refusal as bad input naming the flag: ``exc.field`` looked up in
+    ``flags`` (a command's own additions) and :data:`FLAG_FOR_FIELD`."""
+    field = exc.field
+    flag = None
+    if field is not None:
+        flag = (flags or {}).get(field) or FLAG_FOR_FIELD.get(field) or field
+    return InputError(exc.message, field=flag)
+
+
+@contextmanager
+def flag_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Inside: a :class:`~judge.backends.ConfigError` (a JudgeConfig, a CallPolicy, a
+    backend spec) becomes an :class:`InputError` naming the flag (exit code 2)."""
+    from judge.backends._base import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        raise config_error(exc, flags) from exc
+
+
+def call_policy(args: argparse.Namespace) -> CallPolicy:
+    """The :class:`~judge.backends.CallPolicy` the call flags ask for (errors name the flag)."""
+    from judge.backends import CallPolicy
+
+    settings = {
+        "concurrency": getattr(args, "concurrency", None),
+        "timeout_s": getattr(args, "timeout", None),
+        "max_retries": getattr(args, "max_retries", None),
+        "rpm": getattr(args, "rpm", None),
+        "tpm": getattr(args, "tpm", None),
+    }
+    with flag_errors():
+        return CallPolicy(**{k: v for k, v in settings.items() if v is not None})
+
+
+def open_backend(spec: Any, base_url: str | None, policy: CallPolicy) -> ResilientBackend:
+    """The resilient backend for ``--backend``/``--base-url`` under ``policy``, through the
+    one factory (:func:`judge.backends.make_backend`); a bad spec names ``--backend``."""
+    from judge.backends import make_backend
+
+    with flag_errors():
+        return make_backend(spec, policy=policy, base_url=base_url)
 
 
 def add_measure_flag(p: argparse.ArgumentParser) -> None:

@@ -19,9 +19,11 @@ from judge.cli._flags import (
     add_call_flags,
     add_judge_flags,
     add_measure_flag,
+    call_policy,
     checked_measures,
-    config_error,
     decision_kwargs,
+    flag_errors,
+    open_backend,
 )
 from judge.io._errors import InputError
 
@@ -51,8 +53,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
     add_call_flags(p)
-    p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
-    p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG/P cutoffs (default 5 10)"
     )
@@ -97,15 +97,8 @@ def _config(args: argparse.Namespace, mode: str | None) -> Any:
         kwargs["language"] = args.language
     if args.template:
         kwargs["template"] = args.template
-    try:
+    with flag_errors():
         return JudgeConfig(**kwargs)
-    except ValueError as exc:
-        raise config_error(exc) from exc
-
-
-def _positive(value: float | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise InputError("must be > 0", field=flag)
 
 
 def _mode_of_output(path: Path) -> str | None:
@@ -116,7 +109,7 @@ def _mode_of_output(path: Path) -> str | None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from judge.backends import describe_backend, ensure_resilient, resolve_backend
+    from judge.backends import describe_backend
     from judge.batch import (
         BatchOptions,
         ProgressMode,
@@ -134,9 +127,7 @@ def run_score(args: argparse.Namespace) -> int:
         )
     if not args.retry_unjudged and not args.input:
         raise InputError("missing INPUT.jsonl (or --retry-unjudged OUTPUT.jsonl)", field="input")
-    for value, flag in ((args.concurrency, "--concurrency"), (args.rpm, "--rpm"), (args.tpm, "--tpm")):
-        _positive(value, flag)
-    _positive(args.timeout, "--timeout")
+    policy = call_policy(args)
     if args.max_passage_chars is not None and args.max_passage_chars < 1:
         raise InputError("must be >= 1", field="--max-passage-chars")
     if any(k < 1 for k in args.k):
@@ -154,22 +145,10 @@ def run_score(args: argparse.Namespace) -> int:
         mode = args.mode
     config = _config(args, mode)
 
-    inner = resolve_backend(args.backend, base_url=args.base_url)
+    backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:
-        print(describe_backend(inner), file=sys.stderr)
-    concurrency = args.concurrency
-    if concurrency is None:
-        concurrency = 16
-        if inner.max_concurrency is not None:
-            concurrency = min(concurrency, inner.max_concurrency)
-    backend = ensure_resilient(
-        inner,
-        max_retries=args.max_retries,
-        timeout_s=args.timeout,
-        rpm=args.rpm,
-        tpm=args.tpm,
-        concurrency=concurrency,
-    )
+        print(describe_backend(backend), file=sys.stderr)
+    concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
     progress: ProgressMode = "quiet" if args.quiet else "auto"
     options = BatchOptions(
         k=tuple(dict.fromkeys(args.k)),
@@ -186,7 +165,7 @@ def run_score(args: argparse.Namespace) -> int:
             "rpm": args.rpm,
             "tpm": args.tpm,
             "timeout_s": backend.timeout_s,
-            "max_retries": args.max_retries,
+            "max_retries": backend.max_retries,
             "cache": None if args.no_cache else str(args.cache or "default"),
         },
     )

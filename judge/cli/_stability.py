@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, config_error
+from judge.cli._flags import add_call_flags, add_judge_flags, call_policy, flag_errors, open_backend
 from judge.io._errors import InputError
 
 EXIT_PASS = 0
@@ -103,28 +103,19 @@ def register(subparsers: Any) -> None:
     n.set_defaults(func=run_nightly_command)
 
 
-def open_backend(
-    spec: str | None,
-    base_url: str | None,
-    *,
-    concurrency: int | None,
-    timeout_s: float | None,
-    max_retries: int,
-) -> Any:
-    """Resolve the backend and wrap it (retries, timeouts, a ceiling on calls in flight)."""
-    from judge.backends import ensure_resilient, resolve_backend
+def _nightly_policy(cfg: Any, path: str) -> Any:
+    """The call policy of a nightly config; a bad setting names the config file and key."""
+    from judge.backends import CallPolicy, ConfigError
 
-    if concurrency is not None and concurrency < 1:
-        raise InputError("must be >= 1", field="--concurrency")
-    if timeout_s is not None and not timeout_s > 0:
-        raise InputError("must be > 0", field="--timeout")
-    if max_retries < 0:
-        raise InputError("must be >= 0", field="--max-retries")
-    inner = resolve_backend(spec, base_url=base_url)
-    limit = concurrency
-    if limit is None:
-        limit = 16 if inner.max_concurrency is None else min(16, inner.max_concurrency)
-    return ensure_resilient(inner, max_retries=max_retries, timeout_s=timeout_s, concurrency=limit)
+    settings = {
+        "concurrency": cfg.options.concurrency,
+        "timeout_s": cfg.timeout_s,
+        "max_retries": cfg.max_retries,
+    }
+    try:
+        return CallPolicy(**{k: v for k, v in settings.items() if v is not None})
+    except ConfigError as exc:
+        raise InputError(exc.message, path=path, field=exc.field) from exc
 
 
 def _describe(backend: Any) -> str:
@@ -137,7 +128,7 @@ def _describe(backend: Any) -> str:
 def _judge_config(args: argparse.Namespace) -> Any:
     from judge.judging import JudgeConfig
 
-    try:
+    with flag_errors():
         return JudgeConfig(
             mode=args.mode,
             language=args.language,
@@ -149,8 +140,6 @@ def _judge_config(args: argparse.Namespace) -> Any:
             temperature=args.temperature,
             seed=None if args.no_seed else args.seed,
         )
-    except ValueError as exc:
-        raise config_error(exc) from exc
 
 
 class _QueryProgress:
@@ -222,13 +211,7 @@ def run_stability_command(args: argparse.Namespace) -> int:
         )
     records = load_records(args.dataset)  # bad input fails here, before any backend work
     out_dir = Path(args.output) if args.output else Path(f"{Path(args.dataset).name.split('.')[0]}.stability")
-    backend = open_backend(
-        args.backend,
-        args.base_url,
-        concurrency=args.concurrency,
-        timeout_s=args.timeout,
-        max_retries=args.max_retries,
-    )
+    backend = open_backend(args.backend, args.base_url, call_policy(args))
     description = _describe(backend)
     if not args.quiet:
         print(f"judge: using judge {description}", file=sys.stderr)
@@ -292,13 +275,7 @@ def run_nightly_command(args: argparse.Namespace) -> int:
 
     cfg = load_nightly_config(args.config)
     records = load_records(cfg.dataset)
-    backend = open_backend(
-        cfg.backend,
-        cfg.base_url,
-        concurrency=cfg.options.concurrency,
-        timeout_s=cfg.timeout_s,
-        max_retries=cfg.max_retries,
-    )
+    backend = open_backend(cfg.backend, cfg.base_url, _nightly_policy(cfg, args.config))
     description = _describe(backend)
     if not args.quiet:
         print(f"judge: using judge {description}", file=sys.stderr)

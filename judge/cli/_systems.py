@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, config_error, decision_kwargs
+from judge.cli._flags import (
+    add_call_flags,
+    add_judge_flags,
+    call_policy,
+    decision_kwargs,
+    flag_errors,
+    open_backend,
+)
 from judge.io._errors import InputError
 
 
@@ -77,8 +84,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
     p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
     add_call_flags(p)
-    p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
-    p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
     p.add_argument("--strict", action="store_true", help="check every input first; refuse on any problem")
@@ -102,11 +107,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_compare_systems_cli)
 
 
-def _positive(value: float | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise InputError("must be > 0", field=flag)
-
-
 def _config(args: argparse.Namespace, mode: str | None) -> Any:
     from judge.judging import JudgeConfig
 
@@ -115,14 +115,12 @@ def _config(args: argparse.Namespace, mode: str | None) -> Any:
         kwargs["language"] = args.language
     if args.template:
         kwargs["template"] = args.template
-    try:
+    with flag_errors():
         return JudgeConfig(**kwargs)
-    except ValueError as exc:
-        raise config_error(exc) from exc
 
 
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
-    from judge.backends import describe_backend, ensure_resilient, resolve_backend
+    from judge.backends import describe_backend
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.store import SQLiteVerdictStore
     from judge.systems import PoolRun, SystemsOptions, run_compare_systems
@@ -130,9 +128,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.systems._pool import existing_mode
 
     systems = parse_system_args(args.systems)
-    for value, flag in ((args.concurrency, "--concurrency"), (args.rpm, "--rpm"), (args.tpm, "--tpm")):
-        _positive(value, flag)
-    _positive(args.timeout, "--timeout")
+    policy = call_policy(args)
     if args.top_queries < 0:
         raise InputError("must be >= 0", field="--top-queries")
     out = Path(args.output)
@@ -154,20 +150,10 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     # Resume in the pool's mode unless one is given (as judge score does).
     config = _config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
 
-    inner = resolve_backend(args.backend, base_url=args.base_url)
+    backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:
-        print(describe_backend(inner), file=sys.stderr)
-    concurrency = args.concurrency
-    if concurrency is None:
-        concurrency = 16 if inner.max_concurrency is None else min(16, inner.max_concurrency)
-    backend = ensure_resilient(
-        inner,
-        max_retries=args.max_retries,
-        timeout_s=args.timeout,
-        rpm=args.rpm,
-        tpm=args.tpm,
-        concurrency=concurrency,
-    )
+        print(describe_backend(backend), file=sys.stderr)
+    concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
     run = PoolRun(
         concurrency=concurrency,
         progress="quiet" if args.quiet else "auto",
@@ -178,7 +164,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
             "rpm": args.rpm,
             "tpm": args.tpm,
             "timeout_s": backend.timeout_s,
-            "max_retries": args.max_retries,
+            "max_retries": policy.max_retries,
             "cache": None if args.no_cache else str(args.cache or "default"),
         },
     )

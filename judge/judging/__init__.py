@@ -28,7 +28,14 @@ from judge.judging._models import (
     UsageSummary,
     VerdictLabel,
 )
-from judge.judging._parse import VerdictParseError, extract_json_object, parse_grade, parse_verdict
+from judge.judging._parse import (
+    VerdictParseError,
+    extract_json_object,
+    grade_from_object,
+    parse_grade,
+    parse_verdict,
+    verdict_from_object,
+)
 from judge.judging._summary import fallback_reason, summarize
 from judge.judging._templates import (
     PromptTemplate,
@@ -64,6 +71,7 @@ __all__ = [
     "extract_json_object",
     "fallback_reason",
     "generate_summary",
+    "grade_from_object",
     "judge_listwise",
     "judge_passage",
     "judge_query",
@@ -76,6 +84,7 @@ __all__ = [
     "template_for",
     "templates_dir",
     "verdict_cache_key",
+    "verdict_from_object",
 ]
 
 

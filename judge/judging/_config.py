@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
+from judge.backends._base import ConfigError
 from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
 
@@ -43,6 +44,9 @@ class JudgeConfig:
     ``probability`` (which already yields a distribution).
     ``max_reasks``: invalid replies are re-asked this many times (with the parse error
     appended to the conversation) before the passage is recorded as unjudged.
+
+    An invalid setting raises :class:`~judge.backends.ConfigError` (a ValueError) whose
+    ``field`` is the attribute's name.
     """
 
     mode: Mode = "binary"
@@ -60,28 +64,31 @@ class JudgeConfig:
     explain: bool | None = None
 
     def __post_init__(self) -> None:
+        def bad(field: str, message: str) -> ConfigError:
+            return ConfigError(message, field=field)
+
         if self.mode not in ("binary", "graded"):
-            raise ValueError(f"mode must be 'binary' or 'graded', not {self.mode!r}")
+            raise bad("mode", f"must be 'binary' or 'graded', not {self.mode!r}")
         if self.language not in ("zh", "en"):
-            raise ValueError(f"language must be 'zh' or 'en', not {self.language!r}")
+            raise bad("language", f"must be 'zh' or 'en', not {self.language!r}")
         if self.p_yes_threshold is not None and not 0.0 <= self.p_yes_threshold <= 1.0:
-            raise ValueError(f"p_yes_threshold must be in [0, 1], not {self.p_yes_threshold}")
+            raise bad("p_yes_threshold", f"must be in [0, 1], not {self.p_yes_threshold}")
         if isinstance(self.grade_threshold, bool) or not isinstance(self.grade_threshold, int):
-            raise ValueError("grade_threshold must be an integer 0..3")
+            raise bad("grade_threshold", "must be an integer 0..3")
         if not 0 <= self.grade_threshold <= 3:
-            raise ValueError(f"grade_threshold must be in 0..3, not {self.grade_threshold}")
+            raise bad("grade_threshold", f"must be in 0..3, not {self.grade_threshold}")
         if self.max_reasks < 0:
-            raise ValueError("max_reasks must be >= 0")
+            raise bad("max_reasks", f"must be >= 0, not {self.max_reasks}")
         if self.samples < 1:
-            raise ValueError("samples must be >= 1")
+            raise bad("samples", f"must be >= 1, not {self.samples}")
         if self.samples > 1 and self.probability is True:
-            raise ValueError("samples > 1 cannot be combined with probability mode")
+            raise bad("samples", "> 1 cannot be combined with probability mode")
         if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+            raise bad("temperature", f"must be >= 0, not {self.temperature}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+            raise bad("top_p", f"must be in (0, 1], not {self.top_p}")
         if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
+            raise bad("max_tokens", f"must be >= 1, not {self.max_tokens}")
 
     def cache_params(self) -> dict[str, Any]:
         """The fields that change a stored verdict (all but ``max_reasks``: only judged

@@ -254,7 +254,7 @@ class _Asker:
             out.error = f"no valid verdict after {out.attempts} replies: {last}"
         else:
             self._apply(out, turns.value)
-            out.raw = None
+            out.raw = out.raw if turns.value.extras else None  # extras ignored, not lost
         return out
 
     def _parse(self, text: str) -> LLMVerdict | LLMGrade:

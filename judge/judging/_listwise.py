@@ -9,8 +9,8 @@ Flow of :func:`judge_listwise`:
 2. Ask once, with a JSON schema for ``{"verdicts": [{"id", "verdict"|"grade", "reason"}]}``
    whose array has exactly n items (backends with a grammar or JSON mode use it).
 3. **Check** the reply: each id 1..n must appear exactly once with a valid verdict, parsed
-   with the same normalisation as pointwise replies (:func:`parse_verdict` /
-   :func:`parse_grade`). Ids outside 1..n, duplicated ids, missing ids and invalid items
+   with the same normalisation as pointwise replies (:func:`verdict_from_object` /
+   :func:`grade_from_object`). Ids outside 1..n, duplicated ids, missing ids and invalid items
    are listed in the error, which is sent back in a re-ask turn (up to ``max_reasks``
    times; default ``config.max_reasks``). Steps 2-3 are pointwise judging's own request
    builder and ask/re-ask loop (``_Asker.exchange`` in :mod:`judge.judging._core`), with
@@ -33,7 +33,6 @@ Probability mode does not apply here (one generation judges all passages); ``con
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,12 @@ from judge.io._errors import InputError
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import _Asker, _defuse, _Outcome, judge_passage
 from judge.judging._models import PassageVerdict, TokenUsage
-from judge.judging._parse import VerdictParseError, extract_json_object, parse_grade, parse_verdict
+from judge.judging._parse import (
+    VerdictParseError,
+    extract_json_object,
+    grade_from_object,
+    verdict_from_object,
+)
 from judge.judging._templates import PromptTemplate, TemplateError, load_template
 
 __all__ = [
@@ -183,14 +187,14 @@ def parse_listwise(text: str, n: int, mode: str) -> tuple[dict[int, tuple[str, i
         if ident is None or not 1 <= ident <= n:
             unknown.append(repr(norm.get("id")))
             continue
-        rest = json.dumps({k: v for k, v in norm.items() if k != "id"}, ensure_ascii=False)
+        rest = {k: v for k, v in norm.items() if k != "id"}
         parsed: tuple[str, int | None, str] | None
         try:
             if mode == "graded":
-                grade = parse_grade(rest)
+                grade = grade_from_object(rest)
                 parsed = ("", grade.grade, grade.reason)
             else:
-                verdict = parse_verdict(rest)
+                verdict = verdict_from_object(rest)
                 parsed = (verdict.verdict, None, verdict.reason)
         except VerdictParseError as exc:
             problems.append(f"passage {ident}: {exc}")

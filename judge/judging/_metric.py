@@ -33,22 +33,24 @@ from deepeval.errors import MissingTestCaseParamsError
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
+from judge.backends._policy import CallPolicy
+from judge.backends._resolve import make_backend
+from judge.backends._sync import run_sync
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import judge_query
 from judge.judging._models import JudgeResult, Mode
-from judge.judging._resolve import resolve_judge_backend
 from judge.judging._summary import check_k
-from judge.judging._sync import run_sync
 
 
 class RelevancyJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
     """One LLM verdict per retrieved passage; ``score`` = share of relevant passages.
 
-    ``backend``: spec string, Backend, ``DeepEvalBaseLLM`` or None (from the environment);
-    wrapped in ``ResilientBackend``. ``mode``: ``binary`` or ``graded`` (overrides
-    ``config.mode`` when both are given). ``threshold``: the score needed to pass (1.0 with
-    ``strict_mode``). ``k``: NDCG cutoffs. ``include_reason``: ask for a summary reason.
-    ``store``: an optional verdict cache.
+    ``backend``: spec string, Backend, ``DeepEvalBaseLLM``, LangChain model or None (from
+    the environment); made resilient by :func:`judge.backends.make_backend` under ``policy``.
+    ``mode``: ``binary`` or ``graded`` (overrides ``config.mode`` when both are given).
+    ``threshold``: the score needed to pass (1.0 with ``strict_mode``). ``k``: NDCG
+    cutoffs. ``include_reason``: ask for a summary reason. ``store``: an optional verdict
+    cache.
     """
 
     _required_params = [  # type: ignore[assignment]  # noqa: RUF012  # deepeval's attribute
@@ -68,11 +70,12 @@ class RelevancyJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepe
         async_mode: bool = True,
         strict_mode: bool = False,
         store: VerdictStore | None = None,
+        policy: CallPolicy | None = None,
     ) -> None:
         base = config if config is not None else JudgeConfig()
         self.config = replace(base, mode=mode) if mode is not None and mode != base.mode else base
         self.mode: Mode = self.config.mode
-        self.backend = resolve_judge_backend(backend)
+        self.backend = make_backend(backend, policy=policy)
         self.threshold = 1.0 if strict_mode else float(threshold)
         self.k = check_k(k)
         self.include_reason = include_reason

@@ -1,6 +1,9 @@
-"""Strict data models for verdicts and results.
+"""Data models for verdicts and results.
 
-``LLMVerdict`` / ``LLMGrade`` are what a model's reply must parse into. ``PassageVerdict`` is
+``LLMVerdict`` / ``LLMGrade`` are what a model's reply must parse into: strict on the
+verdict or grade itself, lenient on harmless extras (unknown keys are kept in
+:attr:`~LLMReply.extras`, not refused; a null or missing ``reason`` is an empty reason).
+``PassageVerdict`` is
 what `judge` records for one passage, whatever happened: a judged verdict with its grade,
 reason and provenance, or an explicit *unjudged* record that keeps the raw reply and the
 error. ``JudgeResult`` is one query's verdicts plus the metrics computed from them.
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Mode = Literal["binary", "graded"]
 VerdictLabel = Literal["yes", "no", "unjudged"]
@@ -20,18 +23,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class LLMVerdict(_Strict):
-    """A binary reply: ``{"verdict": "yes"|"no", "reason": "..."}``."""
+class LLMReply(BaseModel):
+    """What every verdict reply shares: a ``reason`` (a string; null or missing means an
+    empty reason; any other type is refused) and the harmless extras. Keys the model adds
+    beyond the verdict and the reason (``{"verdict": "no", "reason": "...", "grade": 0}``)
+    are ignored for the verdict and kept in :attr:`extras`, never a reason to re-ask."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    reason: str = ""
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _null_reason(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The reply's keys beyond the verdict/grade and the reason (empty when none)."""
+        return dict(self.model_extra or {})
+
+
+class LLMVerdict(LLMReply):
+    """A binary reply: ``{"verdict": "yes"|"no", "reason": "..."}`` (the verdict is strict)."""
 
     verdict: Literal["yes", "no"]
-    reason: str
 
 
-class LLMGrade(_Strict):
-    """A graded reply: ``{"grade": 0..3, "reason": "..."}``."""
+class LLMGrade(LLMReply):
+    """A graded reply: ``{"grade": 0..3, "reason": "..."}`` (the grade is strict)."""
 
     grade: int = Field(ge=0, le=3)
-    reason: str
 
 
 class TokenUsage(_Strict):

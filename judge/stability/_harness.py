@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from judge.backends._base import Backend
+from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
@@ -97,8 +98,9 @@ __all__ = [
 REPORT_SCHEMA = "judge.stability/1"
 """The ``schema`` value of ``report.json``; bumped when a key changes meaning or goes away."""
 
-DEFAULT_QUERY_CONCURRENCY = 8
-"""Queries in flight over all runs when neither the caller nor the backend sets a limit."""
+DEFAULT_QUERY_CONCURRENCY = DEFAULT_CONCURRENCY
+"""Queries in flight over all runs when neither the caller nor the backend sets a limit
+(the call policy's one default)."""
 
 # ---------------------------------------------------------------------------------------
 # Options and results
@@ -112,7 +114,7 @@ class StabilityOptions:
     relative spread of ``metric`` (``map``, ``score``, ``ndcg@K`` or a registry measure such as
     ``P@3``). ``k``: NDCG cutoffs.
     ``concurrency``: queries in flight over all runs (default: the backend's
-    ``max_concurrency``, else 8). ``confidence``/``bootstrap_resamples``/``bootstrap_seed``:
+    ``max_concurrency``, else 16). ``confidence``/``bootstrap_resamples``/``bootstrap_seed``:
     the bootstrap over queries. ``top``: how many least stable queries and passages to list.
     """
 

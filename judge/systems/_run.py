@@ -368,12 +368,12 @@ async def acompare_systems(
     stability_resamples: int = 1000,
     confidence: float = 0.95,
     strict: bool = False,
-    concurrency: int = 16,
+    concurrency: int | None = None,
     retry_unjudged: bool = False,
     base_url: str | None = None,
 ) -> SystemsReport:
     """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
-    from judge.judging._resolve import resolve_judge_backend
+    from judge.backends import CallPolicy, make_backend
 
     base = config if config is not None else JudgeConfig()
     if mode is not None and mode != base.mode:
@@ -389,7 +389,8 @@ async def acompare_systems(
         confidence=confidence,
         strict=strict,
     )
-    resolved = resolve_judge_backend(backend, base_url=base_url)
+    policy = CallPolicy(concurrency=concurrency)
+    resolved = make_backend(backend, policy=policy, base_url=base_url)
     store, own_store = _store_of(cache)
     try:
         return await run_compare_systems(
@@ -399,7 +400,9 @@ async def acompare_systems(
             base,
             store=store,
             options=options,
-            pool_run=PoolRun(concurrency=concurrency, retry_unjudged=retry_unjudged),
+            pool_run=PoolRun(
+                concurrency=policy.concurrency_for(resolved.inner), retry_unjudged=retry_unjudged
+            ),
         )
     finally:
         if own_store and store is not None:
@@ -425,6 +428,6 @@ def compare_systems(
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
     ``retry_unjudged``, ``base_url``. Re-running resumes: judged pairs cost nothing.
     """
-    from judge.judging._sync import run_sync
+    from judge.backends._sync import run_sync
 
     return run_sync(acompare_systems(systems, output_dir, **kwargs))
