@@ -33,6 +33,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._eval",
     "judge.cli._stability",
     "judge.cli._agree",
+    "judge.cli._serve",
 )
 
 
