@@ -277,7 +277,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         errors = list(exc.errors())
         fields = [".".join(str(p) for p in e.get("loc", ())) for e in errors]
         return JSONResponse(
-            {"detail": [{k: v for k, v in e.items() if k != "input"} for e in errors], "fields": fields},
+            {
+                "detail": [{k: v for k, v in e.items() if k not in ("input", "ctx")} for e in errors],
+                "fields": fields,
+            },
             status_code=422,
         )
 
