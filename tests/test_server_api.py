@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from _server import BAD, Gate, app_for, ndjson, records, wait_job  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
+from _server import BAD, Gate, app_for, ndjson, records, wait_job
+from fastapi.testclient import TestClient
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
