@@ -227,3 +227,8 @@ def serve_process(
         if proc.stdout is not None:
             proc.stdout.close()
         err_file.close()
+
+
+def slow_fake_backend() -> Any:
+    """:func:`fake_backend` taking 20 ms a call, so a job's progress can be watched."""
+    return RuleBackend.keyword(MARKER, latency_s=0.02)

@@ -153,11 +153,11 @@ function queryTable(job, records) {
     { k: "id", label: "id", get: (r) => String(r.id) },
     { k: "query", label: "query", get: (r) => r.query },
     { k: "n", label: "passages", get: (r) => r.n_passages, num: true },
-    { k: "score", label: "score", get: (r) => r.score, num: true },
-    { k: "ap", label: "AP", get: (r) => r.ap, num: true },
-    ...ks.map((c) => ({ k: "ndcg" + c, label: `NDCG@${c}`, get: (r) => (r.ndcg || {})[c], num: true })),
+    { k: "score", label: "score", get: (r) => r.score, num: true, metric: true },
+    { k: "ap", label: "AP", get: (r) => r.ap, num: true, metric: true },
+    ...ks.map((c) => ({ k: "ndcg" + c, label: `NDCG@${c}`, get: (r) => (r.ndcg || {})[c], num: true, metric: true })),
     { k: "unjudged", label: "unjudged", get: (r) => r.unjudged, num: true },
-    { k: "gt_ap", label: "AP (truth)", get: (r) => (r.ground_truth ? r.ground_truth.ap : null), num: true },
+    { k: "gt_ap", label: "AP (truth)", get: (r) => (r.ground_truth ? r.ground_truth.ap : null), num: true, metric: true },
     { k: "agree", label: "disagree", get: (r) => (r.ground_truth ? r.ground_truth.agreement.fp + r.ground_truth.agreement.fn : null), num: true },
   ];
   let sortKey = null, asc = true, open = null;
@@ -184,7 +184,7 @@ function queryTable(job, records) {
     const out = [];
     for (const r of rows) {
       const tr = el("tr", { class: "q" + (open === r.id ? " open" : ""), "data-qid": r.id, onclick: () => { open = open === r.id ? null : r.id; draw(); } },
-        cols.map((c) => { const v = c.get(r); return el("td", { class: c.num ? "num" : null }, c.num && typeof v === "number" && !Number.isInteger(v) ? fmt(v) : v === null || v === undefined ? "–" : v); }));
+        cols.map((c) => { const v = c.get(r); return el("td", { class: c.num ? "num" : null }, c.metric ? fmt(v) : v === null || v === undefined ? "–" : v); }));
       out.push(tr);
       if (open === r.id) passagesRow(job.id, r, cols.length).then((row) => tr.after(row));
     }
@@ -226,14 +226,15 @@ async function jobPage(jobId) {
       actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/cancel`, { method: "POST" }) }, "Cancel"));
     if (job.status === "done" && job.unjudged > 0)
       actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
-    head.replaceChildren(
+    head.replaceChildren(...[
       el("div", { class: "filters" }, statusBadge(job.status), progressBar(job.queries_done, job.queries_total),
         el("span", { id: "progress-text" }, `${job.queries_done}/${job.queries_total} queries · ${job.passages_done} passages · ${job.unjudged} unjudged · ${job.rejected} rejected`),
         job.eta_s !== null && job.status === "running" ? el("span", { class: "muted" }, `ETA ${Math.round(job.eta_s)} s`) : null, ...actions),
       job.error ? el("p", { class: "err" }, job.error) : null,
       el("p", { class: "muted" }, `mode ${job.options.mode} · k ${job.options.k.join(", ")} · created ${job.created}`,
         " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=qrels` }, "qrels"), " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=run` }, "run"),
-        " · ", el("a", { href: `/v1/jobs/${jobId}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `/v1/jobs/${jobId}/rejects` }, "rejects")] : null));
+        " · ", el("a", { href: `/v1/jobs/${jobId}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `/v1/jobs/${jobId}/rejects` }, "rejects")] : null),
+    ].filter(Boolean));
   }
 
   async function drawBody(job) {
