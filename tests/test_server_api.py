@@ -253,10 +253,13 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
     with TestClient(app_for(tmp_path, backend=gate.backend, queue_size=2)) as c:
         first = submit(c, records(1)).json()
         wait_job(c, first["id"], ("running",))
-        assert submit(c, records(1, prefix="b")).status_code == 202
+        b = submit(c, records(1, prefix="b"), headers={"Idempotency-Key": "b"})
+        assert b.status_code == 202
         assert submit(c, records(1, prefix="c")).status_code == 202
         r = submit(c, records(1, prefix="d"))
         assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        replay = submit(c, records(1, prefix="b"), headers={"Idempotency-Key": "b"})
+        assert replay.status_code == 200 and replay.json()["id"] == b.json()["id"]
         assert len(c.get("/v1/jobs").json()["jobs"]) == 3  # the refused job left nothing behind
         gate.open()
         wait_job(c, first["id"])
@@ -337,6 +340,9 @@ def test_keys_required_on_every_route_but_healthz(tmp_path: Path) -> None:
         assert page.status_code == 401 and 'name="key"' in page.text
         bad = c.post("/login?next=/", data={"key": "nope"}, follow_redirects=False)
         assert bad.status_code == 401
+        for target in ("//evil.example", "https://evil.example", "/\\evil.example"):
+            r = c.post("/login", params={"next": target}, data={"key": "k-alpha"}, follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == "/"
         good = c.post(f"/login?next=/jobs/{job['id']}", data={"key": "k-alpha"}, follow_redirects=False)
         assert good.status_code == 303 and good.headers["location"] == f"/jobs/{job['id']}"
         cookie = good.cookies.get("judge_session")

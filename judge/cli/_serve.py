@@ -189,21 +189,35 @@ def run_serve(args: argparse.Namespace) -> int:
             "cache": None if args.no_cache else str(args.cache or "default"),
         },
     )
-    app = create_app(
-        ServerConfig(
-            db_path=db_path,
-            jobs_dir=jobs_dir,
-            runtime=runtime,
-            defaults=defaults,
-            keys=KeyRing(keys),
-            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-            max_passages=args.max_passages,
+    from judge.server._db import SchemaError
+
+    try:
+        app = create_app(
+            ServerConfig(
+                db_path=db_path,
+                jobs_dir=jobs_dir,
+                runtime=runtime,
+                defaults=defaults,
+                keys=KeyRing(keys),
+                max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                max_passages=args.max_passages,
+            )
         )
-    )
+    except SchemaError as exc:
+        print(f"judge serve: {exc}", file=sys.stderr)
+        return 2
     auth = f"on ({len(keys)} keys)" if keys else "off (loopback only)"
     print(f"judge serve: jobs in {db_path}; auth {auth}", file=sys.stderr)
     server = _server_class()(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=False)
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            proxy_headers=False,
+            # Open event streams must not hold a shutdown: running jobs resume at the next start.
+            timeout_graceful_shutdown=5,
+        )
     )
     try:
         server.run()

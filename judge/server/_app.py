@@ -266,6 +266,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.db = db
     app.state.metrics = metrics
 
+    def queue_full() -> JSONResponse:
+        return _json_error(
+            429,
+            f"the queue is full ({rt.queue_size} jobs waiting); retry later",
+            headers={"Retry-After": str(manager.retry_after_s())},
+        )
+
     def job_or_404(job_id: str) -> dict[str, Any]:
         job = db.get(job_id)
         if job is None:
@@ -376,6 +383,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in (NDJSON, "application/jsonl", "application/json", "text/plain", ""):
             return _json_error(415, f"unsupported Content-Type {ctype!r}; use {NDJSON} or application/json")
+        if manager.queue_full() and not request.headers.get("idempotency-key"):
+            return queue_full()  # refused before the body is read
         job_id = new_job_id()
         job_dir = manager.job_dir(job_id)
         job_dir.mkdir(parents=True)
@@ -424,11 +433,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 )
         if manager.queue_full():
             shutil.rmtree(job_dir, ignore_errors=True)
-            return _json_error(
-                429,
-                f"the queue is full ({rt.queue_size} jobs waiting); retry later",
-                headers={"Retry-After": str(manager.retry_after_s())},
-            )
+            return queue_full()
         options = _merge_options(config.defaults, given)
         check = await asyncio.to_thread(
             _engine.validate_input,
@@ -587,9 +592,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not job["unjudged"]:
             return _json_error(409, "job has no unjudged passage")
         if manager.queue_full():
-            return _json_error(
-                429, "the queue is full; retry later", headers={"Retry-After": str(manager.retry_after_s())}
-            )
+            return queue_full()
         return JSONResponse(manager.view(manager.retry_unjudged(job_id)), status_code=202)
 
     # --- viewer --------------------------------------------------------------------------
@@ -607,7 +610,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def login(request: Request, next: str = "/") -> Response:
         form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
         key = (form.get("key") or [""])[0].strip()
-        target = next if next.startswith("/") and not next.startswith("//") else "/"
+        local = next.startswith("/") and not next.startswith("//") and "\\" not in next
+        target = next if local else "/"
         session = keys.session_for(key) if keys.enabled else None
         if keys.enabled and session is None:
             return HTMLResponse(_signin_page(target, True), status_code=401)
