@@ -1,0 +1,216 @@
+"""``judge serve``: run the evaluation service (HTTP API, durable jobs, metrics, viewer).
+
+Exit codes: 0 stopped cleanly; 2 bad usage (e.g. listening beyond loopback without API
+keys, an unreadable keys file, the ``[server]`` extra missing); 3 the backend could not
+be set up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from judge.cli._flags import (
+    add_call_flags,
+    add_judge_flags,
+    call_policy,
+    decision_kwargs,
+    flag_errors,
+    open_backend,
+)
+from judge.io._errors import InputError
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the evaluation service: HTTP API, durable jobs, Prometheus metrics, results viewer",
+        description=(
+            "Serve judge over HTTP (OpenAPI at /docs): POST /v1/evaluate judges one query now; "
+            "POST /v1/jobs queues a dataset that is scored like `judge score` (same verdict cache), "
+            "durably: a killed server resumes its jobs when started again on the same --db. "
+            "The web viewer is at /."
+        ),
+        epilog=(
+            "auth: bearer keys from JUDGE_API_KEYS (comma-separated) and/or --api-keys-file; "
+            "without keys only a loopback --host is allowed. exit codes: 0 stopped; 2 bad usage; "
+            "3 backend could not be set up"
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument(
+        "--db",
+        default=None,
+        help="job database (default $JUDGE_HOME/server.sqlite, beside the verdict cache)",
+    )
+    p.add_argument("--jobs-dir", default=None, help="job files (default: DB's folder/jobs)")
+    p.add_argument("--api-keys-file", default=None, help="file of accepted API keys, one per line")
+    add_judge_flags(p)
+    add_call_flags(p)
+    p.add_argument(
+        "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
+    p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
+    p.add_argument("--max-jobs", type=int, default=1, help="jobs running at once (default 1)")
+    p.add_argument("--queue-size", type=int, default=100, help="queued jobs before 429 (default 100)")
+    p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
+    p.add_argument(
+        "--max-passages", type=int, default=200, help="passages per /v1/evaluate request (default 200)"
+    )
+    p.add_argument(
+        "--backend-factory",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help="build the backend by calling a Python factory (a custom or fake backend) instead of --backend",
+    )
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=run_serve)
+
+
+def _positive(value: float | None, flag: str) -> None:
+    if value is not None and value <= 0:
+        raise InputError("must be > 0", field=flag)
+
+
+def _factory_backend(target: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError("expected MODULE:CALLABLE", field="--backend-factory")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"cannot load {target!r}: {exc}", field="--backend-factory") from None
+    return factory()
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Prints ``judge serve: listening on http://HOST:PORT`` on stdout once bound (the
+        real port when ``--port 0``), for scripts and tests."""
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            for srv in getattr(self, "servers", []):
+                for sock in srv.sockets:
+                    host, port = sock.getsockname()[:2]
+                    shown = f"[{host}]" if ":" in host else host
+                    print(f"judge serve: listening on http://{shown}:{port}", flush=True)
+
+    return Server
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from judge.server import KeyRing, Runtime, ServerConfig, create_app, is_loopback, load_keys
+    except ImportError as exc:
+        raise InputError(
+            f"the server needs the [server] extra ({exc.name} is missing): pip install 'judge[server]'"
+        ) from None
+    from judge.backends import describe_backend, register_secret
+    from judge.judging import JudgeConfig
+    from judge.store import SQLiteVerdictStore
+    from judge.store._cache import judge_home
+
+    keys = load_keys(keys_file=args.api_keys_file)
+    if not keys and not is_loopback(args.host):
+        print(
+            f"judge serve: refusing to listen on {args.host} without API keys; set JUDGE_API_KEYS or "
+            "--api-keys-file, or listen on 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    for key in keys:
+        register_secret(key)  # redacted from every error text
+    policy = call_policy(args)
+    for value, flag in (
+        (args.max_jobs, "--max-jobs"),
+        (args.queue_size, "--queue-size"),
+        (args.max_body_mb, "--max-body-mb"),
+        (args.max_passages, "--max-passages"),
+    ):
+        _positive(value, flag)
+    if any(k < 1 for k in args.k):
+        raise InputError("cutoffs must be positive integers", field="-k")
+    defaults: dict[str, Any] = {
+        "mode": args.mode,
+        "language": args.language,
+        "template": args.template,
+        **decision_kwargs(args),
+        "k": list(dict.fromkeys(args.k)),
+        "listwise": False,
+        "listwise_template": None,
+        "max_passage_chars": 8000,
+        "map": {},
+    }
+    with flag_errors():
+        JudgeConfig(**{k: v for k, v in defaults.items() if k in JudgeConfig.__dataclass_fields__})
+
+    spec = _factory_backend(args.backend_factory) if args.backend_factory else args.backend
+    backend = open_backend(spec, args.base_url, policy)
+    print(describe_backend(backend), file=sys.stderr)
+    concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
+    db_path = Path(args.db) if args.db else judge_home() / "server.sqlite"
+    jobs_dir = Path(args.jobs_dir) if args.jobs_dir else db_path.parent / "jobs"
+    store = None if args.no_cache else SQLiteVerdictStore(args.cache)
+    runtime = Runtime(
+        backend=backend,
+        store=store,
+        jobs_dir=jobs_dir,
+        concurrency=concurrency,
+        max_jobs=args.max_jobs,
+        queue_size=args.queue_size,
+        settings={
+            "rpm": args.rpm,
+            "tpm": args.tpm,
+            "timeout_s": backend.timeout_s,
+            "max_retries": policy.max_retries,
+            "cache": None if args.no_cache else str(args.cache or "default"),
+        },
+    )
+    from judge.server._db import SchemaError
+
+    try:
+        app = create_app(
+            ServerConfig(
+                db_path=db_path,
+                jobs_dir=jobs_dir,
+                runtime=runtime,
+                defaults=defaults,
+                keys=KeyRing(keys),
+                max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                max_passages=args.max_passages,
+            )
+        )
+    except SchemaError as exc:
+        print(f"judge serve: {exc}", file=sys.stderr)
+        return 2
+    auth = f"on ({len(keys)} keys)" if keys else "off (loopback only)"
+    print(f"judge serve: jobs in {db_path}; auth {auth}", file=sys.stderr)
+    server = _server_class()(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            proxy_headers=False,
+            # Open event streams must not hold a shutdown: running jobs resume at the next start.
+            timeout_graceful_shutdown=5,
+        )
+    )
+    try:
+        server.run()
+        if not server.started:
+            return 2  # uvicorn could not bind (it said why)
+    finally:
+        if store is not None:
+            store.close()
+    return 0

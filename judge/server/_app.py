@@ -1,0 +1,638 @@
+"""The FastAPI app of ``judge serve``: the HTTP API, ``/metrics`` and the web viewer.
+
+One ASGI middleware in front of everything does what every route shares: it times the
+request for ``/metrics``, checks the key (``Authorization: Bearer`` or the viewer's
+session cookie; ``/healthz`` is open), and bounds the request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import shutil
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+
+from judge.server import _engine
+from judge.server._auth import COOKIE_NAME, KeyRing
+from judge.server._db import JobDB, sha256_hex
+from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
+from judge.server._metrics import CONTENT_TYPE, ServerMetrics
+from judge.server._schemas import EvaluateRequest, JobOptions, JobRequest
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+NDJSON = "application/x-ndjson"
+STATIC_DIR = Path(str(resources.files("judge.server") / "static"))
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+@dataclass
+class ServerConfig:
+    """Everything ``judge serve`` decides at start (see :func:`create_app`)."""
+
+    db_path: Path
+    jobs_dir: Path
+    runtime: Runtime
+    defaults: dict[str, Any]
+    keys: KeyRing
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_passages: int = 200
+    sse_interval_s: float = 0.5
+
+
+def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
+    headers = extra.pop("headers", None)
+    return JSONResponse({"detail": message, **extra}, status_code=status, headers=headers)
+
+
+def _validation_error(exc: ValidationError, prefix: tuple[str, ...]) -> RequestValidationError:
+    errors: list[dict[str, Any]] = []
+    for found in exc.errors(include_url=False):
+        err: dict[str, Any] = dict(found)
+        err["loc"] = (*prefix, *err.get("loc", ()))
+        err.pop("ctx", None)
+        errors.append(err)
+    return RequestValidationError(errors)
+
+
+def _signin_page(next_path: str, failed: bool) -> str:
+    note = '<p class="err">That key was not accepted.</p>' if failed else ""
+    nxt = urllib.parse.quote(next_path, safe="/")
+    return f"""<!doctype html><html lang="zh"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1"><title>judge · sign in</title>
+<style>body{{font:15px system-ui,"Noto Sans CJK SC","WenQuanYi Zen Hei",sans-serif;background:#f6f7f9;
+display:flex;justify-content:center;padding-top:12vh}}form{{background:#fff;padding:2rem;border-radius:8px;
+box-shadow:0 1px 4px #0002;min-width:20rem}}input{{width:100%;padding:.5rem;margin:.5rem 0 1rem;
+box-sizing:border-box}}button{{padding:.5rem 1.2rem}}.err{{color:#b00020}}</style></head><body>
+<form method="post" action="/login?next={nxt}"><h1>judge</h1>{note}
+<label for="key">API key</label><input id="key" name="key" type="password" autocomplete="current-password"
+autofocus><button type="submit">Sign in</button></form></body></html>"""
+
+
+class Guard:
+    """Metrics timing, auth and the body limit, as one pure ASGI middleware."""
+
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, metrics: ServerMetrics, max_body: int) -> None:
+        self.app = app
+        self.keys = keys
+        self.metrics = metrics
+        self.max_body = max_body
+
+    def _authorized(self, scope: Scope) -> bool:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.keys.check_authorization(headers.get("authorization")):
+            return True
+        for part in headers.get("cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE_NAME and self.keys.check_session(value):
+                return True
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                started = True
+            await send(message)
+
+        path = scope.get("path", "")
+        method = scope.get("method", "GET")
+        try:
+            needs_key = self.keys.enabled and path not in OPEN_PATHS and not self._login(path, method)
+            if needs_key and not self._authorized(scope):
+                await self._unauthorized(scope, receive, send_wrapper)
+                return
+            length = dict(scope.get("headers", [])).get(b"content-length")
+            if length is not None and length.isdigit():
+                if int(length) > self.max_body:
+                    await self._too_large(scope, receive, send_wrapper)
+                    return
+                await self.app(scope, receive, send_wrapper)
+                return
+            if method not in ("POST", "PUT", "PATCH"):
+                await self.app(scope, receive, send_wrapper)
+                return
+            # No Content-Length (chunked): read the body up to the limit first, then replay it.
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                size += len(message.get("body", b""))
+                if size > self.max_body:
+                    await self._too_large(scope, receive, send_wrapper)
+                    return
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send_wrapper)
+        finally:
+            route = scope.get("route")
+            label = getattr(route, "path", None) or ("/static" if path.startswith("/static/") else "other")
+            self.metrics.observe_http(method, label, status, time.perf_counter() - start)
+
+    @staticmethod
+    def _login(path: str, method: str) -> bool:
+        return path == "/login" and method == "POST"
+
+    async def _unauthorized(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path = scope.get("path", "/")
+        response: Response
+        if (
+            scope.get("method") == "GET"
+            and "text/html" in headers.get("accept", "")
+            and not path.startswith("/v1/")
+        ):
+            response = HTMLResponse(_signin_page(path, False), status_code=401)
+        else:
+            response = JSONResponse(
+                {"detail": "missing or invalid API key (Authorization: Bearer <key>)"},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="judge"'},
+            )
+        await response(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"request body larger than {self.max_body} bytes"}, status_code=413
+        )
+        await response(scope, receive, send)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("judge")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _merge_options(defaults: dict[str, Any], given: JobOptions) -> dict[str, Any]:
+    """A job's effective options: what it asked for over the server's defaults (saved with the
+    job, so a restart with other flags resumes it unchanged)."""
+    merged = dict(defaults)
+    for key, value in given.model_dump().items():
+        if value is not None:
+            merged[key] = value
+    return merged
+
+
+def _options_from_query(request: Request) -> JobOptions:
+    params = request.query_params
+    raw: dict[str, Any] = {}
+    for key in params:
+        values = params.getlist(key)
+        if key == "k":
+            raw["k"] = [part for v in values for part in v.replace(",", " ").split()]
+        elif key == "map":
+            raw["map"] = dict(v.partition("=")[::2] for v in values)
+        else:
+            raw[key] = values[-1]
+    try:
+        return JobOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, ("query",)) from None
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The app for one job database. Jobs start (and interrupted ones resume) when it starts."""
+    db = JobDB(config.db_path)
+    rt = config.runtime
+    rt.jobs_dir.mkdir(parents=True, exist_ok=True)
+    metrics = ServerMetrics(db.count_by_status, lambda: getattr(rt.backend, "stats", None))
+    manager = JobManager(db, rt, metrics)
+    keys = config.keys
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.stop()
+            db.close()
+
+    app = FastAPI(
+        title="judge",
+        version=_version(),
+        summary="LLM relevance judging as a service: durable jobs, metrics, a results viewer.",
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    app.state.db = db
+    app.state.metrics = metrics
+
+    def queue_full() -> JSONResponse:
+        return _json_error(
+            429,
+            f"the queue is full ({rt.queue_size} jobs waiting); retry later",
+            headers={"Retry-After": str(manager.retry_after_s())},
+        )
+
+    def job_or_404(job_id: str) -> dict[str, Any]:
+        job = db.get(job_id)
+        if job is None:
+            raise _NotFound(job_id)
+        return job
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        fields = [".".join(str(p) for p in e.get("loc", ())) for e in errors]
+        return JSONResponse(
+            {
+                "detail": [{k: v for k, v in e.items() if k not in ("input", "ctx")} for e in errors],
+                "fields": fields,
+            },
+            status_code=422,
+        )
+
+    @app.exception_handler(_NotFound)
+    async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
+        return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
+
+    # --- service -------------------------------------------------------------------------
+    @app.get("/healthz", tags=["service"])
+    async def healthz() -> dict[str, str]:
+        """Liveness; never needs a key."""
+        return {"status": "ok"}
+
+    @app.get("/v1/info", tags=["service"])
+    async def info() -> dict[str, Any]:
+        """Version, backend, model, templates and their hashes, defaults and limits."""
+        from judge.judging import list_templates
+
+        return {
+            "version": _version(),
+            "backend": rt.backend.name,
+            "model": rt.backend.model,
+            "templates": [
+                {"id": t.id, "mode": t.mode, "language": t.language, "hash": t.hash} for t in list_templates()
+            ],
+            "defaults": config.defaults,
+            "limits": {
+                "max_body_bytes": config.max_body_bytes,
+                "max_passages": config.max_passages,
+                "queue_size": rt.queue_size,
+                "max_jobs": rt.max_jobs,
+                "concurrency": rt.concurrency,
+            },
+            "auth": keys.enabled,
+            "schema_version": db.schema_version,
+        }
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    async def prometheus() -> Response:
+        """Prometheus text exposition; every name starts with ``judge_``."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    # --- one query -----------------------------------------------------------------------
+    @app.post("/v1/evaluate", tags=["evaluate"])
+    async def evaluate(body: EvaluateRequest) -> JSONResponse:
+        """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
+
+        ``summary: true`` also asks for a summary reason (one more LLM call)."""
+        from judge._api import aevaluate
+        from judge.judging import Passage
+
+        if len(body.retrieval_context) > config.max_passages:
+            return _json_error(
+                413,
+                f"retrieval_context has {len(body.retrieval_context)} passages; at most "
+                f"{config.max_passages} per request (submit a job for more)",
+                field="retrieval_context",
+            )
+        opts = dict(config.defaults)
+        if body.config is not None:
+            opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
+        if body.mode is not None:
+            opts["mode"] = body.mode
+        try:
+            judge_config = config_of(opts)
+        except ValueError as exc:
+            name = str(exc).split(" ", 1)[0]
+            raise RequestValidationError(
+                [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
+            ) from None
+        passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
+        result = await aevaluate(
+            body.query,
+            passages,
+            backend=rt.backend,
+            config=judge_config,
+            k=body.k,
+            store=rt.store,
+            summary=body.summary,
+        )
+        counts: dict[str, int] = {}
+        for v in result.verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        metrics.count_verdicts(counts)
+        return JSONResponse(json.loads(result.model_dump_json()))
+
+    # --- jobs ----------------------------------------------------------------------------
+    @app.post("/v1/jobs", tags=["jobs"], status_code=202)
+    async def submit(request: Request) -> JSONResponse:
+        """Submit a scoring job: an NDJSON body (``judge score``'s input; options as query
+        parameters, e.g. ``?mode=graded&k=5&k=10``) or JSON ``{"records": [...], "options": {...}}``.
+        ``Idempotency-Key`` returns the same job for the same key."""
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (NDJSON, "application/jsonl", "application/json", "text/plain", ""):
+            return _json_error(415, f"unsupported Content-Type {ctype!r}; use {NDJSON} or application/json")
+        if manager.queue_full() and not request.headers.get("idempotency-key"):
+            return queue_full()  # refused before the body is read
+        job_id = new_job_id()
+        job_dir = manager.job_dir(job_id)
+        job_dir.mkdir(parents=True)
+        try:
+            return await _submit(request, ctype, job_id, job_dir)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+
+    async def _submit(request: Request, ctype: str, job_id: str, job_dir: Path) -> JSONResponse:
+        input_path = job_dir / _engine.INPUT_NAME
+        digest = hashlib.sha256()
+        if ctype == "application/json":
+            raw = await request.body()
+            digest.update(raw)
+            try:
+                body = JobRequest.model_validate_json(raw)
+            except ValidationError as exc:
+                raise _validation_error(exc, ("body",)) from None
+            given = body.options
+            with open(input_path, "w", encoding="utf-8") as fh:
+                for rec in body.records:
+                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        else:
+            given = _options_from_query(request)
+            with open(input_path, "wb") as fh:
+                async for chunk in request.stream():
+                    digest.update(chunk)
+                    fh.write(chunk)
+        digest.update(json.dumps(given.model_dump(), sort_keys=True).encode())
+        body_hash = digest.hexdigest()
+
+        idem = request.headers.get("idempotency-key")
+        idem_hash = sha256_hex("idem:" + idem) if idem else None
+        if idem_hash is not None:
+            found = db.by_idempotency(idem_hash)
+            if found is not None:
+                job, old_body = found
+                shutil.rmtree(job_dir, ignore_errors=True)
+                if old_body != body_hash:
+                    return _json_error(
+                        422, "Idempotency-Key was used with a different request", field="Idempotency-Key"
+                    )
+                return JSONResponse(
+                    manager.view(job), status_code=200, headers={"Idempotency-Replayed": "true"}
+                )
+        if manager.queue_full():
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return queue_full()
+        options = _merge_options(config.defaults, given)
+        check = await asyncio.to_thread(
+            _engine.validate_input,
+            input_path,
+            field_map=options.get("map") or {},
+            max_passage_chars=options["max_passage_chars"],
+        )
+        if check.queries == 0:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return _json_error(422, "no valid record in the body", rejects=check.rejects[:100])
+        with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
+            for rec in check.rejects:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        try:
+            job = db.insert(
+                job_id,
+                kind="score",
+                options=options,
+                queries_total=check.queries,
+                passages_total=check.passages,
+                rejected=len(check.rejects),
+                idempotency_hash=idem_hash,
+                body_hash=body_hash,
+            )
+        except Exception:
+            if idem_hash is not None and (found := db.by_idempotency(idem_hash)) is not None:
+                # Two requests with one key raced: the other one won.
+                shutil.rmtree(job_dir, ignore_errors=True)
+                return JSONResponse(manager.view(found[0]), status_code=200)
+            raise
+        manager.wake()
+        view = manager.view(job)
+        view["rejects"] = check.rejects[:100]
+        return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    async def list_jobs(
+        status: str | None = Query(default=None, pattern="^(queued|running|done|failed|cancelled)$"),
+        limit: int = Query(default=50, ge=1, le=1000),
+        offset: int = Query(default=0, ge=0),
+    ) -> dict[str, Any]:
+        """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
+        jobs = [
+            manager.view(j) | {"summary": None}
+            for j in db.list_jobs(status=status, limit=limit, offset=offset)
+        ]
+        return {"jobs": jobs, "offset": offset, "limit": limit}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    async def get_job(job_id: str) -> dict[str, Any]:
+        """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
+        return manager.view(job_or_404(job_id))
+
+    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
+    async def events(job_id: str, request: Request) -> StreamingResponse:
+        """Progress as server-sent events (``event: progress``; ``event: end`` when the job ends)."""
+        job_or_404(job_id)
+
+        async def stream() -> AsyncIterator[str]:
+            last: str | None = None
+            quiet = 0.0
+            while True:
+                job = db.get(job_id)
+                if job is None:
+                    return
+                data = json.dumps(manager.view(job) | {"summary": None}, ensure_ascii=False)
+                if data != last:
+                    last = data
+                    quiet = 0.0
+                    yield f"event: progress\ndata: {data}\n\n"
+                elif quiet >= 15.0:
+                    quiet = 0.0
+                    yield ": keep-alive\n\n"
+                if manager.is_terminal(job):
+                    yield f"event: end\ndata: {json.dumps({'id': job_id, 'status': job['status']})}\n\n"
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(config.sse_interval_s)
+                quiet += config.sse_interval_s
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get("/v1/jobs/{job_id}/results", tags=["jobs"], response_class=PlainTextResponse)
+    async def results(
+        job_id: str,
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=1000, ge=1, le=100_000),
+        format: str = Query(default="ndjson", pattern="^(ndjson|qrels|run)$"),
+        tag: str = Query(default="judge", pattern=r"^\S{1,64}$"),
+    ) -> Response:
+        """The records ``judge score`` writes, as NDJSON in finishing order, ``offset``/``limit``
+        paginated (``X-Total-Count``, ``X-Next-Offset``); ``format=qrels|run``: TREC files of
+        the whole output."""
+        job_or_404(job_id)
+        job_dir = manager.job_dir(job_id)
+        if format != "ndjson":
+            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag)
+            return PlainTextResponse(
+                text, headers={"Content-Disposition": f'inline; filename="{job_id}.{format}"'}
+            )
+        lines, _ = _engine.complete_lines(job_dir / _engine.OUTPUT_NAME)
+        lines = [x for x in lines if x.strip()]
+        page = lines[offset : offset + limit]
+        headers = {"X-Total-Count": str(len(lines))}
+        if offset + limit < len(lines):
+            headers["X-Next-Offset"] = str(offset + limit)
+            headers["Link"] = f'</v1/jobs/{job_id}/results?offset={offset + limit}&limit={limit}>; rel="next"'
+        body = b"".join(x + b"\n" for x in page)
+        return Response(body, media_type=NDJSON, headers=headers)
+
+    @app.get("/v1/jobs/{job_id}/rejects", tags=["jobs"])
+    async def rejects(job_id: str) -> dict[str, Any]:
+        """The input lines that were rejected: line, field, error."""
+        job_or_404(job_id)
+        lines, _ = _engine.complete_lines(manager.job_dir(job_id) / _engine.REJECTS_NAME)
+        items = []
+        for x in lines:
+            if x.strip():
+                rec = json.loads(x)
+                rec["path"] = _engine.INPUT_NAME
+                items.append(rec)
+        return {"rejects": items, "count": len(items)}
+
+    @app.get("/v1/jobs/{job_id}/queries/{query_id}", tags=["jobs"])
+    async def query_detail(job_id: str, query_id: str) -> dict[str, Any]:
+        """One finished query's record with its passages' texts (for the viewer)."""
+        job = job_or_404(job_id)
+        detail = await asyncio.to_thread(
+            _engine.query_detail, manager.job_dir(job_id), query_id, job["options"]
+        )
+        if detail is None:
+            return _json_error(404, f"no finished query {query_id!r} in job {job_id!r}")  # type: ignore[return-value]
+        return detail
+
+    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
+    async def cancel(job_id: str) -> JSONResponse:
+        """Cancel a queued or running job (finished queries stay in its results)."""
+        job = job_or_404(job_id)
+        if manager.is_terminal(job):
+            return _json_error(409, f"job is {job['status']}; nothing to cancel", job=manager.view(job))
+        done = await manager.cancel(job_id)
+        assert done is not None
+        return JSONResponse(manager.view(done))
+
+    @app.post("/v1/jobs/{job_id}/retry-unjudged", tags=["jobs"], status_code=202)
+    async def retry(job_id: str) -> JSONResponse:
+        """Queue a finished job again to re-ask only its unjudged passages."""
+        job = job_or_404(job_id)
+        if job["status"] != "done":
+            return _json_error(409, f"job is {job['status']}; retry-unjudged needs a done job")
+        if not job["unjudged"]:
+            return _json_error(409, "job has no unjudged passage")
+        if manager.queue_full():
+            return queue_full()
+        return JSONResponse(manager.view(manager.retry_unjudged(job_id)), status_code=202)
+
+    # --- viewer --------------------------------------------------------------------------
+    index_html = STATIC_DIR / "index.html"
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> FileResponse:
+        return FileResponse(index_html, media_type="text/html; charset=utf-8")
+
+    @app.get("/jobs/{job_id}", include_in_schema=False)
+    async def job_page(job_id: str) -> FileResponse:
+        return FileResponse(index_html, media_type="text/html; charset=utf-8")
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request, next: str = "/") -> Response:
+        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
+        key = (form.get("key") or [""])[0].strip()
+        local = next.startswith("/") and not next.startswith("//") and "\\" not in next
+        target = next if local else "/"
+        session = keys.session_for(key) if keys.enabled else None
+        if keys.enabled and session is None:
+            return HTMLResponse(_signin_page(target, True), status_code=401)
+        response = RedirectResponse(target, status_code=303)
+        if session is not None:
+            response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="strict", path="/")
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout() -> Response:
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(COOKIE_NAME, path="/")
+        return response
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(Guard, keys=keys, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    return app
+
+
+class _NotFound(Exception):
+    pass
+
+
+__all__ = ["ServerConfig", "create_app"]

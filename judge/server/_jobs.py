@@ -1,0 +1,290 @@
+"""Durable jobs: a FIFO queue in the job database, run one (or ``max_jobs``) at a time in
+the server's event loop through :mod:`judge.server._engine`.
+
+Start-up requeues the jobs a dead process left ``running``; they resume where their output
+stops (finished queries are in the output, judged passages in the verdict cache), so a
+kill -9 repeats at most the LLM calls that were in flight. A job has a ``kind`` (today
+``score``; a comparison of systems plugs in as another kind with its own runner) and a
+``phase`` (``score``, then ``retry`` when its unjudged passages are asked again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from judge.backends._base import Backend
+from judge.backends._redact import redact
+from judge.judging import JudgeConfig, VerdictStore
+from judge.server import _engine
+from judge.server._db import TERMINAL, JobDB
+from judge.server._metrics import ServerMetrics
+
+TICK_S = 0.5
+
+
+@dataclass
+class Runtime:
+    """What every job of this server shares: the backend (one call policy for all jobs),
+    the verdict cache and the server's defaults."""
+
+    backend: Backend
+    store: VerdictStore | None
+    jobs_dir: Path
+    concurrency: int
+    max_jobs: int = 1
+    queue_size: int = 100
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def new_job_id() -> str:
+    return "j" + datetime.now(UTC).strftime("%Y%m%d") + secrets.token_hex(6)
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def config_of(options: Mapping[str, Any]) -> JudgeConfig:
+    """The JudgeConfig of a job's (merged, validated) options."""
+    kwargs = {
+        key: options[key]
+        for key in ("mode", "language", "template", "probability", "p_yes_threshold", "explain")
+        if options.get(key) is not None
+    }
+    return JudgeConfig(**kwargs)
+
+
+Runner = Callable[["JobManager", dict[str, Any], Path], Awaitable[dict[str, Any]]]
+
+
+async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+    rt = manager.runtime
+    opts = job["options"]
+    config = config_of(opts)
+    batch = _engine.batch_options(
+        k=opts["k"],
+        concurrency=rt.concurrency,
+        field_map=opts.get("map") or {},
+        max_passage_chars=opts["max_passage_chars"],
+        listwise=bool(opts.get("listwise")),
+        listwise_template=opts.get("listwise_template"),
+        settings={**rt.settings, "job": job["id"]},
+    )
+    if job["phase"] == "retry":
+        return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)
+    return await _engine.run_score(job_dir, rt.backend, config, rt.store, batch)
+
+
+# Job kinds and their runners. ``compare`` (a pooled comparison of systems) registers here
+# once judge.systems exists.
+RUNNERS: dict[str, Runner] = {"score": _run_score_kind}
+
+
+class JobManager:
+    def __init__(self, db: JobDB, runtime: Runtime, metrics: ServerMetrics) -> None:
+        self.db = db
+        self.runtime = runtime
+        self.metrics = metrics
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancelling: set[str] = set()
+        self._eta: dict[str, float | None] = {}
+        self._wake = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def job_dir(self, job_id: str) -> Path:
+        return self.runtime.jobs_dir / job_id
+
+    async def start(self) -> list[str]:
+        resumed = self.db.requeue_interrupted()
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="judge-jobs")
+        self._wake.set()
+        return resumed
+
+    async def stop(self) -> None:
+        """Stop without marking anything: running jobs stay ``running`` in the database and
+        are requeued (resumed) by the next start."""
+        self._closing = True
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatcher
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _dispatch(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while not self._closing and len(self._tasks) < self.runtime.max_jobs:
+                job = self.db.next_queued(exclude=self._tasks)
+                if job is None:
+                    break
+                self.db.update(
+                    job["id"],
+                    status="running",
+                    started=job["started"] or time.time(),
+                    attempts=job["attempts"] + 1,
+                    error=None,
+                )
+                job = self.db.get(job["id"]) or job
+                self._tasks[job["id"]] = asyncio.create_task(self._run(job), name=f"judge-job-{job['id']}")
+
+    # --- one run -------------------------------------------------------------------------
+    async def _run(self, job: dict[str, Any]) -> None:
+        job_id = job["id"]
+        job_dir = self.job_dir(job_id)
+        tail = _engine.OutputTail(job_dir / _engine.OUTPUT_NAME)
+        started = time.monotonic()
+        tail.poll()
+        done_at_start = tail.queries
+        seen_verdicts: Counter[str] = Counter()
+
+        def progress() -> None:
+            tail.poll()
+            rate = (tail.queries - done_at_start) / max(time.monotonic() - started, 1e-9)
+            remaining = max(0, job["queries_total"] - tail.queries)
+            self._eta[job_id] = 0.0 if remaining == 0 else (remaining / rate if rate > 0 else None)
+            self.db.update(
+                job_id, queries_done=tail.queries, passages_done=tail.passages, unjudged=tail.unjudged
+            )
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(TICK_S)
+                progress()
+
+        before_summary = job.get("summary") or {}
+        tick = asyncio.create_task(ticker()) if job["phase"] != "retry" else None
+        try:
+            summary = await RUNNERS[job["kind"]](self, job, job_dir)
+        except asyncio.CancelledError:
+            if job_id in self._cancelling:
+                self.db.update(job_id, status="cancelled", finished=time.time())
+                self.metrics.jobs_finished.labels("cancelled").inc()
+            raise
+        except Exception as exc:
+            message = redact(f"{type(exc).__name__}: {exc}")
+            self.db.update(job_id, status="failed", finished=time.time(), error=message)
+            self.metrics.jobs_finished.labels("failed").inc()
+        else:
+            verdicts = Counter({k: int(v) for k, v in (summary.get("verdicts") or {}).items()})
+            old = Counter({k: int(v) for k, v in (before_summary.get("verdicts") or {}).items()})
+            if job["phase"] == "retry":
+                seen_verdicts = Counter(
+                    {k: max(0, verdicts[k] - old[k]) for k in verdicts if k != "unjudged"}
+                )
+                seen_verdicts["unjudged"] = int(summary.get("unjudged", 0))
+            else:
+                seen_verdicts = verdicts
+            self.metrics.count_verdicts(dict(seen_verdicts))
+            self.db.update(
+                job_id,
+                status="done",
+                phase="score",
+                finished=time.time(),
+                summary=summary,
+                queries_done=int(summary.get("queries", 0)),
+                passages_done=int(summary.get("passages", 0)),
+                unjudged=int(summary.get("unjudged", 0)),
+            )
+            self._eta[job_id] = 0.0
+            self.metrics.jobs_finished.labels("done").inc()
+        finally:
+            if tick is not None:
+                tick.cancel()
+            self._tasks.pop(job_id, None)
+            self._cancelling.discard(job_id)
+            if not self._closing:
+                self._wake.set()
+
+    # --- requests ------------------------------------------------------------------------
+    def queued_count(self) -> int:
+        return self.db.count_by_status()["queued"]
+
+    def queue_full(self) -> bool:
+        return self.queued_count() >= self.runtime.queue_size
+
+    def retry_after_s(self) -> int:
+        """A guess at when a queue slot frees: the soonest ETA of a running job (1..600 s)."""
+        etas = [e for j, e in self._eta.items() if j in self._tasks and e is not None]
+        return int(min(max(min(etas, default=30.0), 1.0), 600.0))
+
+    async def cancel(self, job_id: str) -> dict[str, Any] | None:
+        job = self.db.get(job_id)
+        if job is None:
+            return None
+        if job["status"] == "queued":
+            self.db.update(job_id, status="cancelled", finished=time.time())
+            self.metrics.jobs_finished.labels("cancelled").inc()
+        elif job["status"] == "running":
+            task = self._tasks.get(job_id)
+            if task is not None:
+                self._cancelling.add(job_id)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            else:
+                self.db.update(job_id, status="cancelled", finished=time.time())
+        return self.db.get(job_id)
+
+    def retry_unjudged(self, job_id: str) -> dict[str, Any]:
+        """Queue the job again to re-ask its unjudged passages (its ``phase`` becomes ``retry``)."""
+        self.db.update(job_id, status="queued", phase="retry", finished=None)
+        self.wake()
+        job = self.db.get(job_id)
+        assert job is not None
+        return job
+
+    def view(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """A job as the API shows it."""
+        status = job["status"]
+        eta: float | None
+        if status == "done":
+            eta = 0.0
+        elif status == "running":
+            eta = self._eta.get(job["id"])
+            eta = None if eta is None else round(eta, 1)
+        else:
+            eta = None
+        return {
+            "id": job["id"],
+            "kind": job["kind"],
+            "status": status,
+            "phase": job["phase"],
+            "queries_total": job["queries_total"],
+            "queries_done": job["queries_done"],
+            "passages_total": job["passages_total"],
+            "passages_done": job["passages_done"],
+            "unjudged": job["unjudged"],
+            "rejected": job["rejected"],
+            "eta_s": eta,
+            "attempts": job["attempts"],
+            "created": _iso(job["created"]),
+            "started": _iso(job["started"]),
+            "finished": _iso(job["finished"]),
+            "error": job["error"],
+            "options": job["options"],
+            "summary": job["summary"],
+        }
+
+    @staticmethod
+    def is_terminal(job: Mapping[str, Any]) -> bool:
+        return str(job["status"]) in TERMINAL

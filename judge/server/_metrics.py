@@ -1,0 +1,98 @@
+"""Prometheus metrics of one server process (``GET /metrics``), every name ``judge_``.
+
+HTTP requests and latency are counted by the app as they happen; jobs by status are read
+from the database at scrape time; judgments and unjudged passages are counted as jobs and
+``/v1/evaluate`` produce them; LLM calls, retries, 429s, tokens and cost come from the
+shared backend's call-policy counters (:class:`judge.backends.BackendStats`) at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _ScrapeTime(Collector):
+    def __init__(self, jobs: Callable[[], dict[str, int]], backend_stats: Callable[[], Any]) -> None:
+        self._jobs = jobs
+        self._stats = backend_stats
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("judge_jobs", "Jobs in the database by status", labels=["status"])
+        for status, n in self._jobs().items():
+            jobs.add_metric([status], n)
+        yield jobs
+        stats = self._stats()
+        if stats is None:
+            return
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, value=value)
+
+        yield counter(
+            "judge_llm_requests", "Judge requests sent to the backend (before retries)", stats.requests
+        )
+        yield counter("judge_llm_calls", "Provider calls made (attempts, retries included)", stats.calls)
+        yield counter("judge_llm_retries", "Provider calls retried (timeouts, 5xx, 429)", stats.retries)
+        yield counter("judge_llm_rate_limited", "HTTP 429 replies from the provider", stats.rate_limited)
+        yield counter("judge_llm_timeouts", "Provider calls that ran past the timeout", stats.timeouts)
+        yield counter("judge_llm_failures", "Judge requests that failed after every retry", stats.failures)
+        tokens = CounterMetricFamily("judge_llm_tokens", "Tokens used by successful calls", labels=["kind"])
+        tokens.add_metric(["prompt"], stats.prompt_tokens)
+        tokens.add_metric(["completion"], stats.completion_tokens)
+        yield tokens
+        cost = CounterMetricFamily("judge_llm_cost", "Cost of successful calls", labels=["currency"])
+        cost.add_metric([stats.currency], stats.cost)
+        yield cost
+
+
+class ServerMetrics:
+    """The registry of one app (not the process-global one, so tests can run several)."""
+
+    def __init__(self, jobs: Callable[[], dict[str, int]], backend_stats: Callable[[], Any]) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        # no ``*_created`` series: they double the exposition for nothing
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http_requests = Counter(
+            "judge_http_requests",
+            "HTTP requests by method, route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.http_latency = Histogram(
+            "judge_http_request_duration_seconds",
+            "HTTP request latency by method and route",
+            ["method", "route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=self.registry,
+        )
+        self.judgments = Counter(
+            "judge_judgments", "Passages judged, by verdict", ["verdict"], registry=self.registry
+        )
+        self.unjudged = Counter(
+            "judge_unjudged", "Passages left unjudged (no valid reply)", registry=self.registry
+        )
+        self.jobs_finished = Counter(
+            "judge_jobs_finished", "Job runs that ended, by status", ["status"], registry=self.registry
+        )
+        self.registry.register(_ScrapeTime(jobs, backend_stats))
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, str(status)).inc()
+        self.http_latency.labels(method, route).observe(seconds)
+
+    def count_verdicts(self, counts: dict[str, int]) -> None:
+        for verdict, n in counts.items():
+            if n:
+                self.judgments.labels(verdict).inc(n)
+                if verdict == "unjudged":
+                    self.unjudged.inc(n)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,261 @@
+#!/usr/bin/env python
+"""``judge serve`` benchmark, on 127.0.0.1 only, bounded in requests and time.
+
+1. ``/v1/evaluate`` under load: ``--clients`` (default 50) concurrent clients, each sending
+   ``--requests`` (default 20) one-query requests of 5 passages to a server whose judge is
+   a deterministic fake answering at once (``fake_backend`` below, ``--no-cache`` so every
+   passage is judged): latency p50 / p99, errors, requests/s. What this measures is the
+   service's own overhead (HTTP, validation, the judging core, JSON), not an LLM.
+2. A 3,000-passage job (300 queries x 10 passages by default) against the simulated LLM
+   server (``scripts/sim_llm_server.py``: 50 ms +/- 10 ms per call, capacity 64), beside
+   ``judge score`` on the same dataset and server, in the same run, each with a fresh
+   verdict cache and ``--concurrency 16``, alternated ``--rounds`` times. The job's rate
+   is taken from the client's side (POST of the NDJSON body to the job's ``done`` seen by
+   polling), ``judge score``'s from its own ``this_run.wall_time_s`` (without interpreter
+   start-up), so the ratio charges the server with its upload, queueing and polling.
+   Goal: job throughput >= 0.9 x ``judge score``'s.
+
+Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# Sibling scripts: scripts/ is sys.path[0] when a script is run.
+import sim_llm_server
+from bench_batch import _env, make_dataset, run_judge
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "<rel=3>"
+
+
+def fake_backend() -> Any:
+    """The judge of part 1 (``judge serve --backend-factory bench_server:fake_backend``)."""
+    from judge.backends import RuleBackend
+
+    return RuleBackend.keyword(MARKER)
+
+
+@contextmanager
+def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
+    env = _env(home)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "scripts"), env["PYTHONPATH"]])
+    env.pop("JUDGE_API_KEYS", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "judge",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen([*cmd, *args], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + limit_s
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"judge serve exited {proc.wait()}")
+            m = re.search(r"listening on (http://\S+)", line)
+            url = m.group(1) if m else None
+        if url is None:
+            raise RuntimeError("judge serve did not start")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+async def _evaluate_load(url: str, clients: int, per_client: int, limit_s: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    deadline = time.monotonic() + limit_s
+
+    async def client(c: int, http: httpx.AsyncClient) -> None:
+        for r in range(per_client):
+            if time.monotonic() > deadline:
+                errors["time limit"] = errors.get("time limit", 0) + 1
+                return
+            body = {
+                "query": f"客户端 {c} 的第 {r} 个问题",
+                "retrieval_context": [
+                    f"段落 {j}（{c}-{r}）" + (MARKER if j % 2 == 0 else "") for j in range(5)
+                ],
+            }
+            t0 = time.perf_counter()
+            try:
+                resp = await http.post("/v1/evaluate", json=body)
+                ok = resp.status_code == 200 and len(resp.json()["verdicts"]) == 5
+                if not ok:
+                    errors[str(resp.status_code)] = errors.get(str(resp.status_code), 0) + 1
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            latencies.append(time.perf_counter() - t0)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits) as http:
+        await http.get("/healthz")
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c, http) for c in range(clients)))
+        wall = time.perf_counter() - t0
+    return {
+        "requests": clients * per_client,
+        "ok": len(latencies),
+        "errors": errors,
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(latencies) / wall, 1),
+        "passages_per_s": round(5 * len(latencies) / wall, 1),
+        "p50_ms": round(1000 * _pct(latencies, 0.50), 1),
+        "p99_ms": round(1000 * _pct(latencies, 0.99), 1),
+        "max_ms": round(1000 * max(latencies), 1),
+    }
+
+
+def _job_run(url: str, data: Path, passages: int, limit_s: float) -> dict[str, Any]:
+    with httpx.Client(base_url=url, timeout=60.0) as http:
+        t0 = time.perf_counter()
+        resp = http.post(
+            "/v1/jobs", content=data.read_bytes(), headers={"Content-Type": "application/x-ndjson"}
+        )
+        resp.raise_for_status()
+        job_id = resp.json()["id"]
+        deadline = time.monotonic() + limit_s
+        while True:
+            job = http.get(f"/v1/jobs/{job_id}").json()
+            if job["status"] in ("done", "failed", "cancelled"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"job not done in {limit_s} s")
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+    if job["status"] != "done" or job["passages_done"] != passages:
+        raise RuntimeError(f"job ended {job['status']}: {job.get('error')}")
+    return {
+        "wall_s": wall,
+        "passages_per_s": passages / wall,
+        "driver_wall_s": job["summary"]["this_run"]["wall_time_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--requests", type=int, default=20, help="requests per client")
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--passages", type=int, default=10)
+    ap.add_argument("--latency-ms", type=float, default=50.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--limit-s", type=float, default=300.0, help="time limit of each part")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bench_server_") as tmp_s:
+        tmp = Path(tmp_s)
+        print(f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge")
+        with serve(
+            [
+                "--backend-factory",
+                "bench_server:fake_backend",
+                "--no-cache",
+                "--concurrency",
+                "64",
+                "--db",
+                str(tmp / "eval.sqlite"),
+            ],
+            tmp / "eval-home",
+        ) as url:
+            load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
+        print(json.dumps(load, ensure_ascii=False))
+
+        n_passages = args.queries * args.passages
+        print(
+            f"== a {n_passages}-passage job vs judge score, simulated LLM "
+            f"({args.latency_ms:.0f} ms, capacity 64), concurrency {args.concurrency}"
+        )
+        data = tmp / "data.jsonl"
+        make_dataset(data, args.queries, args.passages)
+        score_rates: list[float] = []
+        job_rates: list[float] = []
+        with sim_llm_server.SimProcess(latency_ms=args.latency_ms, jitter_ms=10, capacity=64) as sim:
+            for rnd in range(args.rounds):
+                home = tmp / f"score-{rnd}"
+                summary, proc_wall = run_judge(
+                    [str(data), "-o", str(home / "out.jsonl"), "--concurrency", str(args.concurrency)],
+                    sim.base_url,
+                    home,
+                )
+                wall = summary["this_run"]["wall_time_s"]
+                score_rates.append(n_passages / wall)
+                print(
+                    f"round {rnd}: judge score {n_passages / wall:7.1f} passages/s "
+                    f"(scorer {wall:.2f} s, process {proc_wall:.2f} s)"
+                )
+                home = tmp / f"serve-{rnd}"
+                with serve(
+                    [
+                        "--backend",
+                        "openai:sim-judge",
+                        "--base-url",
+                        sim.base_url,
+                        "--concurrency",
+                        str(args.concurrency),
+                        "--db",
+                        str(home / "s.sqlite"),
+                    ],
+                    home,
+                ) as url:
+                    job = _job_run(url, data, n_passages, args.limit_s)
+                job_rates.append(job["passages_per_s"])
+                print(
+                    f"round {rnd}: judge serve job {job['passages_per_s']:7.1f} passages/s "
+                    f"(submit->done {job['wall_s']:.2f} s, driver {job['driver_wall_s']:.2f} s)"
+                )
+        ratio = statistics.median(job_rates) / statistics.median(score_rates)
+        print(
+            json.dumps(
+                {
+                    "passages": n_passages,
+                    "judge_score_passages_per_s": round(statistics.median(score_rates), 1),
+                    "job_passages_per_s": round(statistics.median(job_rates), 1),
+                    "ratio_job_vs_score": round(ratio, 3),
+                    "goal": ">= 0.9",
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
