@@ -38,11 +38,10 @@ import asyncio
 import functools
 import json
 import os
-import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from judge.backends._base import Backend
 from judge.backends._policy import DEFAULT_CONCURRENCY
@@ -55,8 +54,8 @@ from judge.io._errors import InputError
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
     DatasetRecord,
+    RejectsReporter,
     count_lines,
-    error_record,
     iter_dataset,
 )
 from judge.judging import JudgeConfig, VerdictStore, resolve_config, summarize
@@ -161,38 +160,6 @@ def _backend_stats(backend: Backend) -> dict[str, Any]:
     return {k: getattr(stats, k) for k in keys if hasattr(stats, k)}
 
 
-class _Reporter:
-    """Bad-input reporting: stderr lines + the rejects file (opened on the first problem)."""
-
-    def __init__(self, rejects_path: Path | None, stream: IO[str] | None = None) -> None:
-        self.path = rejects_path
-        self.stream = stream if stream is not None else sys.stderr
-        self.rejected = 0
-        self.warned = 0
-        self._fh: IO[str] | None = None
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)  # the rejects file reflects this run's validation
-
-    def report(self, err: InputError, action: str) -> None:
-        if action == "rejected":
-            self.rejected += 1
-            print(f"judge score: rejected: {err}", file=self.stream)
-        else:
-            self.warned += 1
-            print(f"judge score: warning: {err} ({action})", file=self.stream)
-        if self.path is not None:
-            if self._fh is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-            self._fh.write(json.dumps(error_record(err, action=action), ensure_ascii=False) + "\n")
-            self._fh.flush()
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-
 async def _ticker(fn: Callable[[], None], interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -204,7 +171,7 @@ def strict_check(
     *,
     field_map: Mapping[str, str] | None = None,
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
-    reporter: _Reporter | None = None,
+    reporter: RejectsReporter | None = None,
 ) -> int:
     """Validate the whole file; report each problem; return the number of valid records.
 
@@ -294,7 +261,7 @@ class _Run:
         opts: BatchOptions,
         *,
         listwise: bool,
-        reporter: _Reporter,
+        reporter: RejectsReporter,
         total: int,
         skipped: Callable[[], int] = lambda: 0,
         dropped: Callable[[], int] = lambda: 0,
@@ -447,7 +414,7 @@ async def score_dataset(
     if out.resolve() == inp.resolve():
         raise InputError("the output file must differ from the input", path=str(out))
     summary_path, rejects_path = _paths(out, opts, "rejects")
-    reporter = _Reporter(rejects_path)
+    reporter = RejectsReporter(rejects_path)
     try:
         if opts.strict:
             strict_check(
@@ -511,7 +478,7 @@ async def retry_unjudged(
     scan = scan_output(out)
     _check_modes(scan.modes, config, out)
     summary_path, rejects_path = _paths(out, opts, "retry-rejects")
-    reporter = _Reporter(rejects_path)
+    reporter = RejectsReporter(rejects_path)
     tmp = out.with_name(out.name + ".retry.tmp")
     try:
         plan = RetryPlan(out, reporter=reporter)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,3 +291,41 @@ def error_record(err: InputError, *, action: str = "rejected") -> dict[str, Any]
         "error": err.message,
         "action": action,
     }
+
+
+class RejectsReporter:
+    """Bad-input reporting for a command that reads datasets: one stderr line per problem
+    (``<command>: rejected: file:line: field: ...``) and every problem as a JSON line in
+    ``rejects_path`` (opened on the first one; an earlier file is removed at start, so it
+    reflects this run's validation)."""
+
+    def __init__(
+        self, rejects_path: Path | None, stream: IO[str] | None = None, *, command: str = "judge score"
+    ) -> None:
+        self.path = rejects_path
+        self.stream = stream if stream is not None else sys.stderr
+        self.command = command
+        self.rejected = 0
+        self.warned = 0
+        self._fh: IO[str] | None = None
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+    def report(self, err: InputError, action: str) -> None:
+        if action == "rejected":
+            self.rejected += 1
+            print(f"{self.command}: rejected: {err}", file=self.stream)
+        else:
+            self.warned += 1
+            print(f"{self.command}: warning: {err} ({action})", file=self.stream)
+        if self.path is not None:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._fh.write(json.dumps(error_record(err, action=action), ensure_ascii=False) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

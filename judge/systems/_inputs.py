@@ -11,15 +11,12 @@ its first rank.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset, text_docno
+from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter, iter_dataset, text_docno
 
 _FORBIDDEN_NAME_CHARS = set('/\\=:*?"<>|')
 
@@ -105,39 +102,6 @@ def check_name(name: str) -> str:
     return name
 
 
-class Reporter:
-    """Bad-input reporting as ``judge score`` does it: one stderr line per problem, and the
-    problems in ``rejects_path`` (opened on the first one)."""
-
-    def __init__(self, rejects_path: Path | None, stream: IO[str] | None = None) -> None:
-        self.path = rejects_path
-        self.stream = stream if stream is not None else sys.stderr
-        self.rejected = 0
-        self.warned = 0
-        self._fh: IO[str] | None = None
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
-
-    def report(self, err: InputError, action: str) -> None:
-        if action == "rejected":
-            self.rejected += 1
-            print(f"judge compare-systems: rejected: {err}", file=self.stream)
-        else:
-            self.warned += 1
-            print(f"judge compare-systems: warning: {err} ({action})", file=self.stream)
-        if self.path is not None:
-            if self._fh is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-            self._fh.write(json.dumps(error_record(err, action=action), ensure_ascii=False) + "\n")
-            self._fh.flush()
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-
 def check_paths(paths: Mapping[str, Path]) -> None:
     """At least two systems, every file there (InputError naming the first missing one)."""
     if len(paths) < 2:
@@ -155,7 +119,7 @@ def read_systems(
     field_map: Mapping[str, str] | None = None,
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
     strict: bool = False,
-    reporter: Reporter | None = None,
+    reporter: RejectsReporter | None = None,
 ) -> Inputs:
     """Read and check every system's file.
 
@@ -164,7 +128,7 @@ def read_systems(
     warning); with ``strict`` any problem in any file raises after all were reported.
     """
     check_paths(paths)
-    rep = reporter or Reporter(None)
+    rep = reporter or RejectsReporter(None, command="judge compare-systems")
     inputs = Inputs(systems=[], passages={}, tokens={}, queries={})
     token_owner: dict[str, str] = {}
     conflicts = 0

@@ -15,11 +15,11 @@ from typing import Any
 
 from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
+from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
 from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
-from judge.systems._inputs import Inputs, Reporter, check_name, check_paths, read_systems
+from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
 from judge.systems._pool import (
     Pool,
@@ -136,7 +136,7 @@ async def run_compare_systems(
             raise InputError("no such file", path=str(opts.qrels), field="--qrels")
         human = read_qrels(opts.qrels)
     out.mkdir(parents=True, exist_ok=True)
-    reporter = Reporter(out / "input.rejects.jsonl")
+    reporter = RejectsReporter(out / "input.rejects.jsonl", command="judge compare-systems")
     try:
         inputs = read_systems(
             paths,
