@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from judge.judging._config import JudgeConfig, Passage
     from judge.judging._metric import RelevancyJudge
     from judge.judging._models import JudgeResult, PassageVerdict
+    from judge.judging._recall_metric import ContextualRecallJudge as ContextualRecallJudge
 
 __all__ = [
     "JudgeConfig",
@@ -43,6 +44,8 @@ _LAZY = {
     "JudgeResult": "judge.judging._models",
     "PassageVerdict": "judge.judging._models",
     "RelevancyJudge": "judge.judging._metric",
+    # Also public (lazily, like the rest): contextual recall as a deepeval metric.
+    "ContextualRecallJudge": "judge.judging._recall_metric",
     "resolve_backend": "judge.backends",
 }
 

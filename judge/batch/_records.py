@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from judge.batch._extras import summarize_extras
 from judge.batch._metrics import (
     average_precision,
     ndcg_at,
@@ -238,4 +239,5 @@ def summarize_records(records: Sequence[Mapping[str, Any]], k: Sequence[int]) ->
         summary["conventions"]["ground_truth"] = GROUND_TRUTH_CONVENTIONS
     else:
         summary["ground_truth"] = None
+    summary.update(summarize_extras(records, k))
     return summary

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from judge.backends._base import Backend, PermanentError
+from judge.batch._extras import extras_record
 from judge.batch._progress import ProgressMode, ProgressReporter, Snapshot, make_progress
 from judge.batch._records import build_record, finish_record, summarize_records, verdicts_of
 from judge.io._errors import InputError
@@ -51,6 +52,7 @@ from judge.judging import (
     resolve_config,
     summarize,
 )
+from judge.judging._extras import ExtraOptions
 from judge.judging._models import PassageVerdict
 from judge.store._runstate import OutputWriter, atomic_write_lines, atomic_write_text, recover_output
 
@@ -64,7 +66,8 @@ class BatchOptions:
     the summary, the provider-call bound itself lives in the backend wrapper.
     ``listwise``: judge each query's passages in one call (a listwise template: the
     default for the mode and language, or ``listwise_template``); generation only, so
-    probability mode does not apply.
+    probability mode does not apply. ``extras``: contextual recall and source quality
+    (:mod:`judge.batch._extras`); None adds neither.
     """
 
     k: tuple[int, ...] = (5, 10)
@@ -81,6 +84,7 @@ class BatchOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)
     listwise: bool = False
     listwise_template: str | None = None
+    extras: ExtraOptions | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -396,7 +400,8 @@ async def score_dataset(
                         backend, config, store, rec.query, items, sem, counters.on_passage, opts
                     )
                     result = summarize(rec.query, verdicts, config, name, k=k)
-                    await writer.awrite(build_record(rec, result, k))
+                    result, extra = await extras_record(backend, config, store, rec, result, opts.extras, k)
+                    await writer.awrite(build_record(rec, result, k) | extra)
                     counters.queries += 1
                     counters.done += 1
                     progress.update(snapshot())

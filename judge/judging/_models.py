@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judge.judging._dimension_models import ContextualRecall, SourceQuality
+
 Mode = Literal["binary", "graded"]
 VerdictLabel = Literal["yes", "no", "unjudged"]
 
@@ -112,6 +114,8 @@ class JudgeResult(_Strict):
     cutoff k (IDCG from the judged list, or from qrels when given); empty when no passage
     could be judged. ``unjudged``: number of passages with no verdict, dropped from the ranking
     as the ``conventions`` record says. ``conventions`` echoes every metric convention used.
+    ``contextual_recall`` (given a reference answer) and ``source_quality`` (when asked for)
+    are the optional dimensions of :mod:`judge.judging._recall` and :mod:`judge.judging._source`.
     """
 
     query: str
@@ -125,3 +129,5 @@ class JudgeResult(_Strict):
     reason: str = ""
     usage: UsageSummary = UsageSummary()
     conventions: dict[str, str | int | float] = Field(default_factory=dict)
+    contextual_recall: ContextualRecall | None = None
+    source_quality: SourceQuality | None = None
