@@ -134,12 +134,15 @@ class ContextualRecallJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  
         self.verbose_logs = "\n".join(
             f"[{c.index + 1}] {c.status} (rank {c.support_rank}): {c.claim}" for c in result.claims
         )
-        self.success = error is None and score >= self.threshold
+        self.success = error is None and score >= self._threshold()
         return score
+
+    def _threshold(self) -> float:
+        return 0.0 if self.threshold is None else float(self.threshold)
 
     def is_successful(self) -> bool:
         if self.error is not None or self.score is None:
             self.success = False
         else:
-            self.success = bool(self.score >= self.threshold)
+            self.success = bool(self.score >= self._threshold())
         return bool(self.success)
