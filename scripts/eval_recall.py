@@ -107,6 +107,11 @@ async def judge_rows(args: argparse.Namespace) -> None:
                     "claims": [c.claim for c in result.claims],
                     "status": [c.status for c in result.claims],
                     "support_rank": [c.support_rank for c in result.claims],
+                    # the highest P(yes) over the passages asked, per claim (probability mode)
+                    "max_p_yes": [
+                        max((x.p_yes for x in c.checks if x.p_yes is not None), default=None)
+                        for c in result.claims
+                    ],
                     "error": result.error,
                     "usage": result.usage.model_dump(),
                 }
