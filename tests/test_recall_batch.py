@@ -220,3 +220,22 @@ def test_contextual_recall_judge_needs_expected_output() -> None:
     metric = ContextualRecallJudge(backend)
     with pytest.raises(MissingTestCaseParamsError):
         metric.measure(LLMTestCase(input="q", actual_output="", retrieval_context=PASSAGES))
+
+
+def test_bundled_samples_parse() -> None:
+    root = Path(__file__).resolve().parents[1]
+    records = read_dataset(root / "datasets" / "recall_sources.sample.jsonl")
+    assert all(r.expected_output for r in records)
+    assert sum(1 for r in records for p in r.passages if p.url or p.site) == 8
+    from judge.io._sites import read_site_priors, source_site
+
+    priors = read_site_priors(root / "datasets" / "site_priors.sample.tsv")
+    sites = [source_site(p.url, p.site) for r in records for p in r.passages]
+    covered = {s: priors.lookup(s).grade for s in sites if s and priors.lookup(s)}  # type: ignore[union-attr]
+    assert covered == {
+        "nhc.gov.cn": 3,
+        "zhidao.baidu.com": 1,
+        "baike.baidu.com": 3,
+        "gov.cn": 3,
+        "zh.wikipedia.org": 3,
+    }
