@@ -10,9 +10,11 @@ first ``--k`` negative passages, against the same reference answer (its items jo
 ``、``; alternatives of one item with ``或``), so the claims are extracted once per query and
 shared by both contexts.
 
-Reported: mean recall@k on each side, the share of queries where the positive context
-scores higher / equal / lower, and ROC AUC of recall@k as a score separating positive
-from negative contexts (ties count one half), with the calls made.
+Reported: mean recall@k on each side, the number of queries where the positive context
+scores higher / equal / lower, ROC AUC of recall@k as a score separating positive from
+negative contexts (ties count one half), ROC AUC of a finer score from the same verdicts
+(per context, the mean over claims of the highest P(yes) among the passages asked), and
+the calls and seconds spent.
 
 Resumable: every judged query is appended to ``--out`` (JSONL); a re-run skips them, and
 all verdicts are also in the verdict cache (``--cache``), so an interrupted query costs only
@@ -156,6 +158,15 @@ def report(out: Path, k: int) -> str:
     n_claims = [len(r["positive"]["claims"]) for r in records if r.get("positive")]
     seconds = sum(r.get("seconds", 0) for r in records)
     auc = roc_auc(pos, neg)
+    # A finer score from the same verdicts: per context the mean over claims of the highest
+    # P(yes) among the passages asked (probability mode only; breaks recall's many ties).
+    soft: dict[str, list[float]] = {"positive": [], "negative": []}
+    for r in records:
+        for side in soft:
+            values = (r.get(side) or {}).get("max_p_yes") or []
+            if values and all(v is not None for v in values):
+                soft[side].append(math.fsum(values) / len(values))
+    soft_auc = roc_auc(soft["positive"], soft["negative"])
 
     def mean(xs: list[float]) -> str:
         return f"{math.fsum(xs) / len(xs):.3f}" if xs else "n/a"
@@ -164,11 +175,12 @@ def report(out: Path, k: int) -> str:
     equal = sum(p == q for p, q in pairs)
     lines = [
         f"| queries | claims/query | mean recall@{k} positive | mean recall@{k} negative "
-        "| positive > / = / < negative | ROC AUC | no claims | calls | seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| positive > / = / < negative | ROC AUC | ROC AUC, max P(yes) | no claims | calls | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         f"| {len(pairs)} | {mean([float(x) for x in n_claims])} | {mean(pos)} | {mean(neg)} "
         f"| {higher} / {equal} / {len(pairs) - higher - equal} "
-        f"| {'n/a' if auc is None else f'{auc:.3f}'} | {no_claims} | {calls} | {seconds:.0f} |",
+        f"| {'n/a' if auc is None else f'{auc:.3f}'} | {'n/a' if soft_auc is None else f'{soft_auc:.3f}'} "
+        f"| {no_claims} | {calls} | {seconds:.0f} |",
     ]
     return "\n".join(lines)
 
