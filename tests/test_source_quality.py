@@ -70,6 +70,8 @@ def test_source_site_falls_back_to_the_site_field() -> None:
     assert source_site(None, "新华网") == "新华网"
     assert source_site("bad url", " WWW.Xinhuanet.com ") == "xinhuanet.com"
     assert source_site(None, "  ") is None and source_site(None) is None
+    assert source_site("http://", "http://") is None  # a broken URL is not a site name
+    assert source_site("bad url", "新华网") == "新华网"
 
 
 # --- priors -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from judge.backends._base import Backend
 from judge.io._jsonl import DatasetRecord
+from judge.io._sites import source_site
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._extras import ExtraOptions, judge_extras, with_extras
 from judge.judging._models import JudgeResult
@@ -54,7 +55,7 @@ async def extras_record(
     wants_recall = options.recall and rec.expected_output is not None
     if not wants_recall and not options.wants_sources:
         return result, {}
-    passages = [Passage(p.text, p.id, p.truncated, p.url or p.site) for p in rec.passages]
+    passages = [Passage(p.text, p.id, p.truncated, p.url) for p in rec.passages]
     recall, sources = await judge_extras(
         backend,
         rec.query,
@@ -65,6 +66,7 @@ async def extras_record(
         expected_output=rec.expected_output,
         store=store,
         k=k,
+        sites=[source_site(p.url, p.site) for p in rec.passages],
     )
     fields: dict[str, Any] = {}
     if recall is not None:

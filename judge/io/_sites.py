@@ -72,7 +72,8 @@ def site_of(url: str | None) -> str | None:
 
 def source_site(url: str | None, site: str | None = None) -> str | None:
     """A passage's site: from ``url``, else from a ``site``/``source`` field (a host name is
-    normalised, a name such as ``新华网`` is kept as given); None when neither is usable."""
+    normalised, a name such as ``新华网`` is kept as given, a broken URL is not); None when
+    neither is usable."""
     found = site_of(url)
     if found is not None or site is None:
         return found
@@ -80,7 +81,10 @@ def source_site(url: str | None, site: str | None = None) -> str | None:
     if not label:
         return None
     as_host = site_of(label)
-    return as_host if as_host is not None else label
+    if as_host is not None:
+        return as_host
+    # A name such as 新华网 is kept; a broken URL (it has a scheme, a path or a port) is not.
+    return None if any(ch in label for ch in "/:\\") else label
 
 
 @dataclass(frozen=True)

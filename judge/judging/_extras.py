@@ -46,9 +46,11 @@ async def judge_extras(
     expected_output: str | None = None,
     store: VerdictStore | None = None,
     k: Sequence[int] = (5, 10),
+    sites: Sequence[str | None] | None = None,
 ) -> tuple[ContextualRecall | None, SourceQuality | None]:
     """The recall (when ``options.recall`` and a non-blank reference answer) and the source
-    quality (when asked for) of one query whose relevance ``verdicts`` are known."""
+    quality (when asked for) of one query whose relevance ``verdicts`` are known. ``sites``:
+    each passage's site (default: from ``Passage.url``, a URL or a site's name)."""
 
     async def recall() -> ContextualRecall | None:
         if not options.recall or expected_output is None or not expected_output.strip():
@@ -68,10 +70,10 @@ async def judge_extras(
     async def sources() -> SourceQuality | None:
         if not options.wants_sources:
             return None
-        sites = [source_site(p.url, p.url) for p in passages]
+        found = list(sites) if sites is not None else [source_site(p.url, p.url) for p in passages]
         return await source_quality(
             backend if options.source_quality else None,
-            sites,
+            found,
             config,
             relevance=verdicts,
             priors=options.site_priors,
