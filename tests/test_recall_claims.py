@@ -11,6 +11,7 @@ import pytest
 
 import judge
 from judge.backends import ChatRequest, RuleBackend
+from judge.io._errors import InputError
 from judge.judging import VerdictParseError
 from judge.judging._recall import contextual_recall, parse_claims
 from judge.judging._sync import run_sync
@@ -166,14 +167,8 @@ def test_unparseable_claims_leave_recall_unjudged() -> None:
 
 def test_empty_reference_is_an_input_error() -> None:
     backend, _ = recall_judge(["A"], {})
-    with pytest.raises(judge_input_error()):
+    with pytest.raises(InputError, match="reference answer is empty"):
         run_sync(contextual_recall(backend, "q", PASSAGES, "  ", k=(5,)))
-
-
-def judge_input_error() -> type[Exception]:
-    from judge.io._errors import InputError
-
-    return InputError
 
 
 def test_cache_hit_on_rerun_makes_zero_calls(tmp_path: Path) -> None:
