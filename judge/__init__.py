@@ -23,11 +23,13 @@ if TYPE_CHECKING:
     from judge.judging._config import JudgeConfig, Passage
     from judge.judging._metric import RelevancyJudge
     from judge.judging._models import JudgeResult, PassageVerdict
+    from judge.judging._recall_metric import ContextualRecallJudge
     from judge.metrics._answer import answer_scores, gen_eval
     from judge.metrics._redundancy import redundancy_by_k
     from judge.systems import compare_systems
 
 __all__ = [
+    "ContextualRecallJudge",
     "JudgeConfig",
     "JudgeResult",
     "Passage",
@@ -50,6 +52,8 @@ _LAZY = {
     "JudgeResult": "judge.judging._models",
     "PassageVerdict": "judge.judging._models",
     "RelevancyJudge": "judge.judging._metric",
+    # Also public (lazily, like the rest): contextual recall as a deepeval metric.
+    "ContextualRecallJudge": "judge.judging._recall_metric",
     "resolve_backend": "judge.backends",
     "gen_eval": "judge.metrics._answer",
     "answer_scores": "judge.metrics._answer",

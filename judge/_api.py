@@ -10,18 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from judge.backends._policy import CallPolicy
 from judge.backends._resolve import make_backend
 from judge.backends._sync import run_sync
+from judge.io._sites import SitePriors, read_site_priors
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
-from judge.judging._core import judge_query
+from judge.judging._core import _as_passage, judge_query
+from judge.judging._extras import ExtraOptions, judge_extras, with_extras
 from judge.judging._models import JudgeResult, Mode
 from judge.judging._summary import with_measures
 from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]
+
+
+def _priors(value: SitePriors | Mapping[str, int] | str | Path | None) -> SitePriors | None:
+    if value is None or isinstance(value, SitePriors):
+        return value
+    if isinstance(value, str | Path):
+        return read_site_priors(value)
+    return SitePriors(value)
 
 
 def _config(mode: Mode | None, config: JudgeConfig | None) -> JudgeConfig:
@@ -45,6 +56,9 @@ async def aevaluate(
     base_url: str | None = None,
     measures: Sequence[str] = (),
     policy: CallPolicy | None = None,
+    expected_output: str | None = None,
+    source_quality: bool = False,
+    site_priors: SitePriors | Mapping[str, int] | str | Path | None = None,
 ) -> JudgeResult:
     """Judge every passage of ``retrieval_context`` (rank order) for ``query``.
 
@@ -63,6 +77,12 @@ async def aevaluate(
     ``measures``: registry measures to report besides score, AP and NDCG@k (``["P@3",
     "AP(rel=2)", "rbp(p=0.8)"]``), in ``result.measures`` under the names given, computed
     with the label-free conventions echoed in ``result.measure_conventions``.
+    ``expected_output``: a reference answer; adds ``result.contextual_recall`` (its claims,
+    recall@k for each ``k``, the unsupported claims). ``source_quality``: grade each
+    passage's source (``Passage(url=...)``) 0-3 and add ``result.source_quality``
+    (quality@k, low-quality share, quality-weighted NDCG); ``site_priors`` (domain -> grade,
+    or a priors file) override the judge for the sites they cover (alone, without
+    ``source_quality``, they grade from the priors only). These calls are added to ``usage``.
 
     A backend resolved here from a spec or the environment is closed when the call ends
     (the embedded model is unloaded); to judge many queries, resolve it once with
@@ -71,19 +91,31 @@ async def aevaluate(
     if isinstance(retrieval_context, str):
         raise TypeError("retrieval_context must be a list of passages, not a single string")
     parse_named_measures(measures)  # a bad measure fails before any call
+    priors = _priors(site_priors)
+    passages = [_as_passage(p) for p in retrieval_context]
+    extras = ExtraOptions(
+        recall=expected_output is not None, source_quality=source_quality, site_priors=priors
+    )
     resolved = make_backend(backend, policy=policy, base_url=base_url)
     try:
+        cfg = _config(mode, config)
         result = await judge_query(
+            resolved, query, passages, cfg, store=store, k=k, qrels=qrels, with_summary=summary
+        )
+        if expected_output is None and not extras.wants_sources:
+            return with_measures(result, measures, qrels=qrels)
+        recall, sources = await judge_extras(
             resolved,
             query,
-            list(retrieval_context),
-            _config(mode, config),
+            passages,
+            result.verdicts,
+            cfg,
+            extras,
+            expected_output=expected_output,
             store=store,
             k=k,
-            qrels=qrels,
-            with_summary=summary,
         )
-        return with_measures(result, measures, qrels=qrels)
+        return with_measures(with_extras(result, recall, sources), measures, qrels=qrels)
     finally:
         if backend is None or isinstance(backend, str):
             # Created here from a spec or the environment: ours to close. A backend object
@@ -105,6 +137,9 @@ def evaluate(
     base_url: str | None = None,
     measures: Sequence[str] = (),
     policy: CallPolicy | None = None,
+    expected_output: str | None = None,
+    source_quality: bool = False,
+    site_priors: SitePriors | Mapping[str, int] | str | Path | None = None,
 ) -> JudgeResult:
     """Synchronous :func:`aevaluate` (same arguments, same result)."""
     return run_sync(
@@ -121,5 +156,8 @@ def evaluate(
             base_url=base_url,
             measures=measures,
             policy=policy,
+            expected_output=expected_output,
+            source_quality=source_quality,
+            site_priors=site_priors,
         )
     )

@@ -42,6 +42,7 @@ def test_public_api_names() -> None:
         "answer_scores",
         "redundancy_by_k",
         "compare_systems",
+        "ContextualRecallJudge",
     }
     assert judge.JudgeConfig is JudgeConfig and judge.Passage is Passage
     from judge.backends import resolve_backend

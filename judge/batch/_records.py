@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from judge.batch._extras import summarize_extras
 from judge.io._jsonl import DatasetRecord
 from judge.judging._models import JudgeResult, PassageVerdict
 from judge.judging._summary import judged_list
@@ -331,4 +332,5 @@ def summarize_records(
         summary["conventions"]["ground_truth"] = GROUND_TRUTH_CONVENTIONS
     else:
         summary["ground_truth"] = None
+    summary.update(summarize_extras(records, k))
     return summary

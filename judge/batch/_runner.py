@@ -47,6 +47,7 @@ from judge.backends._base import Backend
 from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
+from judge.batch._extras import extras_record
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import build_record, finish_record, summarize_records
@@ -59,6 +60,7 @@ from judge.io._jsonl import (
     iter_dataset,
 )
 from judge.judging import JudgeConfig, VerdictStore, resolve_config, summarize
+from judge.judging._extras import ExtraOptions
 from judge.judging._models import PassageVerdict
 from judge.store._runstate import OutputWriter, atomic_write_text, recover_output, scan_output
 
@@ -93,6 +95,7 @@ class BatchOptions:
     listwise_template: str | None = None
     executor: Executor | None = None
     measures: tuple[str, ...] = ()
+    extras: ExtraOptions | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -447,9 +450,10 @@ async def score_dataset(
 
             async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
                 rec: DatasetRecord = work.payload
-                await writer.awrite(
-                    build_record(rec, run.result(rec.query, verdicts), opts.k, measures=opts.measures)
+                result, extra = await extras_record(
+                    backend, config, store, rec, run.result(rec.query, verdicts), opts.extras, opts.k
                 )
+                await writer.awrite(build_record(rec, result, opts.k, measures=opts.measures) | extra)
 
             await run.drive(plan, commit)
         return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)

@@ -70,7 +70,8 @@ def register(subparsers: Any) -> None:
         metavar="NAME=FIELD",
         help=(
             "read NAME from FIELD "
-            "(names: id, query, retrieval_context, expected_ids, qrels, text, passage_id)"
+            "(names: id, query, retrieval_context, expected_ids, qrels, expected_output, text, "
+            "passage_id, url)"
         ),
     )
     p.add_argument(
@@ -84,6 +85,23 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="OUTPUT.jsonl",
         help="re-ask only the unjudged passages of an output file and rewrite it atomically",
+    )
+    p.add_argument(
+        "--no-recall",
+        action="store_true",
+        help="skip contextual recall (computed by default for lines with expected_output)",
+    )
+    p.add_argument(
+        "--source-quality",
+        action="store_true",
+        help="grade each passage's source (url/site/source) 0-3, once per site (cached)",
+    )
+    p.add_argument(
+        "--site-priors",
+        default=None,
+        metavar="FILE",
+        help="domain -> grade 0-3 (TSV 'domain<TAB>grade[<TAB>note]' or a JSON object); overrides "
+        "the judge for the sites it covers (subdomains included); alone, grades from it only",
     )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
@@ -99,6 +117,16 @@ def _config(args: argparse.Namespace, mode: str | None) -> Any:
         kwargs["template"] = args.template
     with flag_errors():
         return JudgeConfig(**kwargs)
+
+
+def _extras(args: argparse.Namespace) -> Any:
+    from judge.io._sites import read_site_priors
+    from judge.judging._extras import ExtraOptions
+
+    priors = read_site_priors(args.site_priors) if args.site_priors else None
+    return ExtraOptions(
+        recall=not args.no_recall, source_quality=bool(args.source_quality), site_priors=priors
+    )
 
 
 def _mode_of_output(path: Path) -> str | None:
@@ -134,6 +162,7 @@ def run_score(args: argparse.Namespace) -> int:
         raise InputError("cutoffs must be positive integers", field="-k")
     field_map = parse_field_map(args.map)
     measures = checked_measures(args.measures)
+    extras = _extras(args)
 
     if args.retry_unjudged:
         output = Path(args.retry_unjudged)
@@ -161,12 +190,16 @@ def run_score(args: argparse.Namespace) -> int:
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
         measures=measures,
+        extras=extras,
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,
             "timeout_s": backend.timeout_s,
             "max_retries": backend.max_retries,
             "cache": None if args.no_cache else str(args.cache or "default"),
+            "contextual_recall": not args.no_recall,
+            "source_quality": "judge" if args.source_quality else ("priors" if args.site_priors else None),
+            "site_priors": args.site_priors,
         },
     )
 

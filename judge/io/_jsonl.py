@@ -6,7 +6,9 @@ One line is one query::
      "expected_ids": ["d7"], "qrels": {"d7": 2}}
 
 ``id`` is optional (the line number, as ``"#<line>"``, stands in); ``expected_ids`` (binary
-ground truth) and ``qrels`` (graded ground truth, passage id -> grade) are optional. Field
+ground truth) and ``qrels`` (graded ground truth, passage id -> grade) are optional, and so
+are ``expected_output`` (a reference answer, for contextual recall) and a passage object's
+``url`` (or ``site``/``source``, for source quality). Field
 names can be mapped (``{"query": "question"}`` reads the query from ``question``); the
 mappable names are the keys of :data:`MAPPABLE_FIELDS`. Input may be gzip-compressed
 (detected from its first bytes, whatever the file name).
@@ -39,9 +41,14 @@ MAPPABLE_FIELDS: dict[str, str] = {
     "retrieval_context": "the ranked passages (required, non-empty list)",
     "expected_ids": "ids of the relevant passages (optional binary ground truth)",
     "qrels": "passage id -> graded relevance (optional graded ground truth)",
+    "expected_output": "a reference answer (optional; enables contextual recall)",
     "text": "a passage object's text key",
     "passage_id": "a passage object's id key (named 'id' in the file by default)",
+    "url": "a passage object's URL key (optional; 'site' or 'source' are read when it is absent)",
 }
+
+SITE_KEYS = ("site", "source")
+"""Passage keys read for the source (a site name or host) when the URL key is absent."""
 
 _DEFAULT_KEYS: dict[str, str] = {name: name for name in MAPPABLE_FIELDS} | {"passage_id": "id"}
 
@@ -54,6 +61,8 @@ class DatasetPassage:
     id: str | None = None
     truncated: bool = False
     original_chars: int = 0
+    url: str | None = None
+    site: str | None = None
 
     @property
     def docno(self) -> str:
@@ -74,6 +83,7 @@ class DatasetRecord:
     expected_ids: tuple[str, ...] | None = None
     qrels: dict[str, int] | None = None
     warnings: tuple[InputError, ...] = field(default=())
+    expected_output: str | None = None
 
     def ground_truth(self) -> dict[str, int] | None:
         """Graded ground truth: ``qrels`` if given, else ``expected_ids`` as grade 1."""
@@ -184,6 +194,8 @@ class _LineReader:
         for i, item in enumerate(ctx):
             where = f"{ctx_key}[{i}]"
             pid: str | None = None
+            url: str | None = None
+            site: str | None = None
             if isinstance(item, str):
                 ptext = item
             elif isinstance(item, dict):
@@ -200,6 +212,16 @@ class _LineReader:
                             "must be a string or an integer", line, f"{where}.{k['passage_id']}"
                         )
                     pid = str(pid_raw)
+                for name in (k["url"], *SITE_KEYS):
+                    value = item.get(name)
+                    if value is None:
+                        continue
+                    if not isinstance(value, str):
+                        return self.error("must be a string", line, f"{where}.{name}")
+                    if name == k["url"]:
+                        url = value
+                    elif site is None:
+                        site = value
             else:
                 return self.error(
                     f"a passage must be a string or an object, got {type(item).__name__}", line, where
@@ -213,7 +235,7 @@ class _LineReader:
                     self.error(f"passage of {original} characters truncated to {self.max_chars}", line, where)
                 )
                 ptext = ptext[: self.max_chars]
-            passages.append(DatasetPassage(ptext, pid, truncated, original))
+            passages.append(DatasetPassage(ptext, pid, truncated, original, url, site))
 
         expected: tuple[str, ...] | None = None
         exp_key = k["expected_ids"]
@@ -235,10 +257,20 @@ class _LineReader:
                 return self.error("must be an object mapping passage id to an integer grade", line, qrels_key)
             qrels = {str(key): int(v) for key, v in q.items()}
 
+        expected_output: str | None = None
+        out_key = k["expected_output"]
+        if obj.get(out_key) is not None:
+            reference = obj[out_key]
+            if not isinstance(reference, str):
+                return self.error(f"must be a string, got {type(reference).__name__}", line, out_key)
+            expected_output = reference if reference.strip() else None
+
         if qid in self.seen:
             return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, k["id"])
         self.seen[qid] = line
-        return DatasetRecord(qid, query, tuple(passages), line, expected, qrels, tuple(warnings))
+        return DatasetRecord(
+            qid, query, tuple(passages), line, expected, qrels, tuple(warnings), expected_output
+        )
 
 
 def iter_dataset(

@@ -154,11 +154,14 @@ def summary_template_for(config: JudgeConfig) -> PromptTemplate:
 
 @dataclass(frozen=True)
 class Passage:
-    """One retrieved passage. ``truncated`` says the text was cut before judging."""
+    """One retrieved passage. ``truncated`` says the text was cut before judging. ``url``:
+    where it comes from (a URL, a host name or a site's name such as ``新华网``), used by
+    source quality."""
 
     text: str
     id: str | None = None
     truncated: bool = False
+    url: str | None = None
 
 
 class VerdictStore(Protocol):

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from judge.judging._dimension_models import ContextualRecall, SourceQuality
+
 Mode = Literal["binary", "graded"]
 VerdictLabel = Literal["yes", "no", "unjudged"]
 
@@ -137,6 +139,8 @@ class JudgeResult(_Strict):
     ``measures``: the user-chosen registry measures (``measures=["P@3"]``) under the names
     given, None when no passage could be judged; ``measure_conventions``: every parameter
     each of them was computed with (label-free conventions, see :mod:`judge.metrics`).
+    ``contextual_recall`` (given a reference answer) and ``source_quality`` (when asked for)
+    are the optional dimensions of :mod:`judge.judging._recall` and :mod:`judge.judging._source`.
     """
 
     query: str
@@ -152,3 +156,5 @@ class JudgeResult(_Strict):
     conventions: dict[str, str | int | float] = Field(default_factory=dict)
     measures: dict[str, float | None] = Field(default_factory=dict)
     measure_conventions: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    contextual_recall: ContextualRecall | None = None
+    source_quality: SourceQuality | None = None

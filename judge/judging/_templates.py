@@ -2,7 +2,8 @@
 
 One file per template, named ``<id>.toml`` (ids look like ``binary.zh.v1``). Fields:
 
-``id``, ``language`` (``zh``/``en``), ``mode`` (``binary``/``graded``/``summary``),
+``id``, ``language`` (``zh``/``en``), ``mode`` (``binary``/``graded``/``summary``, or
+``claims``: a reference answer split into claims, :mod:`judge.judging._recall`),
 ``description`` (optional), ``variables`` (the exact set of ``${name}`` placeholders that
 ``system`` and ``user`` use), ``system``, ``user``, ``reask`` (optional; the follow-up user
 turn after an invalid reply, its only placeholder is ``${error}``), ``answer_prefix`` and
@@ -38,12 +39,12 @@ from typing import Any, Literal, cast
 from judge.backends._base import Message
 from judge.io._errors import InputError
 
-TemplateMode = Literal["binary", "graded", "summary"]
+TemplateMode = Literal["binary", "graded", "summary", "claims"]
 
 _REQUIRED = ("id", "language", "mode", "variables", "system", "user")
 _OPTIONAL = ("description", "reask", "answer_prefix", "candidates", "json_schema")
 _LANGUAGES = ("zh", "en")
-_MODES = ("binary", "graded", "summary")
+_MODES = ("binary", "graded", "summary", "claims")
 _CANDIDATES: dict[str, frozenset[str]] = {
     "binary": frozenset({"yes", "no"}),
     "graded": frozenset({"0", "1", "2", "3"}),
