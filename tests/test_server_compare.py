@@ -178,8 +178,12 @@ def test_bad_lines_are_named_by_system_line_and_field(tmp_path: Path) -> None:
         r = client.post("/v1/compare", json=empty)
         assert r.status_code == 422 and r.json()["system"] == "B"
         assert (
-            client.post("/v1/compare", content=b"x", headers={"Content-Type": "text/csv"}).status_code == 415
+            client.post("/v1/compare", content=b"x", headers={"Content-Type": "text/csv"}).status_code == 422
         )
+        schema = client.get("/openapi.json").json()
+        ref = schema["paths"]["/v1/compare"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert ref["$ref"].endswith("/CompareRequest")
+        assert "qrels" in schema["components"]["schemas"]["CompareOptions"]["properties"]
         assert [j["kind"] for j in client.get("/v1/jobs").json()["jobs"]] == ["compare"]
 
 
@@ -279,3 +283,21 @@ def test_a_restart_resumes_the_comparison(tmp_path: Path) -> None:
         report = client.get(f"/v1/jobs/{job_id}/report").json()
         assert report["systems"]["B"]["measures"]["map"] == pytest.approx(0.95)  # (1+1+1+4/5)/4
         assert report["systems"]["A"]["measures"]["map"] == pytest.approx(0.25)
+
+
+def test_full_queue_and_body_limit(tmp_path: Path) -> None:
+    from _server import Gate
+
+    gate = Gate(opened=False)
+    body = {"systems": systems(), "options": OPTIONS}
+    with TestClient(app_for(tmp_path / "a", backend=gate.backend, queue_size=1)) as client:
+        first = client.post("/v1/compare", json=body).json()["id"]
+        wait_job(client, first, statuses=("running",))
+        assert client.post("/v1/compare", json=body).status_code == 202  # waits in the queue
+        full = client.post("/v1/compare", json=body)
+        assert full.status_code == 429 and int(full.headers["Retry-After"]) >= 1
+        gate.open()
+        wait_job(client, first)
+    with TestClient(app_for(tmp_path / "b", max_body_bytes=2000)) as client:
+        r = client.post("/v1/compare", json=body)
+        assert r.status_code == 413 and not list((tmp_path / "b" / "jobs").iterdir())

@@ -499,7 +499,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # --- comparisons of systems -----------------------------------------------------------
     @app.post("/v1/compare", tags=["compare"], status_code=202)
-    async def submit_compare(request: Request) -> JSONResponse:
+    async def submit_compare(request: Request, body: CompareRequest) -> JSONResponse:
         """Submit a pooled comparison of systems (``judge compare-systems``) as a job.
 
         JSON body: ``{"systems": {NAME: [records...] | "NDJSON text", ...}, "options": {...}}``;
@@ -512,16 +512,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         naming the system, line and field (the rest runs; ``strict`` refuses with 422).
         ``Idempotency-Key`` returns the same job for the same key. When done,
         ``GET /v1/jobs/{id}/report`` has ``report.json`` (``?format=md|html``)."""
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype not in ("application/json", ""):
-            return _json_error(415, f"unsupported Content-Type {ctype!r}; use application/json")
-        if manager.queue_full() and not request.headers.get("idempotency-key"):
-            return queue_full()
-        raw = await request.body()
-        try:
-            body = CompareRequest.model_validate_json(raw)
-        except ValidationError as exc:
-            raise _validation_error(exc, ("body",)) from None
+        raw = await request.body()  # already read and validated by FastAPI (cached)
         idem_hash = idempotency_hash(request)
         body_hash = sha256_hex(b"compare:" + raw)
         replay = replayed(idem_hash, body_hash)
