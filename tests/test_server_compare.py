@@ -301,3 +301,32 @@ def test_full_queue_and_body_limit(tmp_path: Path) -> None:
     with TestClient(app_for(tmp_path / "b", max_body_bytes=2000)) as client:
         r = client.post("/v1/compare", json=body)
         assert r.status_code == 413 and not list((tmp_path / "b" / "jobs").iterdir())
+
+
+def test_retry_unjudged_asks_the_pool_again_and_rewrites_the_report(tmp_path: Path) -> None:
+    from _server import BAD, Gate
+
+    given = systems()
+    for rec in given["B"]:
+        rec["retrieval_context"][2]["text"] += " " + BAD  # r2: garbage replies until fixed
+    gate = Gate()
+    with TestClient(app_for(tmp_path, backend=gate.backend)) as client:
+        job_id = client.post("/v1/compare", json={"systems": given, "options": OPTIONS}).json()["id"]
+        job = wait_job(client, job_id)
+        assert job["status"] == "done" and job["unjudged"] == 12
+        before = client.get(f"/v1/jobs/{job_id}/report").json()
+        assert before["pool"]["unjudged"] == 12
+        assert before["systems"]["B"]["measures"]["map"] == pytest.approx(
+            (1 + 1 + 3 / 5) / 3
+        )  # r2 left out of the pool
+        gate.fix()
+        r = client.post(f"/v1/jobs/{job_id}/retry-unjudged")
+        assert r.status_code == 202 and r.json()["phase"] == "retry"
+        job = wait_job(client, job_id)
+        assert job["status"] == "done" and job["unjudged"] == 0 and job["summary"]["pool"]["unjudged"] == 0
+        after = client.get(f"/v1/jobs/{job_id}/report").json()
+        assert after["systems"]["B"]["measures"]["map"] == pytest.approx(0.95)
+        diff = client.get(f"/v1/jobs/{job_id}/differences").json()
+        assert all(
+            p["verdict"] != "unjudged" for q in diff["queries"] for s in q["systems"] for p in s["passages"]
+        )
