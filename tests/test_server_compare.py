@@ -95,6 +95,7 @@ def test_compare_job_end_to_end_equals_compare_systems(tmp_path: Path) -> None:
         html = client.get(f"/v1/jobs/{job_id}/report?format=html")
         csp = html.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "connect-src" not in csp and "script-src" not in csp
+        assert csp.endswith("sandbox") and html.headers["x-content-type-options"] == "nosniff"
         assert "Queries where the systems differ most" in html.text
 
         pooled = [json.loads(x) for x in client.get(f"/v1/jobs/{job_id}/results").text.splitlines()]

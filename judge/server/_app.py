@@ -52,7 +52,7 @@ NDJSON = "application/x-ndjson"
 # report.html is self-contained (inline CSS and SVG, no script): forbid every network load.
 REPORT_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'self'"
+    "form-action 'none'; frame-ancestors 'self'; sandbox"
 )
 JUDGE_OPTION_KEYS = ("mode", "language", "template", "probability", "p_yes_threshold", "explain")
 STATIC_DIR = Path(str(resources.files("judge.server") / "static"))

@@ -6,7 +6,8 @@ A job is a directory: ``input.jsonl`` (the submitted records, as ``judge score``
 them), ``output.jsonl`` (one line per finished query, appended and fsynced),
 ``output.summary.json`` and ``output.rejects.jsonl``. Resuming after a kill is what
 ``judge score`` does on the same output: finished queries are in the output, judged passages
-in the verdict cache.
+in the verdict cache. A comparison of systems (``POST /v1/compare``) runs ``judge
+compare-systems`` in its job's directory instead (see "compare jobs" below).
 """
 
 from __future__ import annotations
