@@ -13,13 +13,12 @@ compare-systems`` in its job's directory instead (see "compare jobs" below).
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from judge.backends._base import Backend
 from judge.batch import (
@@ -36,7 +35,7 @@ from judge.io._trec import read_qrels
 from judge.judging import JudgeConfig, VerdictStore
 from judge.store import atomic_write_text
 from judge.systems import PoolRun, SystemsOptions, SystemsReport, run_compare_systems
-from judge.systems._inputs import Inputs, Reporter, read_systems
+from judge.systems._inputs import Inputs, read_systems
 from judge.systems._pool import build_pool, pool_dataset_lines, read_pool_verdicts
 from judge.systems._render import ReportData, _differing_queries
 from judge.systems._scoring import evaluate_files, parse_measures, system_verdicts
@@ -253,19 +252,27 @@ def _systems_of(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Path]:
     return {name: system_path(job_dir, name) for name in options["systems"]}
 
 
-class _Collect(Reporter):
-    """compare-systems' bad-input reporting, collected as records naming the system."""
+class _Collect:
+    """The bad-input reporter compare-systems' reader calls (``report(err, action)``,
+    ``rejected``): problems kept as records naming the system, nothing printed."""
 
     def __init__(self, names: Mapping[str, str]) -> None:
-        super().__init__(None, stream=io.StringIO())
         self.names = names
         self.records: list[dict[str, Any]] = []
+        self.rejected = 0
+        self.warned = 0
 
     def report(self, err: InputError, action: str) -> None:
-        super().report(err, action)
+        if action == "rejected":
+            self.rejected += 1
+        else:
+            self.warned += 1
         rec = error_record(err, action=action)
         name = self.names.get(str(err.path), "")
         self.records.append({"system": name, **rec, "path": f"{SYSTEMS_DIR}/{name}.jsonl"})
+
+    def close(self) -> None:
+        pass
 
 
 def public_message(job_dir: Path, err: InputError) -> str:
@@ -278,13 +285,13 @@ def _human(job_dir: Path) -> Any:
     return read_qrels(path) if path.exists() else None
 
 
-def _read_inputs(job_dir: Path, options: Mapping[str, Any], reporter: Reporter) -> Inputs:
+def _read_inputs(job_dir: Path, options: Mapping[str, Any], reporter: _Collect) -> Inputs:
     return read_systems(
         _systems_of(job_dir, options),
         field_map=options.get("map") or {},
         max_passage_chars=int(options["max_passage_chars"]),
         strict=bool(options.get("strict")),
-        reporter=reporter,
+        reporter=cast(Any, reporter),  # duck-typed: the reader needs report() and rejected
     )
 
 
@@ -452,7 +459,7 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
     reason. Rebuilt from the files compare-systems wrote in the job's directory."""
     report = SystemsReport.model_validate(json.loads((job_dir / REPORT_FILES["json"]).read_text("utf-8")))
     conv = report.conventions
-    inputs = _read_inputs(job_dir, {**options, "strict": False}, Reporter(None, stream=io.StringIO()))
+    inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
     pool = build_pool(inputs, depth=options.get("depth"), human=_human(job_dir))
     verdicts = read_pool_verdicts(job_dir / POOL_JUDGED)
     measures = parse_measures(conv.get("measures"))
