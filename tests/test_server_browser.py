@@ -108,3 +108,79 @@ def test_submit_watch_and_read_reasons_in_chromium(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
     if os.environ.get("JUDGE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(shot, ROOT / "docs" / "server-viewer.png")
+
+
+def _systems() -> dict[str, list[dict[str, object]]]:
+    """Two search engines over twelve Chinese queries: ``bm25`` mostly finds one relevant
+    passage of three, ``dense`` mostly all three; two passages per query are in both."""
+    topics = [
+        "小狗贫血的表现", "感冒吃什么药", "如何办理护照", "高铁票怎么退", "手机电池鼓包怎么办",
+        "新生儿黄疸多久消退", "公积金怎么提取", "猫咪呕吐的原因", "信用卡逾期的后果",
+        "空调不制冷怎么办", "驾照到期如何换证", "孕妇能喝咖啡吗",
+    ]  # fmt: skip
+    bm25, dense = [], []
+    for i, topic in enumerate(topics):
+        rel = [{"id": f"r{j}", "text": f"[相关] 关于「{topic}」的第{j + 1}条要点。"} for j in range(3)]
+        junk = [
+            {"id": "n0", "text": "今天的天气晴朗，适合出游。"},
+            {"id": "n1", "text": f"「{topic}」相关的广告：限时优惠。"},
+        ]
+        a = [rel[0], *junk] if i % 4 else [junk[1], rel[0], rel[1]]
+        b = [rel[0], rel[1], junk[0], rel[2]] if i % 3 else [rel[1], junk[0], rel[0], rel[2]]
+        bm25.append({"id": f"q{i:02d}", "query": topic, "retrieval_context": a})
+        dense.append({"id": f"q{i:02d}", "query": topic, "retrieval_context": b})
+    return {"bm25": bm25, "dense": dense}
+
+
+def test_comparison_page_shows_the_winner_and_reasons_in_chromium(tmp_path: Path) -> None:
+    import json
+    import urllib.request
+
+    env = serve_env(tmp_path, JUDGE_API_KEYS=KEY)
+    args = ["--backend-factory", "_server:slow_fake_backend", "--db", str(tmp_path / "s.sqlite")]
+    shot = tmp_path / "compare.png"  # JUDGE_DOCS_SCREENSHOT=1: also docs/server-compare.png
+    with serve_process(args, env) as (_proc, url), sync_api.sync_playwright() as p:
+        body = {"systems": _systems(), "options": {"seed": 1, "resamples": 1000, "stability_resamples": 100}}
+        req = urllib.request.Request(
+            url + "/v1/compare",
+            data=json.dumps(body, ensure_ascii=False).encode("utf-8"),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 202
+            job_id = json.loads(resp.read())["id"]
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1360, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(url + "/")
+            page.fill("input[name=key]", KEY)
+            page.click("button[type=submit]")
+            page.wait_for_selector(f"#jobs tr[data-job='{job_id}'][data-kind=compare]")
+            page.click(f"#jobs tr[data-job='{job_id}'] a.kind.compare")  # linked from the job list
+            page.wait_for_url(f"**/compare/{job_id}")
+            page.wait_for_selector("#job-head [data-status=done]")
+            page.wait_for_selector("#winner")
+            assert page.get_attribute("#winner", "data-system") == "dense"
+            assert "dense is better than bm25 on map" in page.inner_text("#verdicts")
+            assert page.locator("#comparisons tr[data-measure=map].sig").count() == 1
+            first = page.locator("#differences .dq").first
+            dense_col = first.locator(".dcol[data-system=dense]")
+            assert "段落包含回答查询所需的信息。" in dense_col.inner_text()
+            assert "段落与查询无关。" in first.locator(".dcol[data-system=bm25]").inner_text()
+            assert "今天的天气晴朗" in first.inner_text()
+            links = page.inner_text("#job-head .links")
+            assert "bm25.run" in links and "dense.run" in links and "http" not in links
+            page.set_viewport_size({"width": 1360, "height": 1640})
+            page.screenshot(path=str(shot))  # the verdict, pool, systems, tests and the first query
+            page.goto(url + f"/jobs/{job_id}")  # a compare job's /jobs/ page leads to its comparison page
+            page.wait_for_url(f"**/compare/{job_id}")
+            page.goto(url + f"/v1/jobs/{job_id}/report?format=html")
+            assert "Queries where the systems differ most" in page.content()
+        finally:
+            browser.close()
+    print(f"comparison screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("JUDGE_DOCS_SCREENSHOT") == "1":
+        shutil.copyfile(shot, ROOT / "docs" / "server-compare.png")

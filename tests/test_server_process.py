@@ -188,3 +188,48 @@ def test_kill_9_mid_job_resumes_on_restart_with_every_query_once(tmp_path: Path,
         assert asked[key] == 2
         assert any(mark - 2 * CONCURRENCY <= first_seen[key] < mark for mark in kill_marks), (key, kill_marks)
     assert len(twice) <= len(kill_marks) * 2 * CONCURRENCY
+
+
+def test_kill_9_mid_comparison_resumes_on_restart(tmp_path: Path, sim: Any) -> None:
+    """A compare job killed mid-pool resumes by itself on restart and judges every unique
+    (query, passage) pair once, repeating at most what was in flight at the kill."""
+    n_queries = 30
+    base = _dataset(n_queries, 6)
+    a = [{**r, "retrieval_context": r["retrieval_context"][:4]} for r in base]
+    b = [{**r, "retrieval_context": r["retrieval_context"][2:]} for r in base]  # 2 of 4 shared
+    body = json.dumps(
+        {"systems": {"A": a, "B": b}, "options": {"resamples": 500, "stability_resamples": 20}},
+        ensure_ascii=False,
+    ).encode("utf-8")
+    env = serve_env(tmp_path)
+    args = ["--backend", "openai:sim-judge", "--base-url", sim.base_url, "--concurrency", str(CONCURRENCY)]
+    args += ["--db", str(tmp_path / "server.sqlite"), "--cache", str(tmp_path / "cache.sqlite")]
+    log = Path(sim.log_path)
+    with serve_process(args, env) as (proc, url):
+        status, job = call(url + "/v1/compare", "POST", body, {"Content-Type": "application/json"})
+        assert status == 202 and job["kind"] == "compare"
+        job_id = job["id"]
+        deadline = time.monotonic() + 60
+        while _log_len(log) < 60:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(0.1)
+        mark = _log_len(log)
+    with serve_process(args, env) as (proc, url):
+        deadline = time.monotonic() + 90
+        while True:
+            status, job = call(f"{url}/v1/jobs/{job_id}")
+            if job["status"] in ("done", "failed", "cancelled") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert job["status"] == "done", job
+        assert job["attempts"] == 2 and job["queries_done"] == n_queries
+        status, report = call(f"{url}/v1/jobs/{job_id}/report")
+        assert status == 200 and report["pool"]["unique_pairs"] == n_queries * 6
+        assert report["pool"]["judged"] + report["pool"]["unjudged"] == n_queries * 6
+    asked = Counter(e["key"] for e in sim.log_entries() if e["outcome"] != "429")
+    assert len(asked) == n_queries * 6  # every unique pair, none of the 2 x 30 shared ones twice
+    twice = [k for k, c in asked.items() if c > 1]
+    assert len(twice) <= 2 * CONCURRENCY and mark >= 60

@@ -34,12 +34,13 @@ from fastapi.responses import (
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from judge.io._errors import InputError
 from judge.server import _engine
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import JobDB, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
-from judge.server._schemas import EvaluateRequest, JobOptions, JobRequest
+from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,6 +49,12 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 NDJSON = "application/x-ndjson"
+# report.html is self-contained (inline CSS and SVG, no script): forbid every network load.
+REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'self'; sandbox"
+)
+JUDGE_OPTION_KEYS = ("mode", "language", "template", "probability", "p_yes_threshold", "explain")
 STATIC_DIR = Path(str(resources.files("judge.server") / "static"))
 OPEN_PATHS = frozenset({"/healthz"})
 
@@ -243,7 +250,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     db = JobDB(config.db_path)
     rt = config.runtime
     rt.jobs_dir.mkdir(parents=True, exist_ok=True)
-    metrics = ServerMetrics(db.count_by_status, lambda: getattr(rt.backend, "stats", None))
+    metrics = ServerMetrics(
+        db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
+    )
     manager = JobManager(db, rt, metrics)
     keys = config.keys
 
@@ -272,6 +281,39 @@ def create_app(config: ServerConfig) -> FastAPI:
             f"the queue is full ({rt.queue_size} jobs waiting); retry later",
             headers={"Retry-After": str(manager.retry_after_s())},
         )
+
+    def idempotency_hash(request: Request) -> str | None:
+        idem = request.headers.get("idempotency-key")
+        return sha256_hex("idem:" + idem) if idem else None
+
+    def replayed(idem_hash: str | None, body_hash: str) -> JSONResponse | None:
+        """The job an ``Idempotency-Key`` already made (or a 422 if the body differs)."""
+        if idem_hash is None:
+            return None
+        found = db.by_idempotency(idem_hash)
+        if found is None:
+            return None
+        job, old_body = found
+        if old_body != body_hash:
+            return _json_error(
+                422, "Idempotency-Key was used with a different request", field="Idempotency-Key"
+            )
+        return JSONResponse(manager.view(job), status_code=200, headers={"Idempotency-Replayed": "true"})
+
+    def insert_job(
+        job_id: str, job_dir: Path, idem_hash: str | None, **fields: Any
+    ) -> JSONResponse | dict[str, Any]:
+        try:
+            job = db.insert(job_id, idempotency_hash=idem_hash, **fields)
+        except Exception:
+            if idem_hash is not None and (found := db.by_idempotency(idem_hash)) is not None:
+                # Two requests with one key raced: the other one won.
+                shutil.rmtree(job_dir, ignore_errors=True)
+                return JSONResponse(manager.view(found[0]), status_code=200)
+            raise
+        metrics.jobs_submitted.labels(str(fields["kind"])).inc()
+        manager.wake()
+        return job
 
     def job_or_404(job_id: str) -> dict[str, Any]:
         job = db.get(job_id)
@@ -417,20 +459,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         digest.update(json.dumps(given.model_dump(), sort_keys=True).encode())
         body_hash = digest.hexdigest()
 
-        idem = request.headers.get("idempotency-key")
-        idem_hash = sha256_hex("idem:" + idem) if idem else None
-        if idem_hash is not None:
-            found = db.by_idempotency(idem_hash)
-            if found is not None:
-                job, old_body = found
-                shutil.rmtree(job_dir, ignore_errors=True)
-                if old_body != body_hash:
-                    return _json_error(
-                        422, "Idempotency-Key was used with a different request", field="Idempotency-Key"
-                    )
-                return JSONResponse(
-                    manager.view(job), status_code=200, headers={"Idempotency-Replayed": "true"}
-                )
+        idem_hash = idempotency_hash(request)
+        replay = replayed(idem_hash, body_hash)
+        if replay is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return replay
         if manager.queue_full():
             shutil.rmtree(job_dir, ignore_errors=True)
             return queue_full()
@@ -447,27 +480,145 @@ def create_app(config: ServerConfig) -> FastAPI:
         with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
             for rec in check.rejects:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        try:
-            job = db.insert(
-                job_id,
-                kind="score",
-                options=options,
-                queries_total=check.queries,
-                passages_total=check.passages,
-                rejected=len(check.rejects),
-                idempotency_hash=idem_hash,
-                body_hash=body_hash,
-            )
-        except Exception:
-            if idem_hash is not None and (found := db.by_idempotency(idem_hash)) is not None:
-                # Two requests with one key raced: the other one won.
-                shutil.rmtree(job_dir, ignore_errors=True)
-                return JSONResponse(manager.view(found[0]), status_code=200)
-            raise
-        manager.wake()
+        job = insert_job(
+            job_id,
+            job_dir,
+            idem_hash,
+            kind="score",
+            options=options,
+            queries_total=check.queries,
+            passages_total=check.passages,
+            rejected=len(check.rejects),
+            body_hash=body_hash,
+        )
+        if isinstance(job, JSONResponse):
+            return job
         view = manager.view(job)
         view["rejects"] = check.rejects[:100]
         return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+
+    # --- comparisons of systems -----------------------------------------------------------
+    @app.post("/v1/compare", tags=["compare"], status_code=202)
+    async def submit_compare(request: Request, body: CompareRequest) -> JSONResponse:
+        """Submit a pooled comparison of systems (``judge compare-systems``) as a job.
+
+        JSON body: ``{"systems": {NAME: [records...] | "NDJSON text", ...}, "options": {...}}``;
+        each system's results in ``judge score``'s input format, the first system the
+        baseline. ``options``: the judging ones (``mode``, ``language``, ``template``, ...;
+        unset: the server's defaults) and ``depth``, ``measures``, ``relevance_level``,
+        ``qrels`` (TREC qrels text: human labels judged first), ``seed``, ``resamples``,
+        ``stability_resamples``, ``confidence``, ``strict``, ``listwise``, ``map``,
+        ``max_passage_chars``, ``top_queries``, ``top_passages``. Bad lines are rejected
+        naming the system, line and field (the rest runs; ``strict`` refuses with 422).
+        ``Idempotency-Key`` returns the same job for the same key. When done,
+        ``GET /v1/jobs/{id}/report`` has ``report.json`` (``?format=md|html``)."""
+        raw = await request.body()  # already read and validated by FastAPI (cached)
+        idem_hash = idempotency_hash(request)
+        body_hash = sha256_hex(b"compare:" + raw)
+        replay = replayed(idem_hash, body_hash)
+        if replay is not None:
+            return replay
+        if manager.queue_full():
+            return queue_full()
+        job_id = new_job_id()
+        job_dir = manager.job_dir(job_id)
+        job_dir.mkdir(parents=True)
+        try:
+            return await _submit_compare(body, job_id, job_dir, idem_hash, body_hash)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+
+    async def _submit_compare(
+        body: CompareRequest, job_id: str, job_dir: Path, idem_hash: str | None, body_hash: str
+    ) -> JSONResponse:
+        given = body.options.model_dump()
+        qrels_text = given.pop("qrels")
+        options: dict[str, Any] = {k: config.defaults.get(k) for k in JUDGE_OPTION_KEYS}
+        options.update({k: v for k, v in given.items() if v is not None})
+        options["systems"] = list(body.systems)
+        options["qrels"] = _engine.HUMAN_QRELS if qrels_text is not None else None
+        try:
+            config_of(options)
+        except ValueError as exc:
+            name = str(exc).split(" ", 1)[0]
+            raise RequestValidationError(
+                [{"loc": ("body", "options", name), "msg": str(exc), "type": "value_error"}]
+            ) from None
+        await asyncio.to_thread(_engine.write_systems, job_dir, body.systems)
+        if qrels_text is not None:
+            (job_dir / _engine.HUMAN_QRELS).write_text(qrels_text, encoding="utf-8")
+        try:
+            check = await asyncio.to_thread(_engine.validate_compare, job_dir, options)
+        except InputError as err:
+            rejects = _engine.compare_rejects(job_dir)
+            where: dict[str, Any] = {"line": err.line}
+            if err.path is not None and Path(err.path).name == _engine.HUMAN_QRELS:
+                where["field"] = "options.qrels" + (f".{err.field}" if err.field else "")
+            else:
+                names = {str(_engine.system_path(job_dir, n)): n for n in options["systems"]}
+                where["system"] = names.get(str(err.path))
+                where["field"] = err.field
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return _json_error(422, _engine.public_message(job_dir, err), **where, rejects=rejects[:100])
+        inserted = insert_job(
+            job_id,
+            job_dir,
+            idem_hash,
+            kind="compare",
+            options=options,
+            queries_total=check.queries,
+            passages_total=check.passages,
+            rejected=len(check.rejects),
+            body_hash=body_hash,
+        )
+        if isinstance(inserted, JSONResponse):
+            return inserted
+        view = manager.view(inserted)
+        view["rejects"] = check.rejects[:100]
+        return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+
+    def compare_job(job_id: str) -> dict[str, Any]:
+        job = job_or_404(job_id)
+        if job["kind"] != "compare":
+            raise _NotCompare(job_id)
+        return job
+
+    @app.exception_handler(_NotCompare)
+    async def _on_not_compare(_: Request, exc: _NotCompare) -> JSONResponse:
+        return _json_error(
+            409, f"job {exc.args[0]!r} is not a comparison of systems (POST /v1/compare makes one)"
+        )
+
+    @app.get("/v1/jobs/{job_id}/report", tags=["compare"], response_model=None)
+    async def compare_report(
+        job_id: str, format: str = Query(default="json", pattern="^(json|md|html)$")
+    ) -> Response:
+        """A finished comparison's ``report.json`` (schema ``judge.systems/1``); ``format=md``
+        its ``report.md``, ``format=html`` its self-contained ``report.html`` (served with a
+        Content-Security-Policy that forbids every network load)."""
+        job = compare_job(job_id)
+        text = await asyncio.to_thread(_engine.report_text, manager.job_dir(job_id), format)
+        if text is None:
+            return _json_error(409, f"job is {job['status']}; the report is written when it is done")
+        if format == "json":
+            return Response(text, media_type="application/json")
+        if format == "md":
+            return Response(text, media_type="text/markdown; charset=utf-8")
+        return HTMLResponse(
+            text, headers={"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"}
+        )
+
+    @app.get("/v1/jobs/{job_id}/differences", tags=["compare"])
+    async def compare_differences(job_id: str) -> Any:
+        """The queries where a finished comparison's systems differ most on its primary
+        measure, each with every system's value and top passages (verdict, grade, P(yes),
+        reason): what the viewer's comparison page shows."""
+        job = compare_job(job_id)
+        data = await asyncio.to_thread(_engine.read_differences, manager.job_dir(job_id), job["options"])
+        if data is None:
+            return _json_error(409, f"job is {job['status']}; the report is written when it is done")
+        return data
 
     @app.get("/v1/jobs", tags=["jobs"])
     async def list_jobs(
@@ -528,18 +679,40 @@ def create_app(config: ServerConfig) -> FastAPI:
         limit: int = Query(default=1000, ge=1, le=100_000),
         format: str = Query(default="ndjson", pattern="^(ndjson|qrels|run)$"),
         tag: str = Query(default="judge", pattern=r"^\S{1,64}$"),
+        system: str | None = Query(default=None, max_length=200),
     ) -> Response:
         """The records ``judge score`` writes, as NDJSON in finishing order, ``offset``/``limit``
         paginated (``X-Total-Count``, ``X-Next-Offset``); ``format=qrels|run``: TREC files of
-        the whole output."""
-        job_or_404(job_id)
+        the whole output. A comparison's results are its pooled verdicts
+        (``pool.judged.jsonl``); ``format=qrels`` its ``pool.qrels``, ``format=run&system=NAME``
+        that system's ``runs/NAME.run``."""
+        job = job_or_404(job_id)
         job_dir = manager.job_dir(job_id)
+        if job["kind"] == "compare" and format != "ndjson":
+            if format == "run" and system not in job["options"]["systems"]:
+                raise RequestValidationError(
+                    [
+                        {
+                            "loc": ("query", "system"),
+                            "msg": f"format=run needs system= one of {job['options']['systems']}",
+                            "type": "value_error",
+                        }
+                    ]
+                )
+            text = await asyncio.to_thread(_engine.compare_export, job_dir, format, system)
+            if text is None:
+                return _json_error(
+                    409, f"job is {job['status']}; the pool's files are written when it is done"
+                )
+            name = "pool.qrels" if format == "qrels" else f"{system}.run"
+            return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{name}"'})
         if format != "ndjson":
             text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag)
             return PlainTextResponse(
                 text, headers={"Content-Disposition": f'inline; filename="{job_id}.{format}"'}
             )
-        lines, _ = _engine.complete_lines(job_dir / _engine.OUTPUT_NAME)
+        source = _engine.POOL_JUDGED if job["kind"] == "compare" else _engine.OUTPUT_NAME
+        lines, _ = _engine.complete_lines(job_dir / source)
         lines = [x for x in lines if x.strip()]
         page = lines[offset : offset + limit]
         headers = {"X-Total-Count": str(len(lines))}
@@ -551,8 +724,12 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/jobs/{job_id}/rejects", tags=["jobs"])
     async def rejects(job_id: str) -> dict[str, Any]:
-        """The input lines that were rejected: line, field, error."""
-        job_or_404(job_id)
+        """The input lines that were rejected: line, field, error (and, for a comparison,
+        the system)."""
+        job = job_or_404(job_id)
+        if job["kind"] == "compare":
+            found = _engine.compare_rejects(manager.job_dir(job_id))
+            return {"rejects": found, "count": len(found)}
         lines, _ = _engine.complete_lines(manager.job_dir(job_id) / _engine.REJECTS_NAME)
         items = []
         for x in lines:
@@ -602,6 +779,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def home() -> FileResponse:
         return FileResponse(index_html, media_type="text/html; charset=utf-8")
 
+    @app.get("/compare/{job_id}", include_in_schema=False)
+    async def compare_page(job_id: str) -> FileResponse:
+        return FileResponse(index_html, media_type="text/html; charset=utf-8")
+
     @app.get("/jobs/{job_id}", include_in_schema=False)
     async def job_page(job_id: str) -> FileResponse:
         return FileResponse(index_html, media_type="text/html; charset=utf-8")
@@ -632,6 +813,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 class _NotFound(Exception):
+    pass
+
+
+class _NotCompare(Exception):
     pass
 
 

@@ -213,6 +213,17 @@ class JobDB:
         counts.update({str(r[0]): int(r[1]) for r in rows})
         return counts
 
+    def count_by_kind(self) -> dict[tuple[str, str], int]:
+        """Jobs by (kind, status), every status of every kind present (0 where none)."""
+        with self._lock:
+            rows = (
+                self._c().execute("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status").fetchall()
+            )
+        kinds = {str(r[0]) for r in rows}
+        counts = {(k, s): 0 for k in kinds for s in STATUSES}
+        counts.update({(str(r[0]), str(r[1])): int(r[2]) for r in rows})
+        return counts
+
     def next_queued(self, exclude: Iterable[str] = ()) -> dict[str, Any] | None:
         skip = list(exclude)
         sql = "SELECT * FROM jobs WHERE status = 'queued'"

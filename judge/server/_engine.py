@@ -6,17 +6,19 @@ A job is a directory: ``input.jsonl`` (the submitted records, as ``judge score``
 them), ``output.jsonl`` (one line per finished query, appended and fsynced),
 ``output.summary.json`` and ``output.rejects.jsonl``. Resuming after a kill is what
 ``judge score`` does on the same output: finished queries are in the output, judged passages
-in the verdict cache.
+in the verdict cache. A comparison of systems (``POST /v1/compare``) runs ``judge
+compare-systems`` in its job's directory instead (see "compare jobs" below).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from judge.backends._base import Backend
 from judge.batch import (
@@ -29,7 +31,14 @@ from judge.batch import (
 from judge.batch._records import _truth_of as truth_of
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset
+from judge.io._trec import read_qrels
 from judge.judging import JudgeConfig, VerdictStore
+from judge.store import atomic_write_text
+from judge.systems import PoolRun, SystemsOptions, SystemsReport, run_compare_systems
+from judge.systems._inputs import Inputs, read_systems
+from judge.systems._pool import build_pool, pool_dataset_lines, read_pool_verdicts
+from judge.systems._render import ReportData, _differing_queries
+from judge.systems._scoring import evaluate_files, parse_measures, system_verdicts
 
 INPUT_NAME = "input.jsonl"
 OUTPUT_NAME = "output.jsonl"
@@ -204,3 +213,313 @@ def query_detail(job_dir: Path, query_id: str, options: Mapping[str, Any]) -> di
             }
         )
     return {"record": record, "passages": passages}
+
+
+# ------------------------------------------------------------------------ compare jobs
+# A comparison of systems (``judge compare-systems``) runs in the job's directory, which is
+# its report directory: ``systems/NAME.jsonl`` (each system's submitted records),
+# ``human.qrels`` (the optional human labels), then what compare-systems writes there
+# (``pool.input.jsonl``, ``pool.judged.jsonl``, ``pool.qrels``, ``runs/NAME.run``,
+# ``report.json|md|html``). Resuming is re-running it: the pool's output and the verdict
+# cache hold what was judged.
+SYSTEMS_DIR = "systems"
+HUMAN_QRELS = "human.qrels"
+COMPARE_REJECTS = "compare.rejects.jsonl"
+POOL_JUDGED = "pool.judged.jsonl"
+POOL_QRELS = "pool.qrels"
+DIFFERENCES_NAME = "differences.json"
+REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html"}
+
+
+def system_path(job_dir: Path, name: str) -> Path:
+    return job_dir / SYSTEMS_DIR / f"{name}.jsonl"
+
+
+def write_systems(job_dir: Path, systems: Mapping[str, Sequence[Mapping[str, Any]] | str]) -> None:
+    """Save each system's records (a list of objects, or NDJSON text as given) as
+    ``systems/NAME.jsonl``, in the order given (the first is the baseline)."""
+    (job_dir / SYSTEMS_DIR).mkdir(parents=True, exist_ok=True)
+    for name, given in systems.items():
+        with open(system_path(job_dir, name), "w", encoding="utf-8") as fh:
+            if isinstance(given, str):
+                fh.write(given if not given or given.endswith("\n") else given + "\n")
+            else:
+                for rec in given:
+                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def _systems_of(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Path]:
+    return {name: system_path(job_dir, name) for name in options["systems"]}
+
+
+class _Collect:
+    """The bad-input reporter compare-systems' reader calls (``report(err, action)``,
+    ``rejected``): problems kept as records naming the system, nothing printed."""
+
+    def __init__(self, names: Mapping[str, str]) -> None:
+        self.names = names
+        self.records: list[dict[str, Any]] = []
+        self.rejected = 0
+        self.warned = 0
+
+    def report(self, err: InputError, action: str) -> None:
+        if action == "rejected":
+            self.rejected += 1
+        else:
+            self.warned += 1
+        rec = error_record(err, action=action)
+        name = self.names.get(str(err.path), "")
+        self.records.append({"system": name, **rec, "path": f"{SYSTEMS_DIR}/{name}.jsonl"})
+
+    def close(self) -> None:
+        pass
+
+
+def public_message(job_dir: Path, err: InputError) -> str:
+    """An input error's text without the server's directories."""
+    return str(err).replace(str(job_dir) + "/", "")
+
+
+def _human(job_dir: Path) -> Any:
+    path = job_dir / HUMAN_QRELS
+    return read_qrels(path) if path.exists() else None
+
+
+def _read_inputs(job_dir: Path, options: Mapping[str, Any], reporter: _Collect) -> Inputs:
+    return read_systems(
+        _systems_of(job_dir, options),
+        field_map=options.get("map") or {},
+        max_passage_chars=int(options["max_passage_chars"]),
+        strict=bool(options.get("strict")),
+        reporter=cast(Any, reporter),  # duck-typed: the reader needs report() and rejected
+    )
+
+
+def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
+    """Read the saved systems (and human labels) once, as compare-systems will: the pool's
+    queries and passages still to judge, and the rejected lines naming system, line, field.
+    Raises :class:`InputError` for what compare-systems refuses outright (``strict`` with a
+    problem, a system without a valid query, bad qrels)."""
+    human = _human(job_dir)
+    paths = _systems_of(job_dir, options)
+    collect = _Collect({str(p): name for name, p in paths.items()})
+    try:
+        inputs = _read_inputs(job_dir, options, collect)
+    except InputError:
+        if collect.records:
+            with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in collect.records)
+        raise
+    pool = build_pool(inputs, depth=options.get("depth"), human=human)
+    lines = pool_dataset_lines(pool, inputs)
+    with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in collect.records)
+    return Validation(
+        queries=len(lines),
+        passages=sum(len(line["retrieval_context"]) for line in lines),
+        rejects=collect.records,
+    )
+
+
+def compare_rejects(job_dir: Path) -> list[dict[str, Any]]:
+    lines, _ = complete_lines(job_dir / COMPARE_REJECTS)
+    return [json.loads(x) for x in lines if x.strip()]
+
+
+def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions:
+    return SystemsOptions(
+        depth=options.get("depth"),
+        measures=tuple(options["measures"]) if options.get("measures") else None,
+        relevance_level=options.get("relevance_level"),
+        qrels=job_dir / HUMAN_QRELS if (job_dir / HUMAN_QRELS).exists() else None,
+        seed=int(options.get("seed") or 0),
+        resamples=int(options.get("resamples") or 10_000),
+        stability_resamples=int(options.get("stability_resamples", 1000)),
+        confidence=float(options.get("confidence") or 0.95),
+        strict=bool(options.get("strict")),
+        field_map=dict(options.get("map") or {}),
+        max_passage_chars=int(options["max_passage_chars"]),
+        top_queries=int(options.get("top_queries", 10)),
+        top_passages=int(options.get("top_passages", 5)),
+    )
+
+
+async def run_compare(
+    job_dir: Path,
+    backend: Backend,
+    config: JudgeConfig,
+    store: VerdictStore | None,
+    options: Mapping[str, Any],
+    *,
+    concurrency: int,
+    settings: Mapping[str, Any],
+    retry: bool = False,
+) -> dict[str, Any]:
+    """Run (or resume) ``judge compare-systems`` in the job's directory; the job's summary:
+    the report's pool and means, the winner on the primary measure, the pool's verdicts."""
+    run = PoolRun(
+        concurrency=concurrency,
+        progress="quiet",
+        listwise=bool(options.get("listwise") or options.get("listwise_template")),
+        listwise_template=options.get("listwise_template"),
+        retry_unjudged=retry,
+        settings=dict(settings),
+    )
+    report = await run_compare_systems(
+        _systems_of(job_dir, options),
+        job_dir,
+        backend,
+        config,
+        store=store,
+        options=systems_options(job_dir, options),
+        pool_run=run,
+    )
+    await asyncio.to_thread(write_differences, job_dir, options)
+    return await asyncio.to_thread(compare_summary, job_dir, report)
+
+
+def compare_summary(job_dir: Path, report: SystemsReport) -> dict[str, Any]:
+    verdicts: dict[str, int] = {}
+    queries = passages = unjudged = 0
+    for rec in iter_pool_records(job_dir):
+        queries += 1
+        passages += int(rec.get("n_passages", len(rec.get("verdicts", []))))
+        unjudged += int(rec.get("unjudged", 0))
+        for v in rec.get("verdicts", []):
+            verdicts[str(v.get("verdict"))] = verdicts.get(str(v.get("verdict")), 0) + 1
+    data = report.to_json()
+    measures = list(data["conventions"].get("measures") or [])
+    primary = "map" if "map" in measures else (measures[0] if measures else None)
+    return {
+        "schema": data["schema"],
+        "baseline": data["conventions"].get("baseline"),
+        "primary": primary,
+        "best": _best(data, primary),
+        "systems": {name: s["measures"] for name, s in data["systems"].items()},
+        "pool": data["pool"],
+        "queries": queries,
+        "passages": passages,
+        "unjudged": unjudged,
+        "verdicts": verdicts,
+        "comparisons": len(data["comparisons"]),
+        "warnings": data["warnings"],
+    }
+
+
+def _best(data: Mapping[str, Any], primary: str | None) -> str | None:
+    """The system with the highest mean on the primary measure (the first on a tie)."""
+    if primary is None:
+        return None
+    best: tuple[float, str] | None = None
+    for name, s in data["systems"].items():
+        value = s["measures"].get(primary)
+        if isinstance(value, int | float) and (best is None or value > best[0]):
+            best = (float(value), name)
+    return None if best is None else best[1]
+
+
+def iter_pool_records(job_dir: Path) -> Iterator[dict[str, Any]]:
+    lines, _ = complete_lines(job_dir / POOL_JUDGED)
+    for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+def report_text(job_dir: Path, fmt: str) -> str | None:
+    path = job_dir / REPORT_FILES[fmt]
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def compare_export(job_dir: Path, kind: str, system: str | None) -> str | None:
+    """``pool.qrels``, or ``runs/NAME.run`` of one system (None: not written yet / no such)."""
+    path = job_dir / POOL_QRELS if kind == "qrels" else job_dir / "runs" / f"{system}.run"
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def write_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
+    data = differences(job_dir, options)
+    atomic_write_text(job_dir / DIFFERENCES_NAME, json.dumps(data, ensure_ascii=False))
+    return data
+
+
+def read_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The viewer's per-query view of a finished comparison (computed once, then read)."""
+    path = job_dir / DIFFERENCES_NAME
+    if path.exists():
+        loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return loaded
+    if not (job_dir / REPORT_FILES["json"]).exists():
+        return None
+    return write_differences(job_dir, options)
+
+
+def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The queries where the systems differ most on the primary measure (as report.html
+    picks them), each with every system's value and top passages: verdict, grade, P(yes),
+    reason. Rebuilt from the files compare-systems wrote in the job's directory."""
+    report = SystemsReport.model_validate(json.loads((job_dir / REPORT_FILES["json"]).read_text("utf-8")))
+    conv = report.conventions
+    inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
+    pool = build_pool(inputs, depth=options.get("depth"), human=_human(job_dir))
+    verdicts = read_pool_verdicts(job_dir / POOL_JUDGED)
+    measures = parse_measures(conv.get("measures"))
+    level = int(conv["relevance_level"])
+    mode = str(conv.get("mode") or "binary")
+    qrels_path = job_dir / POOL_QRELS
+    evaluations = {
+        s.name: evaluate_files(qrels_path, job_dir / "runs" / f"{s.name}.run", measures, level)
+        for s in inputs.systems
+    }
+    top_passages = int(options.get("top_passages", 5))
+    data = ReportData(
+        report=report,
+        inputs=inputs,
+        pool=pool,
+        verdicts=verdicts,
+        evaluations=evaluations,
+        paired=[],
+        measures=measures,
+        level=level,
+        mode=mode,
+        top_queries=int(options.get("top_queries", 10)),
+        top_passages=top_passages,
+    )
+    primary, rows = _differing_queries(data)
+    queries = []
+    for qid, values in rows:
+        systems: list[dict[str, Any]] = []
+        for system in inputs.systems:
+            sq = system.queries.get(qid)
+            if sq is None:
+                systems.append(
+                    {"name": system.name, "value": values.get(system.name), "passages": [], "more": 0}
+                )
+                continue
+            shown: list[dict[str, Any]] = []
+            pvs = system_verdicts(system, qid, pool, verdicts, level)
+            for rank, (v, docno) in enumerate(zip(pvs, sq.docnos, strict=True), start=1):
+                if rank > top_passages:
+                    break
+                shown.append(
+                    {
+                        "rank": rank,
+                        "docno": docno,
+                        "text": inputs.passages[qid][docno].text,
+                        "verdict": v.verdict,
+                        "grade": v.grade,
+                        "p_yes": v.p_yes,
+                        "reason": v.reason if v.judged else (v.error or ""),
+                        "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
+                    }
+                )
+            systems.append(
+                {
+                    "name": system.name,
+                    "value": values.get(system.name),
+                    "passages": shown,
+                    "more": max(0, len(sq.docnos) - top_passages),
+                }
+            )
+        spread = max(values.values()) - min(values.values())
+        queries.append({"id": qid, "query": inputs.queries[qid], "spread": spread, "systems": systems})
+    return {"measure": primary, "queries": queries}

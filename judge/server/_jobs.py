@@ -3,9 +3,10 @@ the server's event loop through :mod:`judge.server._engine`.
 
 Start-up requeues the jobs a dead process left ``running``; they resume where their output
 stops (finished queries are in the output, judged passages in the verdict cache), so a
-kill -9 repeats at most the LLM calls that were in flight. A job has a ``kind`` (today
-``score``; a comparison of systems plugs in as another kind with its own runner) and a
-``phase`` (``score``, then ``retry`` when its unjudged passages are asked again).
+kill -9 repeats at most the LLM calls that were in flight. A job has a ``kind`` (``score``:
+``judge score`` on a dataset; ``compare``: ``judge compare-systems`` on several systems'
+results, pooled) and a ``phase`` (``score``, then ``retry`` when its unjudged passages are
+asked again).
 """
 
 from __future__ import annotations
@@ -84,9 +85,27 @@ async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Pat
     return await _engine.run_score(job_dir, rt.backend, config, rt.store, batch)
 
 
-# Job kinds and their runners. ``compare`` (a pooled comparison of systems) registers here
-# once judge.systems exists.
-RUNNERS: dict[str, Runner] = {"score": _run_score_kind}
+async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+    """``judge compare-systems`` in the job's directory (a restart re-runs it: the pool's
+    output and the verdict cache make that a resume). ``phase=retry`` asks the pool's
+    unjudged pairs again and rewrites the report."""
+    rt = manager.runtime
+    opts = job["options"]
+    return await _engine.run_compare(
+        job_dir,
+        rt.backend,
+        config_of(opts),
+        rt.store,
+        opts,
+        concurrency=rt.concurrency,
+        settings={**rt.settings, "job": job["id"]},
+        retry=job["phase"] == "retry",
+    )
+
+
+# Job kinds: their runners, and the file whose appended records are the job's progress.
+RUNNERS: dict[str, Runner] = {"score": _run_score_kind, "compare": _run_compare_kind}
+PROGRESS_FILES: dict[str, str] = {"score": _engine.OUTPUT_NAME, "compare": _engine.POOL_JUDGED}
 
 
 class JobManager:
@@ -151,7 +170,7 @@ class JobManager:
     async def _run(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
         job_dir = self.job_dir(job_id)
-        tail = _engine.OutputTail(job_dir / _engine.OUTPUT_NAME)
+        tail = _engine.OutputTail(job_dir / PROGRESS_FILES[job["kind"]])
         started = time.monotonic()
         tail.poll()
         done_at_start = tail.queries
@@ -178,12 +197,12 @@ class JobManager:
         except asyncio.CancelledError:
             if job_id in self._cancelling:
                 self.db.update(job_id, status="cancelled", finished=time.time())
-                self.metrics.jobs_finished.labels("cancelled").inc()
+                self.metrics.finished(job, "cancelled")
             raise
         except Exception as exc:
             message = redact(f"{type(exc).__name__}: {exc}")
             self.db.update(job_id, status="failed", finished=time.time(), error=message)
-            self.metrics.jobs_finished.labels("failed").inc()
+            self.metrics.finished(job, "failed")
         else:
             verdicts = Counter({k: int(v) for k, v in (summary.get("verdicts") or {}).items()})
             old = Counter({k: int(v) for k, v in (before_summary.get("verdicts") or {}).items()})
@@ -206,7 +225,7 @@ class JobManager:
                 unjudged=int(summary.get("unjudged", 0)),
             )
             self._eta[job_id] = 0.0
-            self.metrics.jobs_finished.labels("done").inc()
+            self.metrics.finished(job, "done")
         finally:
             if tick is not None:
                 tick.cancel()
@@ -233,7 +252,7 @@ class JobManager:
             return None
         if job["status"] == "queued":
             self.db.update(job_id, status="cancelled", finished=time.time())
-            self.metrics.jobs_finished.labels("cancelled").inc()
+            self.metrics.finished(job, "cancelled")
         elif job["status"] == "running":
             task = self._tasks.get(job_id)
             if task is not None:

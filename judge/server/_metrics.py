@@ -1,14 +1,15 @@
 """Prometheus metrics of one server process (``GET /metrics``), every name ``judge_``.
 
-HTTP requests and latency are counted by the app as they happen; jobs by status are read
-from the database at scrape time; judgments and unjudged passages are counted as jobs and
-``/v1/evaluate`` produce them; LLM calls, retries, 429s, tokens and cost come from the
-shared backend's call-policy counters (:class:`judge.backends.BackendStats`) at scrape time.
+HTTP requests and latency are counted by the app as they happen; jobs by status (and by
+kind: ``score``, ``compare``) are read from the database at scrape time; judgments and
+unjudged passages are counted as jobs and ``/v1/evaluate`` produce them; LLM calls,
+retries, 429s, tokens and cost come from the shared backend's call-policy counters
+(:class:`judge.backends.BackendStats`) at scrape time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
@@ -19,15 +20,30 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _ScrapeTime(Collector):
-    def __init__(self, jobs: Callable[[], dict[str, int]], backend_stats: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        jobs: Callable[[], dict[str, int]],
+        backend_stats: Callable[[], Any],
+        jobs_by_kind: Callable[[], dict[tuple[str, str], int]] | None = None,
+    ) -> None:
         self._jobs = jobs
         self._stats = backend_stats
+        self._by_kind = jobs_by_kind
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("judge_jobs", "Jobs in the database by status", labels=["status"])
         for status, n in self._jobs().items():
             jobs.add_metric([status], n)
         yield jobs
+        if self._by_kind is not None:
+            by_kind = GaugeMetricFamily(
+                "judge_jobs_by_kind",
+                "Jobs in the database by kind (score, compare) and status",
+                labels=["kind", "status"],
+            )
+            for (kind, status), n in sorted(self._by_kind().items()):
+                by_kind.add_metric([kind, status], n)
+            yield by_kind
         stats = self._stats()
         if stats is None:
             return
@@ -55,7 +71,12 @@ class _ScrapeTime(Collector):
 class ServerMetrics:
     """The registry of one app (not the process-global one, so tests can run several)."""
 
-    def __init__(self, jobs: Callable[[], dict[str, int]], backend_stats: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        jobs: Callable[[], dict[str, int]],
+        backend_stats: Callable[[], Any],
+        jobs_by_kind: Callable[[], dict[tuple[str, str], int]] | None = None,
+    ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         # no ``*_created`` series: they double the exposition for nothing
         self.registry = CollectorRegistry(auto_describe=True)
@@ -81,11 +102,28 @@ class ServerMetrics:
         self.jobs_finished = Counter(
             "judge_jobs_finished", "Job runs that ended, by status", ["status"], registry=self.registry
         )
-        self.registry.register(_ScrapeTime(jobs, backend_stats))
+        self.jobs_submitted = Counter(
+            "judge_jobs_submitted",
+            "Jobs accepted, by kind (score, compare)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.jobs_finished_by_kind = Counter(
+            "judge_jobs_finished_by_kind",
+            "Job runs that ended, by kind and status",
+            ["kind", "status"],
+            registry=self.registry,
+        )
+        self.registry.register(_ScrapeTime(jobs, backend_stats, jobs_by_kind))
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http_requests.labels(method, route, str(status)).inc()
         self.http_latency.labels(method, route).observe(seconds)
+
+    def finished(self, job: Mapping[str, Any], status: str) -> None:
+        """One job run ended with ``status``."""
+        self.jobs_finished.labels(status).inc()
+        self.jobs_finished_by_kind.labels(str(job.get("kind", "score")), status).inc()
 
     def count_verdicts(self, counts: dict[str, int]) -> None:
         for verdict, n in counts.items():

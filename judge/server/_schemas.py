@@ -111,3 +111,73 @@ class EvaluateRequest(BaseModel):
         if any(c < 1 or c > 10_000 for c in value):
             raise ValueError("cutoffs must be integers in 1..10000")
         return list(dict.fromkeys(value))
+
+
+class CompareOptions(JudgeOptions):
+    """Options of a comparison of systems (``judge compare-systems``'s flags): pooling depth,
+    measures, human labels (TREC qrels text), tests and how much the report shows."""
+
+    depth: int | None = Field(default=None, ge=1, le=100_000)
+    measures: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    relevance_level: int | None = Field(default=None, ge=0, le=100)
+    qrels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    seed: int = 0
+    resamples: int = Field(default=10_000, ge=1, le=1_000_000)
+    stability_resamples: int = Field(default=1000, ge=0, le=100_000)
+    confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
+    strict: bool = False
+    listwise: bool = False
+    listwise_template: str | None = None
+    max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
+    map: dict[str, str] = Field(default_factory=dict)
+    top_queries: int = Field(default=10, ge=0, le=1000)
+    top_passages: int = Field(default=5, ge=1, le=100)
+
+    @field_validator("measures")
+    @classmethod
+    def _measures(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        from judge.io._errors import InputError
+        from judge.systems._scoring import parse_measures
+
+        try:
+            parse_measures(value)
+        except InputError as exc:
+            raise ValueError(exc.message) from None
+        return list(dict.fromkeys(value))
+
+    @field_validator("listwise_template")
+    @classmethod
+    def _listwise_template(cls, value: str | None) -> str | None:
+        return _check_template(value)
+
+    @field_validator("map")
+    @classmethod
+    def _map(cls, value: dict[str, str]) -> dict[str, str]:
+        from judge.io._jsonl import parse_field_map
+
+        return parse_field_map([f"{a}={b}" for a, b in value.items()]) if value else {}
+
+
+class CompareRequest(BaseModel):
+    """``POST /v1/compare``: each system's ranked results (the first is the baseline), as a
+    list of ``judge score`` records or as NDJSON text, and the options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    systems: dict[str, list[dict[str, Any]] | str] = Field(min_length=2, max_length=50)
+    options: CompareOptions = Field(default_factory=CompareOptions)
+
+    @field_validator("systems")
+    @classmethod
+    def _systems(cls, value: dict[str, list[dict[str, Any]] | str]) -> dict[str, list[dict[str, Any]] | str]:
+        from judge.io._errors import InputError
+        from judge.systems._inputs import check_name
+
+        for name in value:
+            try:
+                check_name(name)
+            except InputError as exc:
+                raise ValueError(exc.message) from None
+        return value

@@ -6,6 +6,7 @@ make them); :func:`acompare_systems` / :func:`compare_systems` are the public AP
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -159,8 +160,17 @@ async def run_compare_systems(
         run=replace(run, max_passage_chars=opts.max_passage_chars),
     )
     check_pool_complete(pool, verdicts)
-    return score_and_report(
-        inputs, pool, verdicts, out, judged_config, measures=measures, options=opts, backend_name=backend.name
+    # CPU-bound (tests, resamples, files): off the event loop, so a server stays responsive.
+    return await asyncio.to_thread(
+        score_and_report,
+        inputs,
+        pool,
+        verdicts,
+        out,
+        judged_config,
+        measures=measures,
+        options=opts,
+        backend_name=backend.name,
     )
 
 

@@ -1,5 +1,6 @@
 // judge results viewer: plain JavaScript, no build step, nothing loaded from the network
-// beyond this server. Pages: "/" (submit + job list) and "/jobs/<id>" (one job).
+// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job) and
+// "/compare/<id>" (one comparison of systems: compare.js).
 "use strict";
 
 const $main = document.getElementById("main");
@@ -66,21 +67,25 @@ function submitForm() {
   return form;
 }
 
+function jobHref(j) { return (j.kind === "compare" ? "/compare/" : "/jobs/") + encodeURIComponent(j.id); }
+
 async function jobList() {
   document.title = "judge · jobs";
   const tbody = el("tbody", { id: "jobs" });
   $main.replaceChildren(el("h1", {}, "Jobs"), submitForm(),
-    el("table", {}, el("thead", {}, el("tr", {}, ["Job", "Status", "Progress", "Queries", "Passages", "Unjudged", "Rejected", "ETA", "Created"].map((h) => el("th", {}, h)))), tbody));
+    el("table", {}, el("thead", {}, el("tr", {}, ["Job", "Kind", "Status", "Progress", "Queries", "Passages", "Unjudged", "Rejected", "ETA", "Created"].map((h) => el("th", {}, h)))), tbody));
   let timer = null;
   async function refresh() {
     const data = await (await api("/v1/jobs?limit=100")).json();
-    tbody.replaceChildren(...(data.jobs.length ? data.jobs.map((j) => el("tr", { "data-job": j.id },
-      el("td", {}, el("a", { href: "/jobs/" + j.id }, j.id)), el("td", {}, statusBadge(j.status)),
+    tbody.replaceChildren(...(data.jobs.length ? data.jobs.map((j) => el("tr", { "data-job": j.id, "data-kind": j.kind },
+      el("td", {}, el("a", { href: jobHref(j) }, j.id)),
+      el("td", {}, j.kind === "compare" ? el("a", { href: jobHref(j), class: "kind compare" }, "comparison") : el("span", { class: "kind" }, j.kind)),
+      el("td", {}, statusBadge(j.status)),
       el("td", {}, progressBar(j.queries_done, j.queries_total)),
       el("td", { class: "num" }, `${j.queries_done}/${j.queries_total}`), el("td", { class: "num" }, j.passages_done),
       el("td", { class: "num" }, j.unjudged), el("td", { class: "num" }, j.rejected),
       el("td", { class: "num" }, j.eta_s === null ? "–" : `${Math.round(j.eta_s)} s`), el("td", {}, j.created))) :
-      [el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No jobs yet."))]));
+      [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "No jobs yet."))]));
     const live = data.jobs.some((j) => j.status === "queued" || j.status === "running");
     timer = setTimeout(refresh, live ? 1000 : 5000);
   }
@@ -244,6 +249,7 @@ async function jobPage(jobId) {
 
   const job = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
   if (job.detail) { head.replaceChildren(el("p", { class: "err" }, String(job.detail))); return; }
+  if (job.kind === "compare") { location.replace("/compare/" + encodeURIComponent(jobId)); return; }
   drawHead(job);
   await drawBody(job);
   if (job.status === "queued" || job.status === "running") {
@@ -263,7 +269,10 @@ async function jobPage(jobId) {
 function route() {
   loadInfo();
   const m = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
-  if (m) jobPage(decodeURIComponent(m[1])); else jobList();
+  const c = location.pathname.match(/^\/compare\/([^/]+)\/?$/);
+  if (m) jobPage(decodeURIComponent(m[1]));
+  else if (c) comparePage(decodeURIComponent(c[1]));
+  else jobList();
 }
 
 route();
