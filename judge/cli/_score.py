@@ -85,6 +85,25 @@ def register(subparsers: Any) -> None:
         metavar="OUTPUT.jsonl",
         help="re-ask only the unjudged passages of an output file and rewrite it atomically",
     )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="who judges: this process (local, default) or a Ray cluster's actors (needs judge[ray])",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="--engine ray: join this cluster (auto, HOST:PORT); default: start a local one",
+    )
+    p.add_argument("--workers", type=int, default=None, help="--engine ray: judging actors (default 2)")
+    p.add_argument(
+        "--worker-cpus",
+        type=float,
+        default=1.0,
+        help="--engine ray: CPUs per actor (the embedded model's threads; default 1)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -157,11 +176,19 @@ def run_score(args: argparse.Namespace) -> int:
     inner = resolve_backend(args.backend, base_url=args.base_url)
     if not args.quiet:
         print(describe_backend(inner), file=sys.stderr)
+    ray_engine = args.engine == "ray"
+    if not ray_engine and (args.ray_address or args.workers is not None):
+        raise InputError("needs --engine ray", field="--ray-address" if args.ray_address else "--workers")
+    workers = args.workers if args.workers is not None else 2
+    if workers < 1:
+        raise InputError("must be >= 1", field="--workers")
+    _positive(args.worker_cpus, "--worker-cpus")
     concurrency = args.concurrency
     if concurrency is None:
         concurrency = 16
         if inner.max_concurrency is not None:
-            concurrency = min(concurrency, inner.max_concurrency)
+            # Ray: every actor has its own backend (one embedded model each).
+            concurrency = min(concurrency, inner.max_concurrency * (workers if ray_engine else 1))
     backend = ensure_resilient(
         inner,
         max_retries=args.max_retries,
@@ -171,6 +198,23 @@ def run_score(args: argparse.Namespace) -> int:
         concurrency=concurrency,
     )
     progress: ProgressMode = "quiet" if args.quiet else "auto"
+    executor = None
+    engine: dict[str, Any] = {"engine": args.engine}
+    if ray_engine:
+        from judge.batch._ray import BackendSpec, RayExecutor
+
+        executor = RayExecutor(
+            BackendSpec(args.backend, args.base_url),
+            workers=workers,
+            cpus_per_worker=args.worker_cpus,
+            concurrency=concurrency,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            max_retries=args.max_retries,
+            timeout_s=args.timeout,
+            address=args.ray_address,
+        )
+        engine |= {"workers": workers, "worker_cpus": args.worker_cpus, "ray_address": args.ray_address}
     options = BatchOptions(
         k=tuple(dict.fromkeys(args.k)),
         concurrency=concurrency,
@@ -182,7 +226,9 @@ def run_score(args: argparse.Namespace) -> int:
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
         measures=measures,
+        executor=executor,
         settings={
+            **engine,
             "rpm": args.rpm,
             "tpm": args.tpm,
             "timeout_s": backend.timeout_s,
@@ -201,6 +247,8 @@ def run_score(args: argparse.Namespace) -> int:
             if store is not None:
                 await store.aclose()
             await backend.aclose()
+            if executor is not None:
+                await executor.aclose()
 
     outcome = asyncio.run(go())
     summary = outcome.summary
