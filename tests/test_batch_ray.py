@@ -312,6 +312,7 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
         assert time.monotonic() < deadline, "kill point not reached in 120 s"
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
+    at_kill = _log_len(log)
     proc.wait()
     if proc.stderr:
         proc.stderr.close()
@@ -333,7 +334,13 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
     first_seen: dict[str, int] = {}
     for pos, e in enumerate(entries):
         first_seen.setdefault(e["key"], pos)
-    # A passage asked twice was in flight at the kill (never more than the global limit).
-    assert len(twice) <= CONCURRENCY
+    # A passage asked twice was in flight at the kill: handed to a worker (the executor's
+    # window, 2 x concurrency) and asked before the cluster stopped the dead driver's actors.
+    window = 2 * CONCURRENCY
+    assert len(twice) <= window
     for key in twice:
-        assert asked[key] == 2 and first_seen[key] < mark
+        assert asked[key] == 2 and at_kill - window <= first_seen[key] < mark, (
+            first_seen[key],
+            at_kill,
+            mark,
+        )

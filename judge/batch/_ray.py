@@ -58,7 +58,7 @@ _FORWARDED_ENV = (
     "OPENAI_BASE_URL",
     "OPENAI_MODEL",
     "DASHSCOPE_API_KEY",
-    "JUDGE_MODEL_DIR",
+    "JUDGE_HOME",
     "DEEPEVAL_TELEMETRY_OPT_OUT",
     "DEEPEVAL_FILE_SYSTEM",
     "DEEPEVAL_DISABLE_DOTENV",
@@ -158,7 +158,8 @@ class _Limiter:
         self.max_in_flight = max(self.max_in_flight, self.limiter.in_flight)
         return epoch
 
-    async def release(self, owner: str, estimate: int, actual: int | None) -> None:
+    async def release(self, owner: str, estimate: int, actual: int | None, success: bool = False) -> None:
+        """End one of ``owner``'s calls (``success``: and count it for the AIMD window)."""
         held = self.held.get(owner)
         if held:  # else: forgotten already (its worker was declared dead)
             if estimate in held:
@@ -166,6 +167,8 @@ class _Limiter:
             else:
                 held.pop()
             self.limiter.release(estimate, actual)
+        if success:
+            self.limiter.on_success()
 
     async def on_success(self) -> None:
         self.limiter.on_success()
@@ -206,6 +209,7 @@ class _RemoteLimiter:
         self._owner = owner
         self._counts_tokens = counts_tokens
         self._limit = limit
+        self._pending: list[list[Any]] = []
 
     @property
     def limit(self) -> int | None:
@@ -220,10 +224,22 @@ class _RemoteLimiter:
         return epoch
 
     def release(self, estimate: int, actual_tokens: int | None) -> None:
-        self._h.release.remote(self._owner, estimate, actual_tokens)
+        # Sent on the next loop turn, with on_success (called right after a success) folded
+        # in: one message per call instead of two.
+        self._pending.append([estimate, actual_tokens, False])
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def on_success(self) -> None:
-        self._h.on_success.remote()
+        if self._pending:
+            self._pending[-1][2] = True
+        else:
+            self._h.on_success.remote()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for estimate, actual, success in pending:
+            self._h.release.remote(self._owner, estimate, actual, success)
 
     def on_rate_limited(self, epoch: int) -> bool:
         self._h.on_rate_limited.remote(epoch)
