@@ -104,6 +104,16 @@ class ScriptedBackend:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, calls={self.calls})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (e.g. shipped to a Ray worker): a copy gets a lock of its own."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def calls(self) -> int:
         """How many calls were made (= ``len(self.requests)``)."""

@@ -33,7 +33,7 @@ import time
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from tenacity import (
     AsyncRetrying,
@@ -60,6 +60,7 @@ from judge.backends._redact import LOGGER, redact
 __all__ = [
     "AdaptiveLimiter",
     "BackendStats",
+    "CallLimiter",
     "ResilientBackend",
     "ensure_resilient",
     "estimate_tokens",
@@ -281,6 +282,28 @@ class AdaptiveLimiter:
             self.resume_at = max(self.resume_at, self._clock() + seconds)
 
 
+class CallLimiter(Protocol):
+    """What :class:`ResilientBackend` asks of its limiter (:class:`AdaptiveLimiter`'s
+    methods). Another implementation may forward them elsewhere, e.g. to one limiter
+    shared by every worker of a cluster (:mod:`judge.batch._ray`)."""
+
+    @property
+    def limit(self) -> int | None: ...
+
+    @property
+    def counts_tokens(self) -> bool: ...
+
+    async def acquire(self, tokens: int) -> int: ...
+
+    def release(self, estimate: int, actual_tokens: int | None) -> None: ...
+
+    def on_success(self) -> None: ...
+
+    def on_rate_limited(self, epoch: int) -> bool: ...
+
+    def pause_for(self, seconds: float) -> None: ...
+
+
 class _Counters:
     __slots__ = (
         "calls",
@@ -329,6 +352,9 @@ class ResilientBackend:
     True`` (the embedded model) costs nothing whatever the table says. ``backoff_base_s``/
     ``backoff_max_s``: the retry wait is ``min(base * 2**(n-1) + U(0, base), max)`` before
     retry *n*. ``sleep`` and ``clock`` are injectable for tests.
+    ``limiter``: use this limiter instead of a new
+    :class:`AdaptiveLimiter` (``concurrency``, ``rpm`` and ``tpm`` are then the limiter's
+    business): a limiter shared with other wrappers, e.g. across a Ray cluster.
     """
 
     def __init__(
@@ -346,6 +372,7 @@ class ResilientBackend:
         backoff_max_s: float | None = None,
         sleep: SleepFn = asyncio.sleep,
         clock: ClockFn | None = None,
+        limiter: CallLimiter | None = None,
     ) -> None:
         if isinstance(inner, ResilientBackend):
             raise ConfigurationError("is already wrapped in ResilientBackend", field="backend")
@@ -391,12 +418,16 @@ class ResilientBackend:
             self._clock = time.monotonic
         else:
             self._clock = lambda: time.monotonic() + self._skew
-        self.limiter = AdaptiveLimiter(
-            ceiling=self.max_concurrency,
-            rpm=policy.rpm,
-            tpm=policy.tpm,
-            clock=self._clock,
-            sleep=self._sleep,
+        self.limiter: CallLimiter = (
+            limiter
+            if limiter is not None
+            else AdaptiveLimiter(
+                ceiling=self.max_concurrency,
+                rpm=policy.rpm,
+                tpm=policy.tpm,
+                clock=self._clock,
+                sleep=self._sleep,
+            )
         )
         self._backoff = _backoff(policy.backoff_base_s, policy.backoff_max_s)
         self._c = _Counters()

@@ -4,6 +4,8 @@ Every entry point that judges many passages runs through one driver
 (:class:`BatchDriver`: plan -> execute -> commit); see :mod:`judge.batch._driver`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
@@ -21,7 +23,22 @@ from judge.batch._runner import (
     strict_check,
 )
 
+if TYPE_CHECKING:
+    from judge.batch._ray import BackendSpec, RayExecutor
+
+
+def __getattr__(name: str) -> Any:
+    """``RayExecutor``/``BackendSpec`` load on first use (the module imports ray only when
+    a run starts, but stays out of ``import judge.batch`` altogether)."""
+    if name in ("RayExecutor", "BackendSpec"):
+        from judge.batch import _ray
+
+        return getattr(_ray, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "BackendSpec",
     "BatchDriver",
     "BatchOptions",
     "BatchOutcome",
@@ -37,6 +54,7 @@ __all__ = [
     "Plan",
     "ProgressMode",
     "QueryWork",
+    "RayExecutor",
     "RetryItem",
     "RetryPlan",
     "Snapshot",

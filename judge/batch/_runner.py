@@ -283,6 +283,9 @@ class _Run:
         self.scored = 0
         self.progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
         executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
+        # Whose call counters the summary and progress read: an executor that judges
+        # elsewhere (Ray workers, each with its own backend) sums them itself (``stats``).
+        self.accounting: Any = executor if hasattr(executor, "stats") else backend
         keys = None
         if store is not None:
             keys = cache_keys(backend, config, listwise=listwise, listwise_template=opts.listwise_template)
@@ -312,8 +315,8 @@ class _Run:
             queries_total=self.total - self._dropped(),
             queries_this_run=self.scored,
             passages_this_run=stats.passages,
-            retries=_stat(self.backend, "retries"),
-            rate_limited=_stat(self.backend, "rate_limited"),
+            retries=_stat(self.accounting, "retries"),
+            rate_limited=_stat(self.accounting, "rate_limited"),
             unjudged=stats.unjudged,
             rejected=self.reporter.rejected,
             elapsed_s=stats.elapsed_s,
@@ -360,7 +363,7 @@ class _Run:
             "rejected_lines": self.reporter.rejected,
             "truncation_warnings": self.reporter.warned,
             "executor": self.driver.executor.name,
-            "backend": _backend_stats(self.backend),
+            "backend": _backend_stats(self.accounting),
             "cache": _cache_stats(self.store),
         }
         records = recover_output(self.out)

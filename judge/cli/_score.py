@@ -103,6 +103,25 @@ def register(subparsers: Any) -> None:
         help="domain -> grade 0-3 (TSV 'domain<TAB>grade[<TAB>note]' or a JSON object); overrides "
         "the judge for the sites it covers (subdomains included); alone, grades from it only",
     )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="who judges: this process (local, default) or a Ray cluster's actors (needs judge[ray])",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="--engine ray: join this cluster (auto, HOST:PORT); default: start a local one",
+    )
+    p.add_argument("--workers", type=int, default=None, help="--engine ray: judging actors (default 2)")
+    p.add_argument(
+        "--worker-cpus",
+        type=float,
+        default=1.0,
+        help="--engine ray: CPUs per actor (the embedded model's threads; default 1)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -137,7 +156,7 @@ def _mode_of_output(path: Path) -> str | None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from judge.backends import describe_backend
+    from judge.backends import DEFAULT_CONCURRENCY, describe_backend
     from judge.batch import (
         BatchOptions,
         ProgressMode,
@@ -177,8 +196,37 @@ def run_score(args: argparse.Namespace) -> int:
     backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
+    ray_engine = args.engine == "ray"
+    if not ray_engine and (args.ray_address or args.workers is not None):
+        raise InputError("needs --engine ray", field="--ray-address" if args.ray_address else "--workers")
+    workers = args.workers if args.workers is not None else 2
+    if workers < 1:
+        raise InputError("must be >= 1", field="--workers")
+    if args.worker_cpus <= 0:
+        raise InputError("must be > 0", field="--worker-cpus")
     concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
+    if ray_engine and backend.inner.max_concurrency is not None:
+        # Ray: every actor has its own backend (one embedded model each).
+        cap = policy.concurrency or DEFAULT_CONCURRENCY
+        concurrency = min(cap, backend.inner.max_concurrency * workers)
     progress: ProgressMode = "quiet" if args.quiet else "auto"
+    executor = None
+    engine: dict[str, Any] = {"engine": args.engine}
+    if ray_engine:
+        from judge.batch._ray import BackendSpec, RayExecutor
+
+        executor = RayExecutor(
+            BackendSpec(args.backend, args.base_url),
+            workers=workers,
+            cpus_per_worker=args.worker_cpus,
+            concurrency=concurrency,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            max_retries=policy.max_retries,
+            timeout_s=args.timeout,
+            address=args.ray_address,
+        )
+        engine |= {"workers": workers, "worker_cpus": args.worker_cpus, "ray_address": args.ray_address}
     options = BatchOptions(
         k=tuple(dict.fromkeys(args.k)),
         concurrency=concurrency,
@@ -191,7 +239,9 @@ def run_score(args: argparse.Namespace) -> int:
         listwise_template=args.listwise_template,
         measures=measures,
         extras=extras,
+        executor=executor,
         settings={
+            **engine,
             "rpm": args.rpm,
             "tpm": args.tpm,
             "timeout_s": backend.timeout_s,
@@ -213,6 +263,8 @@ def run_score(args: argparse.Namespace) -> int:
             if store is not None:
                 await store.aclose()
             await backend.aclose()
+            if executor is not None:
+                await executor.aclose()
 
     outcome = asyncio.run(go())
     summary = outcome.summary

@@ -1,0 +1,601 @@
+"""The Ray engine: an :class:`~judge.batch._executor.Executor` whose passages are judged by
+a pool of Ray actors (``judge score --engine ray``).
+
+Shape (there is still one batch driver, in the driver process):
+
+* the **driver** (:class:`~judge.batch._driver.BatchDriver`) plans, looks every passage up
+  in the verdict store (hits never reach Ray), hands the misses of each query to
+  :class:`RayExecutor`, and commits: each verdict goes into the one SQLite cache the moment
+  it comes back, the query's line into the output file, the summary at the end. Workers
+  never see the cache or the output: they may run on machines that cannot share one SQLite
+  file, and a driver killed with ``kill -9`` loses only the calls in flight (its actors die
+  with it; the cache holds everything that came back);
+* **judging workers** are long-lived actors (:class:`_Worker`), each with its own backend
+  built from a picklable :class:`BackendSpec` (or a pickled backend object): an HTTP client
+  for a remote provider, or for the embedded model one model per actor whose llama.cpp
+  threads match the actor's ``num_cpus``. The executor sends one passage per actor call
+  (one query per call when listwise) to the least busy actor, at most
+  ``ceil(window / workers)`` per actor; verdicts stream back as they finish;
+* **one limiter actor** (:class:`_Limiter`, async) holds the cluster-wide call policy: an
+  :class:`~judge.backends.AdaptiveLimiter` with ``concurrency`` slots (AIMD on 429) and the
+  rpm/tpm buckets. Every worker's :class:`~judge.backends.ResilientBackend` acquires a slot
+  from it before each provider call and releases it after (:class:`_RemoteLimiter`); a
+  429's ``Retry-After`` seen by any worker pauses every worker (the limiter's
+  pause-until). Retries, timeouts and cost accounting stay in each worker's wrapper.
+
+Worker failure: a call whose actor died (killed, node lost) is asked again on another
+actor; the dead actor's slots are returned to the limiter and a replacement is started,
+at most ``max_worker_restarts`` times in a run. Past that budget, or with no live actor
+left, the run fails with :class:`WorkerLostError`; queries already committed stay
+committed and every verdict already returned is in the cache.
+
+Ray is imported lazily: the rest of ``judge`` never needs it (extra ``judge[ray]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import pickle
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from judge.backends._base import Backend, ConfigurationError
+from judge.backends._resilient import AdaptiveLimiter, BackendStats, ResilientBackend
+from judge.batch._executor import OnVerdict, PassageJob
+from judge.judging import JudgeConfig, Passage
+from judge.judging._models import PassageVerdict
+
+__all__ = ["BackendSpec", "RayExecutor", "WorkerLostError", "ray_available"]
+
+# Environment a worker needs to resolve the same backend as the driver (keys, endpoints).
+_FORWARDED_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_MODEL",
+    "DASHSCOPE_API_KEY",
+    "JUDGE_HOME",
+    "DEEPEVAL_TELEMETRY_OPT_OUT",
+    "DEEPEVAL_FILE_SYSTEM",
+    "DEEPEVAL_DISABLE_DOTENV",
+)
+_STAT_FIELDS = (
+    "requests",
+    "calls",
+    "successes",
+    "retries",
+    "rate_limited",
+    "timeouts",
+    "failures",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "unpriced_calls",
+)
+
+
+class WorkerLostError(RuntimeError):
+    """Judging workers died more often than the run allows (or none is left)."""
+
+
+def ray_available() -> bool:
+    """Whether ``ray`` can be imported (``pip install 'judge[ray]'``)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigurationError(
+            "the Ray engine needs ray: pip install 'judge[ray]' (or pip install 'ray[data]')"
+        ) from None
+    return ray
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How a worker builds its own backend: ``resolve_backend(spec, base_url=..., **options)``.
+
+    Picklable by construction, unlike a live backend (HTTP pools, a loaded model). For
+    ``local:`` specs the executor adds ``n_threads`` = the actor's CPUs unless given."""
+
+    spec: str | None = None
+    base_url: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Backend:
+        from judge.backends import resolve_backend
+
+        return resolve_backend(self.spec, base_url=self.base_url, **dict(self.options))
+
+    @property
+    def is_local(self) -> bool:
+        return bool(self.spec) and str(self.spec).strip().lower().startswith("local")
+
+
+def _ship(backend: BackendSpec | str | Backend) -> tuple[BackendSpec | None, bytes | None]:
+    """(spec, None) for a spec or spec string; (None, pickled backend) for an object that
+    pickles; a clear error for one that does not."""
+    if isinstance(backend, str):
+        return BackendSpec(backend), None
+    if isinstance(backend, BackendSpec):
+        return backend, None
+    try:
+        import cloudpickle  # shipped with ray
+
+        return None, cloudpickle.dumps(backend)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"backend {type(backend).__name__} cannot be shipped to Ray workers ({type(exc).__name__}: "
+            f"{exc}); give a spec instead (e.g. 'openai:<model>' with base_url, 'local:<model>')"
+        ) from None
+
+
+class _Limiter:
+    """The cluster-wide call policy (a Ray async actor): one :class:`AdaptiveLimiter`,
+    plus which worker holds which slots (a dead worker's slots are given back)."""
+
+    def __init__(self, concurrency: int | None, rpm: float | None, tpm: float | None) -> None:
+        self.limiter = AdaptiveLimiter(
+            ceiling=concurrency, rpm=rpm, tpm=tpm, clock=time.monotonic, sleep=asyncio.sleep
+        )
+        self.held: dict[str, list[int]] = {}
+        self.max_in_flight = 0
+        self.pauses = 0
+
+    async def acquire(self, owner: str, tokens: int) -> int:
+        epoch = await self.limiter.acquire(tokens)
+        self.held.setdefault(owner, []).append(tokens)
+        self.max_in_flight = max(self.max_in_flight, self.limiter.in_flight)
+        return epoch
+
+    async def release(self, owner: str, estimate: int, actual: int | None, success: bool = False) -> None:
+        """End one of ``owner``'s calls (``success``: and count it for the AIMD window)."""
+        held = self.held.get(owner)
+        if held:  # else: forgotten already (its worker was declared dead)
+            if estimate in held:
+                held.remove(estimate)
+            else:
+                held.pop()
+            self.limiter.release(estimate, actual)
+        if success:
+            self.limiter.on_success()
+
+    async def on_success(self) -> None:
+        self.limiter.on_success()
+
+    async def on_rate_limited(self, epoch: int) -> bool:
+        return self.limiter.on_rate_limited(epoch)
+
+    async def pause_for(self, seconds: float) -> None:
+        self.pauses += 1
+        self.limiter.pause_for(seconds)
+
+    async def forget(self, owner: str) -> int:
+        """Give back every slot ``owner`` (a dead worker) still holds; how many."""
+        held = self.held.pop(owner, [])
+        for estimate in held:
+            self.limiter.release(estimate, None)
+        return len(held)
+
+    async def state(self) -> dict[str, Any]:
+        lim = self.limiter
+        return {
+            "in_flight": lim.in_flight,
+            "limit": lim.limit,
+            "max_in_flight": self.max_in_flight,
+            "pauses": self.pauses,
+            "paused_for_s": max(0.0, lim.resume_at - time.monotonic()),
+        }
+
+
+class _RemoteLimiter:
+    """A :class:`~judge.backends.CallLimiter` that forwards to the :class:`_Limiter` actor.
+
+    ``acquire`` waits for the actor; the rest are fire-and-forget (a slot is given back a
+    moment after the call ended, never before, so the global bound holds)."""
+
+    def __init__(self, handle: Any, owner: str, counts_tokens: bool, limit: int | None) -> None:
+        self._h = handle
+        self._owner = owner
+        self._counts_tokens = counts_tokens
+        self._limit = limit
+        self._pending: list[list[Any]] = []
+
+    @property
+    def limit(self) -> int | None:
+        return self._limit
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self._counts_tokens
+
+    async def acquire(self, tokens: int) -> int:
+        epoch: int = await self._h.acquire.remote(self._owner, tokens)
+        return epoch
+
+    def release(self, estimate: int, actual_tokens: int | None) -> None:
+        # Sent on the next loop turn, with on_success (called right after a success) folded
+        # in: one message per call instead of two.
+        self._pending.append([estimate, actual_tokens, False])
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def on_success(self) -> None:
+        if self._pending:
+            self._pending[-1][2] = True
+        else:
+            self._h.on_success.remote()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for estimate, actual, success in pending:
+            self._h.release.remote(self._owner, estimate, actual, success)
+
+    def on_rate_limited(self, epoch: int) -> bool:
+        self._h.on_rate_limited.remote(epoch)
+        return False  # the limiter actor decides (and halves once per episode)
+
+    def pause_for(self, seconds: float) -> None:
+        self._h.pause_for.remote(seconds)
+
+
+def _stats_of(backend: ResilientBackend) -> dict[str, Any]:
+    s = backend.stats
+    return {name: getattr(s, name) for name in (*_STAT_FIELDS, "currency")}
+
+
+class _Worker:
+    """One judging worker (a Ray async actor) with its own resilient backend."""
+
+    def __init__(
+        self,
+        owner: str,
+        spec: BackendSpec | None,
+        pickled: bytes | None,
+        limiter: Any,
+        policy: Mapping[str, Any],
+    ) -> None:
+        inner: Backend = spec.build() if spec is not None else pickle.loads(pickled or b"")
+        self.owner = owner
+        self.backend = ResilientBackend(
+            inner,
+            max_retries=int(policy.get("max_retries", 5)),
+            timeout_s=policy.get("timeout_s"),
+            limiter=_RemoteLimiter(limiter, owner, bool(policy.get("tpm")), policy.get("concurrency")),
+        )
+
+    async def ready(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "backend": self.backend.name, "params": self.backend.params()}
+
+    async def judge_one(
+        self, query: str, index: int, passage: Passage, config: JudgeConfig
+    ) -> tuple[PassageVerdict | BaseException, dict[str, Any]]:
+        from judge.judging import judge_passage
+
+        try:
+            verdict: PassageVerdict | BaseException = await judge_passage(
+                self.backend, query, passage, index, config
+            )
+        except Exception as exc:  # returned, re-raised by the driver as itself
+            verdict = exc
+        return verdict, _stats_of(self.backend)
+
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
+    ) -> tuple[list[PassageVerdict] | BaseException, dict[str, Any]]:
+        from judge.judging import judge_listwise
+
+        try:
+            result = await judge_listwise(self.backend, query, passages, config, template=template)
+            found: list[PassageVerdict] | BaseException = result.verdicts
+        except Exception as exc:
+            found = exc
+        return found, _stats_of(self.backend)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+@dataclass
+class _Slot:
+    owner: str
+    handle: Any
+    busy: int = 0
+    alive: bool = True
+
+
+class RayExecutor:
+    """Judges passages on a pool of Ray actors; see the module docstring.
+
+    ``backend``: a :class:`BackendSpec`, a spec string (``openai:<model>``, ``local:...``),
+    or a backend object that pickles (a :class:`ResilientBackend` is unwrapped; its
+    ``max_retries``/``timeout_s`` are kept). ``workers``: judging actors;
+    ``cpus_per_worker``: each actor's ``num_cpus`` (and the embedded model's threads).
+    ``concurrency``/``rpm``/``tpm``: the global limits (one limiter actor).
+    ``window``: passages handed to actors at once (default ``2 * concurrency``).
+    ``address``: the cluster (``None``/``"local"``: start a local one unless Ray is already
+    initialised; ``"auto"`` or ``HOST:PORT``: join). ``max_worker_restarts``: replacement
+    actors a run may start (default ``workers``). ``ready_timeout_s``: how long to wait for
+    the actors to be placed. The executor starts Ray on first use; :meth:`aclose` kills its
+    actors (and shuts Ray down if it started it).
+    """
+
+    def __init__(
+        self,
+        backend: BackendSpec | str | Backend,
+        *,
+        workers: int = 2,
+        cpus_per_worker: float = 1.0,
+        concurrency: int | None = 16,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
+        window: int | None = None,
+        address: str | None = None,
+        max_worker_restarts: int | None = None,
+        ready_timeout_s: float = 120.0,
+    ) -> None:
+        if workers < 1:
+            raise ConfigurationError(f"workers must be >= 1, got {workers}")
+        if concurrency is not None and concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
+        if isinstance(backend, ResilientBackend):
+            max_retries = backend.max_retries if max_retries is None else max_retries
+            timeout_s = backend.timeout_s if timeout_s is None else timeout_s
+            backend = backend.inner
+        spec, pickled = _ship(backend)
+        if spec is not None and spec.is_local and "n_threads" not in spec.options:
+            threads = max(1, int(cpus_per_worker))
+            spec = BackendSpec(spec.spec, spec.base_url, {**dict(spec.options), "n_threads": threads})
+        self.spec = spec
+        self._pickled = pickled
+        self.workers = workers
+        self.cpus_per_worker = cpus_per_worker
+        self.concurrency = concurrency
+        self.window = max(1, window if window is not None else 2 * (concurrency or 16))
+        self.per_worker = max(1, math.ceil(self.window / workers))
+        self.policy = {
+            "max_retries": 5 if max_retries is None else max_retries,
+            "timeout_s": timeout_s,
+            "concurrency": concurrency,
+            "rpm": rpm,
+            "tpm": tpm,
+        }
+        self.address = address
+        self.max_worker_restarts = workers if max_worker_restarts is None else max_worker_restarts
+        self.ready_timeout_s = ready_timeout_s
+        self.restarts = 0
+        self.reasked = 0
+        self._ray: Any = None
+        self._started_ray = False
+        self._limiter: Any = None
+        self._slots: list[_Slot] = []
+        self._numbered = 0
+        self._changed: asyncio.Condition | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._stats: dict[str, dict[str, Any]] = {}
+
+    @property
+    def name(self) -> str:
+        return "ray"
+
+    # -- start / stop -------------------------------------------------------------------------
+
+    def _runtime_env(self) -> dict[str, Any]:
+        env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+        return {"env_vars": env} if env else {}
+
+    async def start(self) -> None:
+        """Start (or join) Ray, the limiter actor and the workers; idempotent."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+            self._changed = asyncio.Condition()
+        async with self._start_lock:
+            if self._limiter is not None:
+                return
+            ray = _import_ray()
+            self._ray = ray
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            if not ray.is_initialized():
+                local = self.address in (None, "", "local")
+                ray.init(
+                    address=None if local else self.address,
+                    include_dashboard=False if local else None,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+                self._started_ray = True
+            limiter_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(_Limiter)
+            policy = self.policy
+            self._limiter = limiter_cls.remote(policy["concurrency"], policy["rpm"], policy["tpm"])
+            await self._limiter.state.remote()
+            new = [self._spawn() for _ in range(self.workers)]
+            await self._await_ready(new)
+
+    def _spawn(self) -> _Slot:
+        ray = self._ray
+        self._numbered += 1
+        owner = f"w{self._numbered}"
+        worker_cls = ray.remote(num_cpus=self.cpus_per_worker, max_concurrency=max(64, 4 * self.per_worker))(
+            _Worker
+        )
+        options: dict[str, Any] = {}
+        runtime_env = self._runtime_env()
+        if runtime_env:
+            options["runtime_env"] = runtime_env
+        handle = worker_cls.options(**options).remote(
+            owner, self.spec, self._pickled, self._limiter, self.policy
+        )
+        slot = _Slot(owner, handle)
+        self._slots.append(slot)
+        return slot
+
+    async def _await_ready(self, slots: Sequence[_Slot]) -> None:
+        try:
+            async with asyncio.timeout(self.ready_timeout_s):
+                await asyncio.gather(*(s.handle.ready.remote() for s in slots))
+        except TimeoutError:
+            raise WorkerLostError(
+                f"{len(slots)} Ray worker(s) with num_cpus={self.cpus_per_worker:g} were not placed within "
+                f"{self.ready_timeout_s:g} s: does the cluster have the CPUs (ray status)?"
+            ) from None
+
+    async def aclose(self) -> None:
+        """Close the workers' backends, kill the actors; shut Ray down if we started it."""
+        ray = self._ray
+        if ray is None:
+            return
+        live = [s for s in self._slots if s.alive]
+        if live:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await asyncio.gather(*(s.handle.aclose.remote() for s in live), return_exceptions=True)
+        for s in self._slots:
+            with contextlib.suppress(Exception):  # already dead
+                ray.kill(s.handle)
+        if self._limiter is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(self._limiter)
+        self._slots = []
+        self._limiter = None
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+        self._ray = None
+
+    # -- accounting -----------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> BackendStats:
+        """The workers' backend counters, summed (the latest snapshot of each, dead ones
+        included): read by the summary and progress like a local backend's stats."""
+        totals: dict[str, Any] = dict.fromkeys(_STAT_FIELDS, 0)
+        totals["cost"] = 0.0
+        currency = "CNY"
+        for snap in self._stats.values():
+            for name in _STAT_FIELDS:
+                totals[name] += snap.get(name, 0)
+            currency = snap.get("currency", currency)
+        return BackendStats(**totals, currency=currency)
+
+    def _keep_stats(self, owner: str, snap: Mapping[str, Any]) -> None:
+        mine = self._stats.setdefault(owner, {})
+        for name in _STAT_FIELDS:  # counters only grow: the largest is the latest
+            mine[name] = max(mine.get(name, 0), snap.get(name, 0))
+        mine["currency"] = snap.get("currency", "CNY")
+
+    async def limiter_state(self) -> dict[str, Any]:
+        """The limiter actor's state (in flight, window, most ever in flight, pauses)."""
+        if self._limiter is None:
+            return {}
+        state: dict[str, Any] = await self._limiter.state.remote()
+        return state
+
+    def worker_handles(self) -> list[Any]:
+        """The live actors (tests kill one to check failover)."""
+        return [s.handle for s in self._slots if s.alive]
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def _take(self) -> _Slot:
+        assert self._changed is not None
+        async with self._changed:
+            while True:
+                live = [s for s in self._slots if s.alive]
+                if not live:
+                    raise WorkerLostError("every Ray judging worker died")
+                best = min(live, key=lambda s: s.busy)
+                if best.busy < self.per_worker:
+                    best.busy += 1
+                    return best
+                await self._changed.wait()
+
+    async def _give(self, slot: _Slot) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            slot.busy -= 1
+            self._changed.notify_all()
+
+    async def _lost(self, slot: _Slot, exc: BaseException) -> None:
+        """``slot``'s actor died: give its limiter slots back, start a replacement (within
+        the budget)."""
+        assert self._changed is not None
+        if not slot.alive:
+            return
+        slot.alive = False
+        with contextlib.suppress(Exception):
+            await self._limiter.forget.remote(slot.owner)
+        if self.restarts >= self.max_worker_restarts:
+            async with self._changed:
+                self._changed.notify_all()
+            if not any(s.alive for s in self._slots):
+                raise WorkerLostError(f"every Ray judging worker died (last: {exc})") from None
+            return
+        self.restarts += 1
+        fresh = self._spawn()
+        fresh.busy = self.per_worker  # not handed work until it is ready
+        try:
+            await self._await_ready([fresh])
+        finally:
+            async with self._changed:
+                fresh.busy = 0
+                self._changed.notify_all()
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """Run ``method`` on the least busy live actor; on a dead actor, again on another."""
+        ray = self._ray
+        dead = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        while True:
+            slot = await self._take()
+            try:
+                result, snap = await getattr(slot.handle, method).remote(*args)
+            except dead as exc:
+                await self._give(slot)
+                self.reasked += 1
+                await self._lost(slot, exc)
+                continue
+            await self._give(slot)
+            self._keep_stats(slot.owner, snap)
+            if isinstance(result, BaseException):
+                raise result
+            return result
+
+    async def judge(
+        self,
+        query: str,
+        jobs: Sequence[PassageJob],
+        config: JudgeConfig,
+        *,
+        listwise: bool = False,
+        listwise_template: str | None = None,
+        on_verdict: OnVerdict | None = None,
+    ) -> list[PassageVerdict]:
+        await self.start()
+        if listwise:
+            found: list[PassageVerdict] = await self._call(
+                "judge_list", query, [j.passage for j in jobs], config, listwise_template
+            )
+            verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
+            if on_verdict is not None:
+                for job, verdict in zip(jobs, verdicts, strict=True):
+                    await on_verdict(job, verdict)
+            return verdicts
+
+        async def one(job: PassageJob) -> PassageVerdict:
+            verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
+            if on_verdict is not None:
+                await on_verdict(job, verdict)
+            return verdict
+
+        return list(await asyncio.gather(*(one(job) for job in jobs)))

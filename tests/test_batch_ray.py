@@ -1,0 +1,346 @@
+"""The Ray engine (``judge score --engine ray``): one local Ray cluster for the session.
+
+Asserted against the simulated server's counters and request log: the Ray engine gives
+the local engine's verdicts with exactly one request per passage, never more requests in
+flight than ``--concurrency`` (one limiter actor for every worker), a 429's Retry-After
+pauses every worker, a killed worker's passages are asked again elsewhere, and a driver
+killed with ``kill -9`` resumes repeating at most the calls that were in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _helpers import isolate_cli_env, load_sim
+
+from judge.backends import ConfigurationError, ensure_resilient, resolve_backend
+from judge.backends._fake import RuleBackend
+from judge.batch import BatchOptions, score_dataset
+from judge.judging import JudgeConfig
+
+pytest.importorskip("ray", reason="the Ray engine needs ray: pip install 'judge[ray]'")
+
+from judge.batch._ray import BackendSpec, RayExecutor
+from judge.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+sim_mod = load_sim()
+CONCURRENCY = 4
+TIMING = {"wall_time_s", "passages_per_s"}
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Any]:
+    with sim_mod.SimProcess(str(tmp_path / "requests.jsonl"), latency_ms=20, jitter_ms=5, capacity=1000) as s:
+        yield s
+
+
+def _dataset(path: Path, n_queries: int, n_passages: int) -> list[str]:
+    ids = []
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n_queries):
+            qid = f"q{i:03d}"
+            ids.append(qid)
+            ctx = [
+                {"id": f"{qid}-d{j}", "text": f"查询 {i} 的段落 {j} <rel={(i * 7 + j) % 4}>"}
+                for j in range(n_passages)
+            ]
+            row = {"id": qid, "query": f"问题 {i}", "retrieval_context": ctx}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return ids
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The output's records in id order, without per-call timing."""
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        for v in row["verdicts"]:
+            v.pop("latency_s")
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _score(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["score", *argv, "--quiet"]) == 0
+    summary: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return summary
+
+
+def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(summary))
+    out.pop("output")
+    for key in TIMING | {"executor"}:
+        out["this_run"].pop(key)
+    for key in ("engine", "workers", "worker_cpus", "ray_address", "cache"):  # cache: another file
+        out["config"].pop(key, None)
+    return out
+
+
+def test_ray_engine_gives_the_local_engines_verdicts_one_call_each_within_the_global_limit(
+    tmp_path: Path, sim: Any, ray_cluster: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    isolate_cli_env(tmp_path, monkeypatch)
+    inp = tmp_path / "data.jsonl"
+    ids = _dataset(inp, 100, 10)  # 1,000 passages
+    common = ["--backend", "openai:sim-judge", "--base-url", sim.base_url, "--concurrency", str(CONCURRENCY)]
+
+    local = _score(
+        [str(inp), "-o", str(tmp_path / "local.jsonl"), "--cache", str(tmp_path / "l.sqlite"), *common],
+        capsys,
+    )
+    assert sim.stats()["total"] == 1000
+    sim.reset()
+    ray_argv = [str(inp), "-o", str(tmp_path / "ray.jsonl"), "--cache", str(tmp_path / "r.sqlite"), *common]
+    ray_argv += ["--engine", "ray", "--workers", "2", "--worker-cpus", "0.5"]
+    ray = _score(ray_argv, capsys)
+
+    stats = sim.stats()
+    assert stats["total"] == 1000 and stats["distinct_keys"] == 1000 and stats["repeated_keys"] == 0
+    assert stats["max_inflight"] <= CONCURRENCY  # one limiter for both workers
+    assert [r["id"] for r in _records(tmp_path / "ray.jsonl")] == ids
+    assert _records(tmp_path / "ray.jsonl") == _records(tmp_path / "local.jsonl")
+    assert ray["this_run"]["executor"] == "ray" and local["this_run"]["executor"] == "local"
+    assert ray["config"]["engine"] == "ray" and ray["config"]["workers"] == 2
+    assert ray["this_run"]["backend"]["calls"] == 1000
+    # The same summary, apart from timing, the output and cache paths and the engine.
+    assert _comparable(ray) == _comparable(local)
+
+    # A re-run with the same cache (another output file) asks the server nothing.
+    sim.reset()
+    ray_argv[2] = str(tmp_path / "ray2.jsonl")
+    again = _score(ray_argv, capsys)
+    assert sim.stats()["total"] == 0
+    assert again["this_run"]["passages_cached"] == 1000 and again["this_run"]["backend"]["calls"] == 0
+    assert again["judge"] == local["judge"]
+
+
+async def _run(
+    inp: Path, out: Path, executor: RayExecutor, base_url: str, concurrency: int = CONCURRENCY
+) -> Any:
+    backend = ensure_resilient(
+        resolve_backend("openai:sim-judge", base_url=base_url), concurrency=concurrency
+    )
+    try:
+        return await score_dataset(
+            inp,
+            out,
+            backend,
+            JudgeConfig(),
+            options=BatchOptions(concurrency=concurrency, progress="quiet", executor=executor),
+        )
+    finally:
+        await backend.aclose()
+
+
+def test_a_429_retry_after_pauses_every_worker(
+    tmp_path: Path, ray_cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    inp = tmp_path / "data.jsonl"
+    _dataset(inp, 8, 5)
+    log = tmp_path / "requests.jsonl"
+    # Capacity 2 under 6 calls in flight: 429s with Retry-After 1 s.
+    with sim_mod.SimProcess(str(log), latency_ms=100, jitter_ms=0, capacity=2, retry_after_s=1.0) as sim:
+        executor = RayExecutor(
+            BackendSpec("openai:sim-judge", sim.base_url), workers=2, cpus_per_worker=0.5, concurrency=6
+        )
+
+        async def go() -> tuple[Any, dict[str, Any]]:
+            try:
+                outcome = await _run(inp, tmp_path / "out.jsonl", executor, sim.base_url, 6)
+                return outcome, await executor.limiter_state()
+            finally:
+                await executor.aclose()
+
+        outcome, state = asyncio.run(go())
+        entries = sim.log_entries()
+    assert outcome.summary["unjudged"] == 0 and outcome.summary["queries"] == 8
+    first = min(e["t"] for e in entries if e["outcome"] == "429")
+    # Every worker waits: no request at all reaches the server during the pause (after a
+    # short grace for calls that had their slot before the 429 arrived).
+    during = [e for e in entries if first + 0.2 < e["t"] < first + 0.9]
+    assert during == []
+    assert any(e["t"] >= first + 0.9 for e in entries)
+    assert state["pauses"] >= 1 and state["limit"] < 6  # AIMD: the global window halved
+    assert outcome.summary["this_run"]["backend"]["rate_limited"] >= 1
+
+
+def test_a_killed_worker_is_replaced_and_its_passages_are_asked_again(
+    tmp_path: Path, sim: Any, ray_cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    sim.configure(latency_ms=60)
+    inp = tmp_path / "data.jsonl"
+    ids = _dataset(inp, 30, 8)
+    out = tmp_path / "out.jsonl"
+    executor = RayExecutor(
+        BackendSpec("openai:sim-judge", sim.base_url), workers=2, cpus_per_worker=0.5, concurrency=CONCURRENCY
+    )
+
+    async def kill_one_when_busy() -> None:
+        while sim.stats()["total"] < 60:
+            await asyncio.sleep(0.05)
+        ray.kill(executor.worker_handles()[0], no_restart=True)
+
+    async def go() -> Any:
+        try:
+            killer = asyncio.ensure_future(kill_one_when_busy())
+            outcome = await _run(inp, out, executor, sim.base_url)
+            await killer
+            return outcome
+        finally:
+            await executor.aclose()
+
+    outcome = asyncio.run(go())
+    assert executor.restarts == 1
+    records = _records(out)
+    assert [r["id"] for r in records] == ids and all(r["unjudged"] == 0 for r in records)
+    for r in records:  # the markers decide: yes iff grade >= 2
+        i = int(r["id"][1:])
+        assert [v["verdict"] for v in r["verdicts"]] == [
+            "yes" if (i * 7 + j) % 4 >= 2 else "no" for j in range(8)
+        ]
+    stats = sim.stats()
+    # Only the calls the dead worker had in flight were asked again.
+    assert stats["distinct_keys"] == 240
+    assert stats["total"] - 240 == stats["repeated_keys"] <= executor.per_worker
+    assert executor.reasked >= stats["repeated_keys"]
+    assert outcome.summary["queries"] == 30
+
+
+def test_an_object_backend_is_shipped_by_pickling_and_a_bad_one_is_refused(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    backend = RuleBackend.keyword("RELEVANT")
+    executor = RayExecutor(backend, workers=1, cpus_per_worker=0.5)
+    assert executor.spec is None and executor._pickled
+    inp = tmp_path / "data.jsonl"
+    with open(inp, "w", encoding="utf-8") as fh:
+        for i in range(3):
+            ctx = [f"passage {j} RELEVANT" if (i + j) % 2 else f"passage {j}" for j in range(4)]
+            fh.write(json.dumps({"id": f"q{i}", "query": f"query {i}", "retrieval_context": ctx}) + "\n")
+
+    async def go() -> Any:
+        try:
+            opts = BatchOptions(progress="quiet", executor=executor)
+            return await score_dataset(inp, tmp_path / "out.jsonl", backend, JudgeConfig(), options=opts)
+        finally:
+            await executor.aclose()
+
+    outcome = asyncio.run(go())
+    assert backend.calls == 0  # the workers judged with their own copies
+    assert outcome.summary["this_run"]["backend"]["calls"] == 12
+    for r in _records(tmp_path / "out.jsonl"):
+        i = int(r["id"][1:])
+        assert [v["verdict"] for v in r["verdicts"]] == ["yes" if (i + j) % 2 else "no" for j in range(4)]
+
+    local = RayExecutor("local:qwen2.5-coder-1.5b-q4km", workers=1, cpus_per_worker=2)
+    assert local.spec is not None and local.spec.options["n_threads"] == 2
+
+    class Unpicklable(RuleBackend):
+        def __reduce__(self) -> Any:
+            raise TypeError("holds a live connection")
+
+    with pytest.raises(ConfigurationError, match="cannot be shipped to Ray workers"):
+        RayExecutor(Unpicklable(lambda request: "no"), workers=1)
+
+
+def test_ray_flags_need_the_ray_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    isolate_cli_env(tmp_path, monkeypatch)
+    inp = tmp_path / "data.jsonl"
+    _dataset(inp, 1, 1)
+    assert (
+        main(
+            ["score", str(inp), "--backend", "openai:x", "--base-url", "http://127.0.0.1:9", "--workers", "2"]
+        )
+        == 2
+    )
+    assert "field '--workers': needs --engine ray" in capsys.readouterr().err
+
+
+def _log_len(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        return fh.read().count(b"\n")
+
+
+def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
+    tmp_path: Path, sim: Any, ray_cluster: str
+) -> None:
+    n_queries, n_passages = 30, 5
+    inp = tmp_path / "data.jsonl"
+    ids = _dataset(inp, n_queries, n_passages)
+    out = tmp_path / "out.jsonl"
+    log = Path(sim.log_path)
+    env = dict(os.environ)
+    env.update(
+        {
+            "JUDGE_HOME": str(tmp_path / "home"),
+            "OPENAI_API_KEY": "sk-test-not-a-real-key",
+            "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+    )
+    env.pop("DASHSCOPE_API_KEY", None)
+    cmd = [
+        sys.executable, "-m", "judge", "score", str(inp), "-o", str(out),
+        "--backend", "openai:sim-judge", "--base-url", sim.base_url,
+        "--cache", str(tmp_path / "cache.sqlite"), "--concurrency", str(CONCURRENCY),
+        "--engine", "ray", "--ray-address", ray_cluster, "--workers", "2", "--worker-cpus", "0.5",
+        "--quiet",
+    ]  # fmt: skip
+
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while _log_len(log) < 40:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"scorer ended before the kill point (rc={proc.returncode}): {err}")
+        assert time.monotonic() < deadline, "kill point not reached in 120 s"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    at_kill = _log_len(log)
+    proc.wait()
+    if proc.stderr:
+        proc.stderr.close()
+    time.sleep(1.0)  # the cluster notices the dead driver and stops its workers
+    mark = _log_len(log)
+
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    records = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["id"] for r in records) == ids  # every query exactly once
+    assert all(r["n_passages"] == n_passages and r["unjudged"] == 0 for r in records)
+    assert summary["queries"] == n_queries and summary["this_run"]["executor"] == "ray"
+
+    entries = sim.log_entries()
+    asked = Counter(e["key"] for e in entries)
+    assert len(asked) == n_queries * n_passages
+    twice = [k for k, c in asked.items() if c > 1]
+    first_seen: dict[str, int] = {}
+    for pos, e in enumerate(entries):
+        first_seen.setdefault(e["key"], pos)
+    # A passage asked twice was in flight at the kill: handed to a worker (the executor's
+    # window, 2 x concurrency) and asked before the cluster stopped the dead driver's actors.
+    window = 2 * CONCURRENCY
+    assert len(twice) <= window
+    for key in twice:
+        assert asked[key] == 2 and at_kill - window <= first_seen[key] < mark, (
+            first_seen[key],
+            at_kill,
+            mark,
+        )
