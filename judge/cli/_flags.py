@@ -11,6 +11,7 @@ from judge.io._errors import InputError
 
 if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
     from judge.backends import CallPolicy, ConfigError, ResilientBackend
+    from judge.judging import JudgeConfig
 
 
 def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -186,3 +187,17 @@ def checked_measures(texts: list[str]) -> tuple[str, ...]:
     except ValueError as exc:
         raise InputError(str(exc), field="-m") from exc
     return tuple(texts)
+
+
+def judge_config(args: argparse.Namespace, mode: str | None) -> JudgeConfig:
+    """The :class:`~judge.judging.JudgeConfig` of a batch command's judge flags; ``mode``
+    decided by the caller (a resumed output keeps its mode), binary when None."""
+    from judge.judging import JudgeConfig
+
+    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
+    if args.language:
+        kwargs["language"] = args.language
+    if args.template:
+        kwargs["template"] = args.template
+    with flag_errors():
+        return JudgeConfig(**kwargs)

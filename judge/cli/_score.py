@@ -21,8 +21,7 @@ from judge.cli._flags import (
     add_measure_flag,
     call_policy,
     checked_measures,
-    decision_kwargs,
-    flag_errors,
+    judge_config,
     open_backend,
 )
 from judge.io._errors import InputError
@@ -126,18 +125,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_score)
 
 
-def _config(args: argparse.Namespace, mode: str | None) -> Any:
-    from judge.judging import JudgeConfig
-
-    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
-    if args.language:
-        kwargs["language"] = args.language
-    if args.template:
-        kwargs["template"] = args.template
-    with flag_errors():
-        return JudgeConfig(**kwargs)
-
-
 def _extras(args: argparse.Namespace) -> Any:
     from judge.io._sites import read_site_priors
     from judge.judging._extras import ExtraOptions
@@ -191,7 +178,7 @@ def run_score(args: argparse.Namespace) -> int:
     else:
         output = Path(args.output) if args.output else default_output_path(args.input)
         mode = args.mode
-    config = _config(args, mode)
+    config = judge_config(args, mode)
 
     backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:

@@ -18,8 +18,7 @@ from judge.cli._flags import (
     add_call_flags,
     add_judge_flags,
     call_policy,
-    decision_kwargs,
-    flag_errors,
+    judge_config,
     open_backend,
 )
 from judge.io._errors import InputError
@@ -107,18 +106,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_compare_systems_cli)
 
 
-def _config(args: argparse.Namespace, mode: str | None) -> Any:
-    from judge.judging import JudgeConfig
-
-    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
-    if args.language:
-        kwargs["language"] = args.language
-    if args.template:
-        kwargs["template"] = args.template
-    with flag_errors():
-        return JudgeConfig(**kwargs)
-
-
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
@@ -148,7 +135,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
-    config = _config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
+    config = judge_config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
 
     backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:

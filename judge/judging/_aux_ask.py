@@ -2,7 +2,7 @@
 
 Claim support (contextual recall) and source quality are verdicts like relevance ones (a
 yes/no or a 0-3 grade with a Chinese reason), asked with their own templates and their own
-variables. They go through the judging core's ask loop (:class:`judge.judging._core._Asker`:
+variables. They go through the judging core's ask loop (:func:`judge.judging._core.ask_verdict`:
 strict parsing, re-asks, unjudged after ``max_reasks``, probability mode, samples) and are
 cached in the same verdict store as :class:`PassageVerdict` records, under keys of their own
 *kind* (:func:`kind_key`), so they never collide with relevance verdicts.
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from judge.backends._base import Backend, Message, UnsupportedError
 from judge.judging._config import JudgeConfig, VerdictStore, resolve_config
-from judge.judging._core import _Asker, _defuse, _Outcome
+from judge.judging._core import _defuse
+from judge.judging._core import ask_verdict as _ask_verdict
 from judge.judging._dimension_models import CallUsage
-from judge.judging._models import Mode, PassageVerdict, TokenUsage
+from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, load_template
 
 _KEY_VERSION = 1
@@ -104,41 +104,7 @@ async def ask_verdict(
         if hit is not None:
             return hit.model_copy(update={"index": index, "cached": True})
     template = load_template(config.template_id())
-    asker = _Asker(backend, template, config)
-    started = time.perf_counter()
-    out: _Outcome
-    if config.probability:
-        out = await asker.probability(messages)
-    elif config.samples > 1:
-        out = await asker.sampled(messages)
-    else:
-        out = await asker.generate(messages, config.seed)
-    verdict = PassageVerdict(
-        index=index,
-        verdict=out.verdict,
-        grade=out.grade,
-        reason=out.reason,
-        p_yes=out.p_yes,
-        confidence=out.confidence,
-        expected_grade=out.expected_grade,
-        probs=out.probs,
-        template_id=template.id,
-        template_hash=template.hash,
-        backend=backend.name,
-        latency_s=time.perf_counter() - started,
-        tokens=TokenUsage(
-            prompt_tokens=out.usage.prompt_tokens, completion_tokens=out.usage.completion_tokens
-        ),
-        cost=out.cost,
-        attempts=out.attempts,
-        reasks=out.reasks,
-        retries=out.retries,
-        raw=out.raw,
-        error=out.error,
-    )
-    if store is not None and key is not None and verdict.judged:
-        await store.put(key, verdict)
-    return verdict
+    return await _ask_verdict(backend, template, config, messages, index=index, key=key, store=store)
 
 
 def render(template: PromptTemplate, **values: str) -> tuple[Message, ...]:

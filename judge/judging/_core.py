@@ -410,6 +410,35 @@ async def judge_passage(
         if hit is not None:
             return cached_verdict(hit, index, passage)
     messages = template.render(query=_defuse(query), passage=_defuse(passage.text))
+    return await ask_verdict(
+        backend,
+        template,
+        config,
+        messages,
+        index=index,
+        key=key,
+        store=store,
+        passage_id=passage.id,
+        truncated=passage.truncated,
+    )
+
+
+async def ask_verdict(
+    backend: Backend,
+    template: PromptTemplate,
+    config: JudgeConfig,
+    messages: tuple[Message, ...],
+    *,
+    index: int,
+    key: str | None,
+    store: VerdictStore | None,
+    passage_id: str | None = None,
+    truncated: bool = False,
+) -> PassageVerdict:
+    """Ask for one verdict on rendered ``messages`` in ``config``'s decision mode
+    (probability, vote over samples, or one generation with re-asks), build its
+    :class:`PassageVerdict` and store it under ``key`` when judged (the store lookup is the
+    caller's: it knows how a hit is re-indexed)."""
     asker = _Asker(backend, template, config)
     started = time.perf_counter()
     if config.probability:
@@ -418,10 +447,9 @@ async def judge_passage(
         out = await asker.sampled(messages)
     else:
         out = await asker.generate(messages, config.seed)
-    latency = time.perf_counter() - started
     verdict = PassageVerdict(
         index=index,
-        passage_id=passage.id,
+        passage_id=passage_id,
         verdict=out.verdict,
         grade=out.grade,
         reason=out.reason,
@@ -432,7 +460,7 @@ async def judge_passage(
         template_id=template.id,
         template_hash=template.hash,
         backend=backend.name,
-        latency_s=latency,
+        latency_s=time.perf_counter() - started,
         tokens=TokenUsage(
             prompt_tokens=out.usage.prompt_tokens, completion_tokens=out.usage.completion_tokens
         ),
@@ -442,7 +470,7 @@ async def judge_passage(
         retries=out.retries,
         raw=out.raw,
         error=out.error,
-        truncated=passage.truncated,
+        truncated=truncated,
     )
     if store is not None and key is not None and verdict.judged:
         await store.put(key, verdict)
