@@ -81,7 +81,14 @@ if TYPE_CHECKING:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     from llama_cpp.llama_grammar import LlamaGrammar
 
-__all__ = ["DEFAULT_NAME", "EVAL_BLOCK", "LocalBackend", "LocalCallStats", "default_threads"]
+__all__ = [
+    "DEFAULT_NAME",
+    "EVAL_BLOCK",
+    "LocalBackend",
+    "LocalCallStats",
+    "default_threads",
+    "kernel_features",
+]
 
 DEFAULT_NAME = "local:qwen2.5-coder-1.5b-q4km"
 #: Tokens per evaluation block; changing it changes outputs (it is in ``params()``).
@@ -192,6 +199,17 @@ class LocalBackend:
             "candidate_variants": "lower/capitalised/upper, with and without leading space",
             "llama_cpp_python": _llama_version(),
         }
+
+    @property
+    def fingerprint(self) -> str:
+        """What determines this judge's numbers, as one string (recorded in every output,
+        summary, stability report and nightly entry): backend name, model file sha256,
+        llama-cpp-python version and the CPU features llama.cpp's kernels were built with
+        (:func:`kernel_features`). Two machines with equal fingerprints give bit-identical
+        probabilities; see docs/embedded_determinism.md for how far apart they can be
+        otherwise."""
+        sha = self.params()["model_sha256"]
+        return f"{self.name}|model=sha256:{sha}|llama-cpp-python={_llama_version()}|cpu={kernel_features()}"
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Run one call in a worker thread, one at a time.
@@ -474,6 +492,20 @@ def _release_after(lock: asyncio.Lock, work: asyncio.Future[Completion]) -> None
     lock.release()
     if not work.cancelled():
         work.exception()
+
+
+def kernel_features() -> str:
+    """The CPU features llama.cpp's kernels use, from its system info (``AVX2,FMA,F16C,...``;
+    build options such as ``OPENMP`` or ``REPACK`` included, as they change the arithmetic
+    too), or ``unavailable`` without llama-cpp-python."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return "unavailable"
+    info = llama_cpp.llama_print_system_info()
+    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    features = [m.group(1) for m in re.finditer(r"([A-Za-z0-9_]+) = 1\b", text)]
+    return ",".join(features) if features else "none"
 
 
 def _llama_version() -> str:

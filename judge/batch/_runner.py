@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from judge.backends._base import Backend, PermanentError
+from judge.backends._fingerprint import backend_fingerprint
 from judge.batch._progress import ProgressMode, ProgressReporter, Snapshot, make_progress
 from judge.batch._records import build_record, finish_record, summarize_records, verdicts_of
 from judge.io._errors import InputError
@@ -51,6 +52,7 @@ from judge.judging import (
     resolve_config,
     summarize,
 )
+from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.judging._models import PassageVerdict
 from judge.store._runstate import OutputWriter, atomic_write_lines, atomic_write_text, recover_output
 
@@ -81,6 +83,8 @@ class BatchOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)
     listwise: bool = False
     listwise_template: str | None = None
+    # verdicts this close to the P(yes) threshold are counted as "borderline" in the summary
+    borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -396,7 +400,9 @@ async def score_dataset(
                         backend, config, store, rec.query, items, sem, counters.on_passage, opts
                     )
                     result = summarize(rec.query, verdicts, config, name, k=k)
-                    await writer.awrite(build_record(rec, result, k))
+                    record = build_record(rec, result, k)
+                    record["backend_fingerprint"] = backend_fingerprint(backend)
+                    await writer.awrite(record)
                     counters.queries += 1
                     counters.done += 1
                     progress.update(snapshot())
@@ -438,6 +444,7 @@ async def score_dataset(
                 "cache": _cache_stats(store),
             },
             "config": _config_echo(config, name, opts),
+            **_determinism_echo(records, config, backend, opts),
         }
         summary = _write_summary(out, summary_path, records, k, extra)
         return BatchOutcome(
@@ -451,6 +458,27 @@ async def score_dataset(
         )
     finally:
         reporter.close()
+
+
+def _determinism_echo(
+    records: Sequence[Mapping[str, Any]], config: JudgeConfig, backend: Backend, opts: BatchOptions
+) -> dict[str, Any]:
+    """``backend_fingerprint`` and the ``borderline`` count (probability-mode verdicts within
+    ``opts.borderline_margin`` of the threshold: the ones another machine may flip)."""
+    borderline = (
+        len(
+            borderline_verdicts(
+                records, config.decision_threshold, opts.borderline_margin, config.grade_threshold
+            )
+        )
+        if config.probability
+        else 0
+    )
+    return {
+        "backend_fingerprint": backend_fingerprint(backend),
+        "borderline": borderline,
+        "borderline_margin": opts.borderline_margin,
+    }
 
 
 def _cache_stats(store: VerdictStore | None) -> dict[str, Any] | None:
@@ -528,6 +556,7 @@ async def retry_unjudged(
             p for (idx, _), p in zip(items, rec["unjudged_passages"], strict=True) if not verdicts[idx].judged
         ]
         new_records[i] = finish_record(base, result, k)
+        new_records[i]["backend_fingerprint"] = backend_fingerprint(backend)
         counters.queries += 1
         counters.done += 1
         progress.update(snapshot())
@@ -550,6 +579,7 @@ async def retry_unjudged(
             "cache": _cache_stats(store),
         },
         "config": _config_echo(config, name, opts),
+        **_determinism_echo(new_records, config, backend, opts),
     }
     summary = _write_summary(out, summary_path, new_records, k, extra)
     return BatchOutcome(

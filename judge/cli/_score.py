@@ -77,6 +77,13 @@ def register(subparsers: Any) -> None:
         metavar="OUTPUT.jsonl",
         help="re-ask only the unjudged passages of an output file and rewrite it atomically",
     )
+    p.add_argument(
+        "--borderline-margin",
+        type=float,
+        default=0.02,
+        metavar="P",
+        help="count verdicts whose P(yes) is within P of the threshold as borderline (default 0.02)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -130,6 +137,8 @@ def run_score(args: argparse.Namespace) -> int:
     for value, flag in ((args.concurrency, "--concurrency"), (args.rpm, "--rpm"), (args.tpm, "--tpm")):
         _positive(value, flag)
     _positive(args.timeout, "--timeout")
+    if not 0.0 <= args.borderline_margin <= 1.0:
+        raise InputError("must be within [0, 1]", field="--borderline-margin")
     if args.max_passage_chars is not None and args.max_passage_chars < 1:
         raise InputError("must be >= 1", field="--max-passage-chars")
     if any(k < 1 for k in args.k):
@@ -173,6 +182,7 @@ def run_score(args: argparse.Namespace) -> int:
         progress_interval_s=args.progress_interval,
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
+        borderline_margin=args.borderline_margin,
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,
