@@ -50,9 +50,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from judge.backends._base import Backend
+from judge.backends._fingerprint import backend_fingerprint
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, judge_query, resolve_config
+from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, expected_metrics, is_borderline
 from judge.stability._stats import (
     Interval,
     bootstrap_mean_ci,
@@ -105,6 +107,9 @@ class StabilityMetric:
     def per_query(self, result: JudgeResult) -> float | None:
         if self.name == "map":
             return result.ap
+        if self.name == "expected_map":  # probability-weighted, threshold-free (E[AP])
+            block = expected_metrics(result.verdicts, result.mode, ())
+            return None if block is None else float(block["map"])
         if self.name == "score":
             return result.score
         if self.k is None:  # pragma: no cover - parse_metric never builds this
@@ -114,7 +119,7 @@ class StabilityMetric:
     @property
     def per_query_name(self) -> str:
         """The per-query quantity averaged into this figure (``ap``, ``score``, ``ndcg@K``)."""
-        return "ap" if self.name == "map" else self.name
+        return {"map": "ap", "expected_map": "expected_ap"}.get(self.name, self.name)
 
 
 _NDCG = re.compile(r"^ndcg@(\d+)$")
@@ -123,7 +128,7 @@ _NDCG = re.compile(r"^ndcg@(\d+)$")
 def parse_metric(text: str, k: Sequence[int]) -> StabilityMetric:
     """``map`` | ``score`` | ``ndcg@K`` (K must be one of the cutoffs ``k``)."""
     name = text.strip().lower()
-    if name in ("map", "score"):
+    if name in ("map", "score", "expected_map"):
         return StabilityMetric(name)
     m = _NDCG.match(name)
     if m:
@@ -134,7 +139,7 @@ def parse_metric(text: str, k: Sequence[int]) -> StabilityMetric:
                 field="--metric",
             )
         return StabilityMetric(f"ndcg@{cutoff}", cutoff)
-    raise InputError(f"unknown metric {text!r} (use map, score or ndcg@K)", field="--metric")
+    raise InputError(f"unknown metric {text!r} (use map, expected_map, score or ndcg@K)", field="--metric")
 
 
 def _figure_metrics(k: Sequence[int]) -> list[StabilityMetric]:
@@ -165,6 +170,7 @@ class StabilityOptions:
     bootstrap_resamples: int = 2000
     bootstrap_seed: int = 0
     top: int = 10
+    borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 2:
@@ -181,6 +187,8 @@ class StabilityOptions:
             raise InputError("must be >= 1", field="--bootstrap")
         if self.top < 0:
             raise InputError("must be >= 0", field="--top")
+        if not 0.0 <= self.borderline_margin <= 1.0:
+            raise InputError("must be within [0, 1]", field="--borderline-margin")
         parse_metric(self.metric, self.k)
 
     @property
@@ -344,6 +352,7 @@ async def run_stability(
         backend=backend_description or backend.name,
         runs_dir=out_dir,
         parallel_runs=not sequential,
+        fingerprint=backend_fingerprint(backend),
     )
 
 
@@ -620,6 +629,37 @@ def _noise(
     return data, per_run
 
 
+def _borderline(
+    runs: Sequence[RunResult], records: Sequence[DatasetRecord], config: JudgeConfig, margin: float
+) -> dict[str, Any]:
+    """Verdicts within ``margin`` of the decision threshold in any run: identical runs on
+    one machine cannot show it, but these are the verdicts another machine's float kernels
+    may flip (docs/embedded_determinism.md)."""
+    threshold = config.p_yes_threshold if config.p_yes_threshold is not None else 0.5
+    listed: dict[tuple[int, int], dict[str, Any]] = {}
+    if config.probability:
+        for run in runs:
+            for q, (record, result) in enumerate(zip(records, run.results, strict=True)):
+                for v in result.verdicts:
+                    if (q, v.index) in listed:
+                        continue
+                    if is_borderline(v, threshold, margin, config.grade_threshold):
+                        listed[(q, v.index)] = {
+                            "query_id": record.id,
+                            "index": v.index,
+                            "passage_id": v.passage_id,
+                            "verdict": v.verdict,
+                            "p_yes": v.p_yes,
+                        }
+    return {
+        "margin": margin,
+        "threshold": threshold,
+        "count": len(listed),
+        "note": "liable to flip on a machine whose llama.cpp kernels round differently",
+        "verdicts": [listed[key] for key in sorted(listed)],
+    }
+
+
 def _conventions(options: StabilityOptions, mode: str) -> dict[str, str]:
     return {
         "cache": "bypassed (store=None): every run asks the backend",
@@ -659,6 +699,7 @@ def analyse(
     runs_dir: Path | None = None,
     parallel_runs: bool = True,
     created: datetime | None = None,
+    fingerprint: str | None = None,
 ) -> StabilityReport:
     """Every across-run figure of a stability run (pure apart from the clock)."""
     if len(runs) < 2:
@@ -666,6 +707,8 @@ def analyse(
     runs = sorted(runs, key=lambda r: r.index)
     checked = options.checked
     metrics = _figure_metrics(options.k)
+    if config.probability or checked.name == "expected_map":  # verdicts carry P(yes)
+        metrics.append(StabilityMetric("expected_map"))
     per_run_figures = {m.name: [run.figure(m) for run in runs] for m in metrics}
     figures = {name: _figure_summary(values) for name, values in per_run_figures.items()}
     noise, per_run_ci = _noise(runs, checked, options, per_run_figures[checked.name])
@@ -737,6 +780,8 @@ def analyse(
         "query_ranges": {"ap": ap_ranges, "score": score_ranges},
         "unstable_queries": top_queries,
         "unstable_passages": top_passages,
+        "backend_fingerprint": fingerprint,
+        "borderline": _borderline(runs, records, config, options.borderline_margin),
     }
     json.dumps(data, allow_nan=False)  # the report must be strict JSON
     return StabilityReport(data, tuple(runs), tuple(records), config, options)
