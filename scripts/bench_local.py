@@ -15,6 +15,19 @@ per query so that a change in machine load favours no mode):
 * ``probability``: one forward pass with the reply prefilled with ``{"verdict": "``; the
   verdict and its confidence come from P(yes)/P(no) of the next token; prefix reused.
 
+``--default-job`` instead measures the README's first command (``judge score`` with the
+embedded judge: probability mode plus a generated Chinese reason per passage) through the
+real batch runner, old against new side by side: ``before`` is the backend as it was
+(``LocalBackend(reuse_for_reason=False)``: the reason re-evaluates its prompt from the last
+aligned 32-token block), ``after`` the default (the reason continues the probability pass).
+Queries alternate between the two (order rotating per query). Printed: passages/s
+of each and their ratio, whether the verdicts and P(yes) values are identical, prompt tokens
+evaluated per second against llama.cpp's own prompt-processing rate on this machine (one
+512-token batch: the practical ceiling), and where the seconds go (probability passes vs
+reasons)::
+
+    python scripts/bench_local.py --default-job --queries 14 --json out/bench_default_job.json
+
 The prompt is the product's ``binary.zh.v1`` template when ``judge.judging`` is importable
 (``--template inline`` forces the short self-contained prompt below). Printed: seconds per
 judgment, speed-up over the naive baseline, prompt tokens evaluated vs reused, agreement of
@@ -233,6 +246,139 @@ def _agree(a: dict[tuple[str, str], str], b: dict[tuple[str, str], str]) -> floa
     return sum(a[k] == b[k] for k in a) / len(a) if a else float("nan")
 
 
+@dataclass
+class JobStats:
+    """One variant of the default job: wall seconds, passages, per-kind call costs, verdicts."""
+
+    name: str
+    seconds: float = 0.0
+    passages: int = 0
+    calls: dict[str, list[float]] = field(default_factory=lambda: {"probability": [], "reason": []})
+    evaluated: dict[str, int] = field(default_factory=lambda: {"probability": 0, "reason": 0})
+    generated: int = 0
+    verdicts: dict[tuple[str, int], tuple[str, float | None, str]] = field(default_factory=dict)
+
+
+def _instrument(backend: LocalBackend, sink: list[JobStats]) -> None:
+    """Record every call's kind, evaluated prompt tokens and seconds into ``sink[0]``."""
+    inner = backend._complete_blocking
+
+    def wrapped(request: ChatRequest) -> Any:
+        completion = inner(request)
+        stats = backend.last_call
+        if stats is not None and sink:
+            kind = "probability" if request.candidates else "reason"
+            sink[0].calls[kind].append(stats.seconds)
+            sink[0].evaluated[kind] += stats.evaluated_tokens
+            if kind == "reason":
+                sink[0].generated += stats.completion_tokens
+        return completion
+
+    backend._complete_blocking = wrapped  # type: ignore[method-assign]
+
+
+def _prompt_rate(backend: LocalBackend, n_tokens: int = 512) -> float:
+    """llama.cpp's own prompt processing: tokens/s of one ``n_tokens`` batch (n_batch 512)."""
+    llm = backend._ensure_loaded()
+    text = "检索增强生成系统先检索相关段落，再让语言模型根据段落回答问题。" * 40
+    tokens = llm.tokenize(text.encode("utf-8"), add_bos=False)[:n_tokens]
+    backend.reset_cache()
+    started = time.perf_counter()
+    llm.eval(tokens)
+    rate = len(tokens) / (time.perf_counter() - started)
+    backend.reset_cache()
+    return rate
+
+
+async def default_job(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from judge.backends import ensure_resilient
+    from judge.batch import BatchOptions, score_dataset
+    from judge.judging import JudgeConfig
+
+    rows = [line for line in args.dataset.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = rows[: args.queries]
+    backend = LocalBackend(args.model, n_threads=args.threads)
+    backend.load()
+    sink: list[JobStats] = []
+    _instrument(backend, sink)
+    variants = {"before": JobStats("before"), "after": JobStats("after")}
+    reuse = {"before": False, "after": True}
+    ceiling = _prompt_rate(backend)
+    with tempfile.TemporaryDirectory() as tmp:
+        for turn, line in enumerate(rows):
+            order = ["before", "after"] if turn % 2 == 0 else ["after", "before"]
+            src = Path(tmp) / f"q{turn}.jsonl"
+            src.write_text(line + "\n", encoding="utf-8")
+            for name in order:
+                stats = variants[name]
+                backend.reuse_for_reason = reuse[name]
+                backend.reset_cache()
+                sink[:] = [stats]
+                out = Path(tmp) / f"q{turn}.{name}.jsonl"
+                wrapped = ensure_resilient(backend, concurrency=1)  # as `judge score` does
+                options = BatchOptions(concurrency=1, progress="quiet", fsync=False)
+                started = time.perf_counter()
+                await score_dataset(src, out, wrapped, JudgeConfig(), store=None, options=options)
+                stats.seconds += time.perf_counter() - started
+                record = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+                for v in record["verdicts"]:
+                    stats.verdicts[(record["id"], v["index"])] = (v["verdict"], v["p_yes"], v["reason"])
+                stats.passages += len(record["verdicts"])
+    await backend.aclose()
+    before, after = variants["before"], variants["after"]
+    same_verdicts = all(before.verdicts[k][0] == after.verdicts[k][0] for k in before.verdicts)
+    same_p_yes = all(before.verdicts[k][1] == after.verdicts[k][1] for k in before.verdicts)
+    same_reasons = sum(before.verdicts[k][2] == after.verdicts[k][2] for k in before.verdicts)
+    rows_out = []
+    print(f"default job on {before.passages} passages of {len(rows)} queries; threads {backend.n_threads}")
+    print(f"llama.cpp prompt processing (512-token batch): {ceiling:.1f} tokens/s")
+    for s in (before, after):
+        evaluated = s.evaluated["probability"] + s.evaluated["reason"]
+        busy = sum(s.calls["probability"]) + sum(s.calls["reason"])
+        row = {
+            "variant": s.name,
+            "passages": s.passages,
+            "seconds": s.seconds,
+            "passages_per_s": s.passages / s.seconds,
+            "probability_seconds": sum(s.calls["probability"]),
+            "reason_seconds": sum(s.calls["reason"]),
+            "prompt_tokens_evaluated": s.evaluated,
+            "generated_tokens": s.generated,
+            "prompt_tokens_per_s_of_probability_passes": s.evaluated["probability"]
+            / sum(s.calls["probability"]),
+            "evaluated_tokens_per_busy_s": evaluated / busy if busy else None,
+        }
+        rows_out.append(row)
+        print(
+            f"{s.name:<7} {row['passages_per_s']:.3f} passages/s ({s.seconds:.1f} s); probability passes "
+            f"{row['probability_seconds']:.1f} s ({s.evaluated['probability']} tokens, "
+            f"{row['prompt_tokens_per_s_of_probability_passes']:.1f} tok/s = "
+            f"{row['prompt_tokens_per_s_of_probability_passes'] / ceiling:.0%} of llama.cpp's rate); "
+            f"reasons {row['reason_seconds']:.1f} s ({s.evaluated['reason']} prompt tokens evaluated, "
+            f"{s.generated} generated)"
+        )
+    ratio = after.passages / after.seconds / (before.passages / before.seconds)
+    print(
+        f"speed-up after/before: {ratio:.2f}x; verdicts identical: {same_verdicts}; "
+        f"P(yes) bit-identical: {same_p_yes}; reasons identical: {same_reasons}/{before.passages}"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "prompt_rate_512": ceiling,
+            "variants": rows_out,
+            "speedup": ratio,
+            "verdicts_identical": same_verdicts,
+            "p_yes_identical": same_p_yes,
+            "reasons_identical": same_reasons,
+            "fingerprint": backend.fingerprint,
+        }
+        args.json.write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return 0 if same_verdicts and same_p_yes else 1
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--dataset", type=Path, default=REPO / "datasets" / "sample.jsonl")
@@ -243,7 +389,11 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", default="binary.zh.v1", help="template id, or 'inline'")
     parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: the embedded model)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--default-job", action="store_true", help="README's first command, before vs after")
+    parser.add_argument("--queries", type=int, default=14, help="--default-job: queries of the dataset")
     args = parser.parse_args(argv)
+    if args.default_job:
+        return await default_job(args)
 
     pairs = load_pairs(args.dataset, args.pairs, args.per_query)
     prompting = _prompting(args.template)

@@ -104,7 +104,7 @@ def test_p_at_3_equals_the_hand_computation_from_the_verdicts(
     assert conv["P@3"]["ground_truth"]["key"] == "P_3"
     assert conv["AP(denominator=qrels)"]["judge"]["ap_denominator"] == "qrels"
     # the standard keys are unchanged by -m
-    assert set(summary["judge"]) == {"map", "ndcg", "mean_score", "mrr", "precision", "measures"}
+    assert set(summary["judge"]) == {"map", "ndcg", "mean_score", "mrr", "precision", "expected", "measures"}
 
 
 def test_without_m_the_output_has_no_measures_key(

@@ -27,6 +27,11 @@ How a call runs
   positions, and the cache is reused only up to a block boundary: each token's state is
   computed from the same batch every time, and the same request gives bit-identical logits
   whatever ran before (and whatever the thread count).
+* **The reason continues the probability pass.** A generation whose prompt extends the
+  prompt held in the KV cache (the default job's reason: the probability prompt plus the
+  chosen answer) reuses all of it and evaluates only the new tokens, not just the aligned
+  blocks: a reason does not need bit-identical logits, a probability does, so the tokens
+  evaluated after it are never reused by a later probability pass (``_cached_len``).
 * **Generation.** ``temperature=0`` is greedy decoding (the default); ``json_schema`` is
   compiled to a llama.cpp grammar (cached per schema) that constrains the output.
 * **Probability mode** (``candidates`` set): one forward pass over the prompt ending in
@@ -81,7 +86,14 @@ if TYPE_CHECKING:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     from llama_cpp.llama_grammar import LlamaGrammar
 
-__all__ = ["DEFAULT_NAME", "EVAL_BLOCK", "LocalBackend", "LocalCallStats", "default_threads"]
+__all__ = [
+    "DEFAULT_NAME",
+    "EVAL_BLOCK",
+    "LocalBackend",
+    "LocalCallStats",
+    "default_threads",
+    "kernel_features",
+]
 
 DEFAULT_NAME = "local:qwen2.5-coder-1.5b-q4km"
 #: Tokens per evaluation block; changing it changes outputs (it is in ``params()``).
@@ -142,6 +154,7 @@ class LocalBackend:
         n_ctx: int = 4096,
         seed: int = 0,
         verbose: bool = False,
+        reuse_for_reason: bool = True,
     ) -> None:
         if n_ctx < 2 * EVAL_BLOCK:
             raise ConfigurationError(f"n_ctx must be at least {2 * EVAL_BLOCK}, got {n_ctx}")
@@ -161,6 +174,9 @@ class LocalBackend:
         self.n_ctx = n_ctx
         self.seed = seed
         self.verbose = verbose
+        # False: a reason re-evaluates its prompt from the last aligned block (the old way;
+        # scripts/bench_local.py --default-job compares the two)
+        self.reuse_for_reason = reuse_for_reason
         self.last_call: LocalCallStats | None = None
 
         self._llm: Llama | None = None
@@ -194,6 +210,17 @@ class LocalBackend:
             "candidate_variants": "lower/capitalised/upper, with and without leading space",
             "llama_cpp_python": _llama_version(),
         }
+
+    @property
+    def fingerprint(self) -> str:
+        """What determines this judge's numbers, as one string (recorded in every output,
+        summary, stability report and nightly entry): backend name, model file sha256,
+        llama-cpp-python version and the CPU features llama.cpp's kernels were built with
+        (:func:`kernel_features`). Two machines with equal fingerprints give bit-identical
+        probabilities; see docs/embedded_determinism.md for how far apart they can be
+        otherwise."""
+        sha = self.params()["model_sha256"]
+        return f"{self.name}|model=sha256:{sha}|llama-cpp-python={_llama_version()}|cpu={kernel_features()}"
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Run one call in a worker thread, one at a time.
@@ -350,6 +377,14 @@ class LocalBackend:
         self._cached_len = len(tokens)
         return reused
 
+    def _held_prefix(self, llm: Llama, tokens: list[int]) -> int:
+        """Length of the block-evaluated prompt in the KV cache when ``tokens`` extends it
+        (the reason after its probability pass), else 0."""
+        n = min(self._cached_len, llm.n_tokens)
+        if not self.reuse_for_reason or n == 0 or n >= len(tokens):
+            return 0
+        return n if list(llm.input_ids[:n]) == tokens[:n] else 0
+
     def _check_context(self, n_prompt: int, room: int) -> None:
         if n_prompt + room > self.n_ctx:
             raise PermanentError(
@@ -434,9 +469,11 @@ class LocalBackend:
             if request.json_schema is not None and not request.answer_prefix
             else None
         )
-        reused = self._evaluate(llm, tokens)
-        # The prompt is now fully evaluated: llama-cpp-python samples from its logits without
-        # re-evaluating anything (its "full prompt already cached" path).
+        # Continuing the cached prompt, llama-cpp-python evaluates the rest (the answer) itself.
+        held = self._held_prefix(llm, tokens)
+        reused = held or self._evaluate(llm, tokens)
+        # The prompt is now (nearly) fully evaluated: llama-cpp-python continues from the
+        # longest cached prefix (its "prompt already cached" path).
         try:
             result = llm.create_completion(
                 prompt=tokens,
@@ -453,8 +490,9 @@ class LocalBackend:
         except ValueError as exc:
             raise PermanentError(f"llama.cpp rejected the request: {exc}") from exc
         finally:
-            # Generated tokens were evaluated one at a time: only the prompt stays reusable.
-            self._cached_len = min(self._cached_len, len(tokens))
+            # Generated tokens were evaluated one at a time: only the prompt stays reusable
+            # (continuing a held prompt, only that prompt: the rest was not block-aligned).
+            self._cached_len = min(self._cached_len, held or len(tokens))
         if not isinstance(result, dict):  # pragma: no cover - stream=False returns a dict
             raise PermanentError("unexpected streaming result from llama.cpp")
         choice = result["choices"][0]
@@ -476,6 +514,20 @@ def _release_after(lock: asyncio.Lock, work: asyncio.Future[Completion]) -> None
     lock.release()
     if not work.cancelled():
         work.exception()
+
+
+def kernel_features() -> str:
+    """The CPU features llama.cpp's kernels use, from its system info (``AVX2,FMA,F16C,...``;
+    build options such as ``OPENMP`` or ``REPACK`` included, as they change the arithmetic
+    too), or ``unavailable`` without llama-cpp-python."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return "unavailable"
+    info = llama_cpp.llama_print_system_info()
+    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    features = [m.group(1) for m in re.finditer(r"([A-Za-z0-9_]+) = 1\b", text)]
+    return ",".join(features) if features else "none"
 
 
 def _llama_version() -> str:

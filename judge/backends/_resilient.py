@@ -445,6 +445,13 @@ class ResilientBackend:
     def params(self) -> dict[str, Any]:
         return self.inner.params()
 
+    @property
+    def fingerprint(self) -> str:
+        """The inner backend's :func:`~judge.backends._fingerprint.backend_fingerprint`."""
+        from judge.backends._fingerprint import backend_fingerprint
+
+        return backend_fingerprint(self.inner)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from judge.batch._extras import summarize_extras
 from judge.io._jsonl import DatasetRecord
+from judge.judging._expected import expected_metrics, mean_expected
 from judge.judging._models import JudgeResult, PassageVerdict
 from judge.judging._summary import judged_list
 from judge.metrics import (
@@ -173,6 +174,8 @@ def finish_record(
             "ap": _round(result.ap),
             "ndcg": {str(c): _round(val) for c, val in result.ndcg.items()},
             **judge_rank_metrics(listed, k),
+            # probability-weighted metrics (judge.judging._expected): threshold-free
+            "expected": expected_metrics(verdicts, result.mode, k),
             "usage": result.usage.model_dump(),
             "verdicts": [v.model_dump(mode="json") for v in verdicts],
             "conventions": dict(result.conventions),
@@ -196,6 +199,13 @@ def _truth_of(record: Mapping[str, Any]) -> dict[str, int] | None:
     if record.get("expected_ids") is not None:
         return dict.fromkeys((str(x) for x in record["expected_ids"]), 1)
     return None
+
+
+def _expected_of(record: Mapping[str, Any], k: Sequence[int]) -> dict[str, Any] | None:
+    """A record's ``expected`` block (recomputed for records written before it existed)."""
+    if "expected" in record:
+        return record["expected"]  # type: ignore[no-any-return]
+    return expected_metrics(record["verdicts"], str(record.get("mode", "binary")), k)
 
 
 def verdicts_of(record: Mapping[str, Any]) -> list[PassageVerdict]:
@@ -288,6 +298,7 @@ def summarize_records(
             "mean_score": _mean(scores),
             "mrr": _mean(r.get("rr") for r in records),
             "precision": {c: _mean((r.get("precision") or {}).get(c) for r in records) for c in ks},
+            "expected": mean_expected((_expected_of(r, k) for r in records), k),
         },
         "score_distribution": {"bins": bins, "counts": hist},
         "verdicts": dict(sorted(verdict_counts.items())),

@@ -38,12 +38,13 @@ import asyncio
 import functools
 import json
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from judge.backends._base import Backend
+from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
@@ -60,6 +61,7 @@ from judge.io._jsonl import (
     iter_dataset,
 )
 from judge.judging import JudgeConfig, VerdictStore, resolve_config, summarize
+from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.judging._extras import ExtraOptions
 from judge.judging._models import PassageVerdict
 from judge.store._runstate import OutputWriter, atomic_write_text, recover_output, scan_output
@@ -96,6 +98,8 @@ class BatchOptions:
     executor: Executor | None = None
     measures: tuple[str, ...] = ()
     extras: ExtraOptions | None = None
+    # verdicts this close to the P(yes) threshold are counted as "borderline" in the summary
+    borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -373,6 +377,7 @@ class _Run:
             "input": str(inp) if inp is not None else None,
             "this_run": this_run,
             "config": _config_echo(self.config, self.backend.name, self.opts),
+            **_determinism_echo(records, self.config, self.backend, self.opts),
         }
         atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
         return BatchOutcome(
@@ -384,6 +389,27 @@ class _Run:
             skipped_done=skipped,
             rejected=self.reporter.rejected,
         )
+
+
+def _determinism_echo(
+    records: Sequence[Mapping[str, Any]], config: JudgeConfig, backend: Backend, opts: BatchOptions
+) -> dict[str, Any]:
+    """``backend_fingerprint`` and the ``borderline`` count (probability-mode verdicts within
+    ``opts.borderline_margin`` of the threshold: the ones another machine may flip)."""
+    borderline = (
+        len(
+            borderline_verdicts(
+                records, config.decision_threshold, opts.borderline_margin, config.grade_threshold
+            )
+        )
+        if config.probability
+        else 0
+    )
+    return {
+        "backend_fingerprint": backend_fingerprint(backend),
+        "borderline": borderline,
+        "borderline_margin": opts.borderline_margin,
+    }
 
 
 def _paths(out: Path, opts: BatchOptions, rejects_kind: str) -> tuple[Path, Path]:
@@ -456,7 +482,9 @@ async def score_dataset(
                 result, extra = await extras_record(
                     backend, config, store, rec, run.result(rec.query, verdicts), opts.extras, opts.k
                 )
-                await writer.awrite(build_record(rec, result, opts.k, measures=opts.measures) | extra)
+                record = build_record(rec, result, opts.k, measures=opts.measures) | extra
+                record["backend_fingerprint"] = backend_fingerprint(backend)
+                await writer.awrite(record)
 
             await run.drive(plan, commit)
         return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)
@@ -515,9 +543,11 @@ async def retry_unjudged(
                         for job, entry in zip(work.jobs, item.entries, strict=True)
                         if not verdicts[job.index].judged
                     ]
-                    await writer.awrite(
-                        finish_record(base, run.result(work.query, verdicts), opts.k, measures=opts.measures)
+                    record = finish_record(
+                        base, run.result(work.query, verdicts), opts.k, measures=opts.measures
                     )
+                    record["backend_fingerprint"] = backend_fingerprint(backend)
+                    await writer.awrite(record)
 
                 await run.drive(plan, commit, ordered=True)
             _replace(tmp, out)

@@ -121,6 +121,13 @@ def register(subparsers: Any) -> None:
         default=1.0,
         help="--engine ray: CPUs per actor (the embedded model's threads; default 1)",
     )
+    p.add_argument(
+        "--borderline-margin",
+        type=float,
+        default=0.02,
+        metavar="P",
+        help="count verdicts whose P(yes) is within P of the threshold as borderline (default 0.02)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -162,6 +169,8 @@ def run_score(args: argparse.Namespace) -> int:
     if not args.retry_unjudged and not args.input:
         raise InputError("missing INPUT.jsonl (or --retry-unjudged OUTPUT.jsonl)", field="input")
     policy = call_policy(args)
+    if not 0.0 <= args.borderline_margin <= 1.0:
+        raise InputError("must be within [0, 1]", field="--borderline-margin")
     if args.max_passage_chars is not None and args.max_passage_chars < 1:
         raise InputError("must be >= 1", field="--max-passage-chars")
     if any(k < 1 for k in args.k):
@@ -227,6 +236,7 @@ def run_score(args: argparse.Namespace) -> int:
         measures=measures,
         extras=extras,
         executor=executor,
+        borderline_margin=args.borderline_margin,
         settings={
             **engine,
             "rpm": args.rpm,

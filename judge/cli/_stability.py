@@ -56,7 +56,17 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--metric",
         default="map",
-        help="checked figure: map (default), score, ndcg@K or any registry measure (P@3, AP(rel=2) ...)",
+        help=(
+            "checked figure: map (default), expected_map (probability-weighted), score, ndcg@K "
+            "or any registry measure (P@3, AP(rel=2) ...)"
+        ),
+    )
+    p.add_argument(
+        "--borderline-margin",
+        type=float,
+        default=0.02,
+        metavar="P",
+        help="list verdicts whose P(yes) is within P of the threshold as borderline (default 0.02)",
     )
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="NDCG cutoffs (default 5 10)"
@@ -197,6 +207,7 @@ def run_stability_command(args: argparse.Namespace) -> int:
         bootstrap_resamples=args.bootstrap,
         bootstrap_seed=args.bootstrap_seed,
         top=args.top,
+        borderline_margin=args.borderline_margin,
     )
     config = _judge_config(args)
     settings = None
@@ -300,6 +311,13 @@ def run_nightly_command(args: argparse.Namespace) -> int:
         f"({outcome.entry['status']}); trend {outcome.trend_plot}",
         file=sys.stderr,
     )
+    if outcome.entry.get("fingerprint_changed"):
+        print(
+            f"judge nightly: the backend fingerprint changed since the last night "
+            f"({outcome.entry['previous_fingerprint']} -> {outcome.entry['backend_fingerprint']}): "
+            "figures may move because of the machine or the llama.cpp build, not the judge",
+            file=sys.stderr,
+        )
     if not outcome.passed:
         print(_breach_line(outcome.report, cfg.name), file=sys.stderr, flush=True)
         return EXIT_BREACH

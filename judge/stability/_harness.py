@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from judge.backends._base import Backend
+from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork
 from judge.io._errors import InputError
@@ -57,6 +58,7 @@ from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
 from judge.judging._config import template_for
 from judge.judging._core import _check_probability
+from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, is_borderline
 from judge.judging._models import PassageVerdict
 from judge.stability._figures import (
     MAP_FIGURE,
@@ -127,6 +129,7 @@ class StabilityOptions:
     bootstrap_resamples: int = 2000
     bootstrap_seed: int = 0
     top: int = 10
+    borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 2:
@@ -143,6 +146,8 @@ class StabilityOptions:
             raise InputError("must be >= 1", field="--bootstrap")
         if self.top < 0:
             raise InputError("must be >= 0", field="--top")
+        if not 0.0 <= self.borderline_margin <= 1.0:
+            raise InputError("must be within [0, 1]", field="--borderline-margin")
         parse_metric(self.metric, self.k)
 
     @property
@@ -336,6 +341,7 @@ async def run_stability(
         backend=backend_description or backend.name,
         runs_dir=out_dir,
         parallel_runs=not sequential,
+        fingerprint=backend_fingerprint(backend),
     )
 
 
@@ -612,6 +618,37 @@ def _noise(
     return data, per_run
 
 
+def _borderline(
+    runs: Sequence[RunResult], records: Sequence[DatasetRecord], config: JudgeConfig, margin: float
+) -> dict[str, Any]:
+    """Verdicts within ``margin`` of the decision threshold in any run: identical runs on
+    one machine cannot show it, but these are the verdicts another machine's float kernels
+    may flip (docs/embedded_determinism.md)."""
+    threshold = config.p_yes_threshold if config.p_yes_threshold is not None else 0.5
+    listed: dict[tuple[int, int], dict[str, Any]] = {}
+    if config.probability:
+        for run in runs:
+            for q, (record, result) in enumerate(zip(records, run.results, strict=True)):
+                for v in result.verdicts:
+                    if (q, v.index) in listed:
+                        continue
+                    if is_borderline(v, threshold, margin, config.grade_threshold):
+                        listed[(q, v.index)] = {
+                            "query_id": record.id,
+                            "index": v.index,
+                            "passage_id": v.passage_id,
+                            "verdict": v.verdict,
+                            "p_yes": v.p_yes,
+                        }
+    return {
+        "margin": margin,
+        "threshold": threshold,
+        "count": len(listed),
+        "note": "liable to flip on a machine whose llama.cpp kernels round differently",
+        "verdicts": [listed[key] for key in sorted(listed)],
+    }
+
+
 def _conventions(options: StabilityOptions, mode: str) -> dict[str, str]:
     return {
         "cache": "bypassed (store=None): every run asks the backend",
@@ -651,13 +688,14 @@ def analyse(
     runs_dir: Path | None = None,
     parallel_runs: bool = True,
     created: datetime | None = None,
+    fingerprint: str | None = None,
 ) -> StabilityReport:
     """Every across-run figure of a stability run (pure apart from the clock)."""
     if len(runs) < 2:
         raise ValueError("analyse needs at least 2 runs")
     runs = sorted(runs, key=lambda r: r.index)
     checked = options.checked
-    metrics = figure_metrics(options.k, checked)
+    metrics = figure_metrics(options.k, checked, probability=bool(config.probability))
     per_run_figures = {m.name: [run.figure(m) for run in runs] for m in metrics}
     figures = {name: _figure_summary(values) for name, values in per_run_figures.items()}
     noise, per_run_ci = _noise(runs, checked, options, per_run_figures[checked.name])
@@ -732,6 +770,8 @@ def analyse(
         "query_ranges": {"ap": ap_ranges, "score": score_ranges},
         "unstable_queries": top_queries,
         "unstable_passages": top_passages,
+        "backend_fingerprint": fingerprint,
+        "borderline": _borderline(runs, records, config, options.borderline_margin),
     }
     json.dumps(data, allow_nan=False)  # the report must be strict JSON
     return StabilityReport(data, tuple(runs), tuple(records), config, options)

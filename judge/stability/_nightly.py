@@ -288,6 +288,21 @@ def history_entry(
         "passed": d["check"]["passed"],
         "status": d["check"]["status"],
         "report_dir": str(report_dir),
+        **fingerprint_change(read_history(config.history), config.name, d.get("backend_fingerprint")),
+    }
+
+
+def fingerprint_change(
+    history: Sequence[dict[str, Any]], name: str, fingerprint: str | None
+) -> dict[str, Any]:
+    """``backend_fingerprint`` of this night, the previous night's (same ``name``) and
+    whether it changed: a breach on a night whose fingerprint changed points at the machine
+    or the llama.cpp build (other float kernels), not at a judge that became noisy."""
+    previous = next((e.get("backend_fingerprint") for e in reversed(history) if e.get("name") == name), None)
+    return {
+        "backend_fingerprint": fingerprint,
+        "previous_fingerprint": previous,
+        "fingerprint_changed": previous is not None and fingerprint is not None and previous != fingerprint,
     }
 
 

@@ -63,7 +63,8 @@ def _png(fig: Figure) -> bytes:
 
 
 def _label(metric: str) -> str:
-    return {"map": "mAP", "score": "mean score"}.get(metric, metric.replace("ndcg", "NDCG"))
+    named = {"map": "mAP", "score": "mean score", "expected_map": "expected mAP"}
+    return named.get(metric, metric.replace("ndcg", "NDCG"))
 
 
 def plot_map_per_run(report: StabilityReport) -> bytes:
@@ -181,6 +182,21 @@ def summary_lines(report: StabilityReport) -> list[str]:
             f"  queries for a CI half-width <= {_f(noise['target_half_width'])}: "
             f"{noise['queries_needed']} (comparing two systems: {noise['queries_needed_comparison']})"
         )
+    lines += _determinism_lines(d)
+    return lines
+
+
+def _determinism_lines(d: dict[str, Any]) -> list[str]:
+    """Borderline verdicts (liable to flip on another machine) and the backend fingerprint."""
+    lines: list[str] = []
+    border = d.get("borderline")
+    if border and border.get("count"):
+        lines.append(
+            f"  {border['count']} borderline verdicts (P(yes) within {border['margin']:g} of "
+            f"{border['threshold']:g}): liable to flip on another machine (see expected mAP)"
+        )
+    if d.get("backend_fingerprint"):
+        lines.append(f"  backend fingerprint: {d['backend_fingerprint']}")
     return lines
 
 
@@ -288,6 +304,23 @@ def render_markdown(report: StabilityReport) -> str:
             )
     else:
         out.append("Every passage got the same label in every run.")
+    border = d.get("borderline")
+    if border is not None:
+        out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
+        out.append(
+            f"P(yes) within {border['margin']:g} of the threshold {border['threshold']:g}: "
+            f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
+            "round differently and may flip these (the expected mAP does not depend on them)."
+        )
+        if border["verdicts"]:
+            out += ["", "| query | rank | passage id | verdict | p_yes |", "|---|---|---|---|---|"]
+            for b in border["verdicts"]:
+                out.append(
+                    f"| {_cell(str(b['query_id']))} | {b['index'] + 1} | "
+                    f"{_cell(str(b['passage_id'] or '—'))} | {b['verdict']} | {_f(b['p_yes'], 4)} |"
+                )
+    if d.get("backend_fingerprint"):
+        out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
     plots = d.get("plots", {})
     if plots:
         out += ["", "## Plots", ""]

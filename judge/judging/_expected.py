@@ -1,0 +1,136 @@
+"""Expected (probability-weighted) metrics and borderline verdicts of one query's verdicts.
+
+The numbers come from :mod:`judge.metrics._expected` (definitions there); this module picks
+the inputs from :class:`PassageVerdict` objects or their JSON dicts (output records):
+
+* unjudged passages are dropped, as for the hard metrics;
+* relevance probability: ``p_yes`` (binary probability mode: P(yes); graded: P(grade >=
+  grade_threshold); sampled generation: the share of yes samples); a judged verdict without
+  one counts as 1.0 (yes) or 0.0 (no);
+* expected gain for NDCG: binary ``p_yes``; graded ``expected_grade`` (else the grade);
+* a query has expected metrics only when at least one judged verdict carries ``p_yes`` or
+  ``expected_grade`` (otherwise ``None``: they would only repeat the hard metrics).
+
+Borderline verdicts (:func:`is_borderline`): binary, ``|p_yes - threshold| <= margin``;
+graded with grade probabilities, the most probable grade on the relevant side and the most
+probable on the other side differ by at most ``margin`` (the argmax, hence the verdict,
+flips when they swap). These are the verdicts that another machine's float rounding may
+flip (docs/embedded_determinism.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from judge.judging._models import PassageVerdict
+from judge.metrics._expected import expected_average_precision, expected_gain_ndcg
+
+__all__ = [
+    "DEFAULT_BORDERLINE_MARGIN",
+    "borderline_verdicts",
+    "expected_metrics",
+    "is_borderline",
+    "mean_expected",
+]
+
+#: ``--borderline-margin``: P(yes) this close to the threshold counts as borderline.
+DEFAULT_BORDERLINE_MARGIN = 0.02
+
+VerdictLike = PassageVerdict | Mapping[str, Any]
+
+
+def _get(v: VerdictLike, name: str) -> Any:
+    return v.get(name) if isinstance(v, Mapping) else getattr(v, name)
+
+
+def _judged(verdicts: Iterable[VerdictLike]) -> list[VerdictLike]:
+    return [v for v in verdicts if _get(v, "verdict") != "unjudged"]
+
+
+def _p(v: VerdictLike) -> float:
+    p = _get(v, "p_yes")
+    if p is not None:
+        return min(1.0, max(0.0, float(p)))
+    return 1.0 if _get(v, "verdict") == "yes" else 0.0
+
+
+def _gain(v: VerdictLike, mode: str) -> float:
+    if mode == "graded":
+        eg = _get(v, "expected_grade")
+        if eg is not None:
+            return max(0.0, float(eg))
+        grade = _get(v, "grade")
+        return float(grade) if grade is not None else 0.0
+    return _p(v)
+
+
+def expected_metrics(verdicts: Sequence[VerdictLike], mode: str, k: Sequence[int]) -> dict[str, Any] | None:
+    """``{"map": E[AP], "ndcg": {"5": ..., "10": ...}}`` of one query (``map`` is the
+    query's expected AP, so that the mean over records is the expected mAP); None when no
+    judged verdict carries a probability."""
+    judged = _judged(verdicts)
+    if not any(_get(v, "p_yes") is not None or _get(v, "expected_grade") is not None for v in judged):
+        return None
+    probs = [_p(v) for v in judged]
+    gains = [_gain(v, mode) for v in judged]
+    return {
+        "map": round(expected_average_precision(probs), 6),
+        "ndcg": {str(c): round(expected_gain_ndcg(gains, c), 6) for c in k},
+    }
+
+
+def mean_expected(blocks: Iterable[Mapping[str, Any] | None], k: Sequence[int]) -> dict[str, Any] | None:
+    """The mean of per-query ``expected`` blocks over the queries that have one."""
+    present = [b for b in blocks if b]
+    if not present:
+        return None
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 6) if values else None
+
+    def values(c: int) -> list[float]:
+        return [float(b["ndcg"][str(c)]) for b in present if b.get("ndcg", {}).get(str(c)) is not None]
+
+    return {
+        "map": mean([float(b["map"]) for b in present if b.get("map") is not None]),
+        "ndcg": {str(c): mean(values(c)) for c in k},
+        "queries": len(present),
+    }
+
+
+def is_borderline(v: VerdictLike, threshold: float, margin: float, grade_threshold: int = 2) -> bool:
+    """Whether a judged verdict lies within ``margin`` of flipping (see the module docstring)."""
+    if _get(v, "verdict") == "unjudged":
+        return False
+    probs = _get(v, "probs")
+    if isinstance(probs, Mapping) and all(str(g) in probs for g in range(4)):
+        yes = max(float(probs[str(g)]) for g in range(grade_threshold, 4)) if grade_threshold <= 3 else 0.0
+        no = max((float(probs[str(g)]) for g in range(grade_threshold)), default=0.0)
+        return abs(yes - no) <= margin + 1e-12
+    p = _get(v, "p_yes")
+    if p is None:
+        return False
+    return abs(float(p) - threshold) <= margin + 1e-12
+
+
+def borderline_verdicts(
+    records: Iterable[Mapping[str, Any]], threshold: float, margin: float, grade_threshold: int = 2
+) -> list[dict[str, Any]]:
+    """The borderline verdicts of output records (``{"id", "verdicts": [...]}`` dicts, or
+    anything with ``id``/``query`` and ``verdicts``): query id, passage index and id,
+    verdict and P(yes), in record order."""
+    out: list[dict[str, Any]] = []
+    for record in records:
+        for v in record.get("verdicts") or ():
+            if is_borderline(v, threshold, margin, grade_threshold):
+                out.append(
+                    {
+                        "query_id": record.get("id"),
+                        "index": _get(v, "index"),
+                        "passage_id": _get(v, "passage_id"),
+                        "verdict": _get(v, "verdict"),
+                        "p_yes": _get(v, "p_yes"),
+                    }
+                )
+    return out
