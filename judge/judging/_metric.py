@@ -27,7 +27,7 @@ import judge._env  # noqa: F401  # must precede deepeval: telemetry off, read-on
 # isort: split
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from deepeval.errors import MissingTestCaseParamsError
 from deepeval.metrics import BaseMetric
@@ -42,7 +42,85 @@ from judge.judging._models import JudgeResult, Mode
 from judge.judging._summary import check_k
 
 
-class RelevancyJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
+class _Usage(Protocol):
+    @property
+    def cost(self) -> float: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+
+
+class JudgeMetric(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
+    """What every ``judge`` deepeval metric shares: the resilient backend made from
+    ``backend`` under ``policy``, the pass threshold (1.0 with ``strict_mode``), the cutoffs,
+    the sync wrapper of ``a_measure`` and how a finished measurement is recorded on the
+    metric (score, breakdown, reason, error, cost, tokens, logs, success)."""
+
+    def _setup(
+        self,
+        backend: Any,
+        config: JudgeConfig,
+        *,
+        threshold: float,
+        k: Sequence[int],
+        include_reason: bool,
+        async_mode: bool,
+        strict_mode: bool,
+        store: VerdictStore | None,
+        policy: CallPolicy | None,
+    ) -> None:
+        self.config = config
+        self.backend = make_backend(backend, policy=policy)
+        self.threshold = 1.0 if strict_mode else float(threshold)
+        self.k = check_k(k)
+        self.include_reason = include_reason
+        self.async_mode = async_mode
+        self.strict_mode = strict_mode
+        self.store = store
+        self.verbose_mode = False
+        self.evaluation_model = self.backend.name
+        self.using_native_model = False
+        self.score_breakdown: dict[str, Any] = {}
+
+    def measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
+        """Sync wrapper of :meth:`a_measure` (same result)."""
+        return run_sync(self.a_measure(test_case))
+
+    def _finish(
+        self,
+        *,
+        score: float,
+        breakdown: dict[str, Any],
+        reason: str,
+        error: str | None,
+        usage: _Usage,
+        verbose_logs: str,
+    ) -> float:
+        """Assign every attribute from one finished measurement (at the very end of it)."""
+        self.score = score
+        self.score_breakdown = breakdown
+        self.reason = reason if self.include_reason or error else None
+        self.error = error
+        self.evaluation_cost = usage.cost
+        self.input_tokens = usage.prompt_tokens
+        self.output_tokens = usage.completion_tokens
+        self.verbose_logs = verbose_logs
+        self.success = error is None and score >= self._threshold()
+        return score
+
+    def _threshold(self) -> float:
+        return 0.0 if self.threshold is None else float(self.threshold)
+
+    def is_successful(self) -> bool:
+        if self.error is not None or self.score is None:
+            self.success = False
+        else:
+            self.success = bool(self.score >= self._threshold())
+        return bool(self.success)
+
+
+class RelevancyJudge(JudgeMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
     """One LLM verdict per retrieved passage; ``score`` = share of relevant passages.
 
     ``backend``: spec string, Backend, ``DeepEvalBaseLLM``, LangChain model or None (from
@@ -73,28 +151,23 @@ class RelevancyJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepe
         policy: CallPolicy | None = None,
     ) -> None:
         base = config if config is not None else JudgeConfig()
-        self.config = replace(base, mode=mode) if mode is not None and mode != base.mode else base
+        self._setup(
+            backend,
+            replace(base, mode=mode) if mode is not None and mode != base.mode else base,
+            threshold=threshold,
+            k=k,
+            include_reason=include_reason,
+            async_mode=async_mode,
+            strict_mode=strict_mode,
+            store=store,
+            policy=policy,
+        )
         self.mode: Mode = self.config.mode
-        self.backend = make_backend(backend, policy=policy)
-        self.threshold = 1.0 if strict_mode else float(threshold)
-        self.k = check_k(k)
-        self.include_reason = include_reason
-        self.async_mode = async_mode
-        self.strict_mode = strict_mode
-        self.store = store
-        self.verbose_mode = False
-        self.evaluation_model = self.backend.name
-        self.using_native_model = False
         self.result: JudgeResult | None = None
-        self.score_breakdown: dict[str, Any] = {}
 
     @property
     def __name__(self) -> str:  # type: ignore[override]  # deepeval uses a property here
         return "Relevancy Judge"
-
-    def measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
-        """Sync wrapper of :meth:`a_measure` (same result)."""
-        return run_sync(self.a_measure(test_case))
 
     async def a_measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
         query, passages, qrels = _inputs(test_case, self)
@@ -131,26 +204,14 @@ class RelevancyJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepe
             **{f"ndcg@{c}": value for c, value in result.ndcg.items()},
         }
         self.result = result
-        self.score = score
-        self.score_breakdown = breakdown
-        self.reason = reason if self.include_reason or error else None
-        self.error = error
-        self.evaluation_cost = result.usage.cost
-        self.input_tokens = result.usage.prompt_tokens
-        self.output_tokens = result.usage.completion_tokens
-        self.verbose_logs = _verbose_logs(result)
-        self.success = error is None and score >= self._threshold()
-        return score
-
-    def _threshold(self) -> float:
-        return 0.0 if self.threshold is None else float(self.threshold)
-
-    def is_successful(self) -> bool:
-        if self.error is not None or self.score is None:
-            self.success = False
-        else:
-            self.success = bool(self.score >= self._threshold())
-        return bool(self.success)
+        return self._finish(
+            score=score,
+            breakdown=breakdown,
+            reason=reason,
+            error=error,
+            usage=result.usage,
+            verbose_logs=_verbose_logs(result),
+        )
 
 
 def _inputs(

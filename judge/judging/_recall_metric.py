@@ -19,19 +19,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from deepeval.errors import MissingTestCaseParamsError
-from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
 from judge.backends._policy import CallPolicy
-from judge.backends._resolve import make_backend
-from judge.backends._sync import run_sync
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._dimension_models import ContextualRecall
+from judge.judging._metric import JudgeMetric
 from judge.judging._recall import contextual_recall
-from judge.judging._summary import check_k
 
 
-class ContextualRecallJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
+class ContextualRecallJudge(JudgeMetric):  # type: ignore[misc,no-untyped-call]  # deepeval is untyped
     """Share of the reference answer's claims that the top-k passages support.
 
     ``backend``: spec string, Backend, ``DeepEvalBaseLLM`` or None (from the environment);
@@ -58,27 +55,22 @@ class ContextualRecallJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  
         store: VerdictStore | None = None,
         policy: CallPolicy | None = None,
     ) -> None:
-        self.config = config if config is not None else JudgeConfig()
-        self.backend = make_backend(backend, policy=policy)
-        self.threshold = 1.0 if strict_mode else float(threshold)
-        self.k = check_k(k)
-        self.include_reason = include_reason
-        self.async_mode = async_mode
-        self.strict_mode = strict_mode
-        self.store = store
-        self.verbose_mode = False
-        self.evaluation_model = self.backend.name
-        self.using_native_model = False
+        self._setup(
+            backend,
+            config if config is not None else JudgeConfig(),
+            threshold=threshold,
+            k=k,
+            include_reason=include_reason,
+            async_mode=async_mode,
+            strict_mode=strict_mode,
+            store=store,
+            policy=policy,
+        )
         self.result: ContextualRecall | None = None
-        self.score_breakdown: dict[str, Any] = {}
 
     @property
     def __name__(self) -> str:  # type: ignore[override]  # deepeval uses a property here
         return "Contextual Recall Judge"
-
-    def measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
-        """Sync wrapper of :meth:`a_measure` (same result)."""
-        return run_sync(self.a_measure(test_case))
 
     async def a_measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
         query = getattr(test_case, "input", None)
@@ -118,33 +110,20 @@ class ContextualRecallJudge(BaseMetric):  # type: ignore[misc,no-untyped-call]  
             )
         else:
             reason = f"前 {top} 个段落支持参考答案的全部 {result.supported[top]} 条陈述。"
-        score = value if value is not None else 0.0
         self.result = result
-        self.score = score
-        self.score_breakdown = {
-            **{f"recall@{c}": r for c, r in result.recall.items()},
-            "claims": len(result.claims),
-            "supported": result.supported.get(top, 0),
-            "unsupported": result.unsupported.get(top, 0),
-            "unjudged": result.unjudged.get(top, 0),
-        }
-        self.reason = reason if self.include_reason or error else None
-        self.error = error
-        self.evaluation_cost = result.usage.cost
-        self.input_tokens = result.usage.prompt_tokens
-        self.output_tokens = result.usage.completion_tokens
-        self.verbose_logs = "\n".join(
-            f"[{c.index + 1}] {c.status} (rank {c.support_rank}): {c.claim}" for c in result.claims
+        return self._finish(
+            score=value if value is not None else 0.0,
+            breakdown={
+                **{f"recall@{c}": r for c, r in result.recall.items()},
+                "claims": len(result.claims),
+                "supported": result.supported.get(top, 0),
+                "unsupported": result.unsupported.get(top, 0),
+                "unjudged": result.unjudged.get(top, 0),
+            },
+            reason=reason,
+            error=error,
+            usage=result.usage,
+            verbose_logs="\n".join(
+                f"[{c.index + 1}] {c.status} (rank {c.support_rank}): {c.claim}" for c in result.claims
+            ),
         )
-        self.success = error is None and score >= self._threshold()
-        return score
-
-    def _threshold(self) -> float:
-        return 0.0 if self.threshold is None else float(self.threshold)
-
-    def is_successful(self) -> bool:
-        if self.error is not None or self.score is None:
-            self.success = False
-        else:
-            self.success = bool(self.score >= self._threshold())
-        return bool(self.success)
