@@ -315,6 +315,33 @@ def create_app(config: ServerConfig) -> FastAPI:
         manager.wake()
         return job
 
+    def accept_job(
+        job_id: str,
+        job_dir: Path,
+        idem_hash: str | None,
+        kind: str,
+        options: dict[str, Any],
+        check: _engine.Validation,
+        body_hash: str,
+    ) -> JSONResponse:
+        """Record a validated job and answer 202 with its view (and the first rejects)."""
+        job = insert_job(
+            job_id,
+            job_dir,
+            idem_hash,
+            kind=kind,
+            options=options,
+            queries_total=check.queries,
+            passages_total=check.passages,
+            rejected=len(check.rejects),
+            body_hash=body_hash,
+        )
+        if isinstance(job, JSONResponse):
+            return job
+        view = manager.view(job)
+        view["rejects"] = check.rejects[:100]
+        return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+
     def job_or_404(job_id: str) -> dict[str, Any]:
         job = db.get(job_id)
         if job is None:
@@ -480,22 +507,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
             for rec in check.rejects:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        job = insert_job(
-            job_id,
-            job_dir,
-            idem_hash,
-            kind="score",
-            options=options,
-            queries_total=check.queries,
-            passages_total=check.passages,
-            rejected=len(check.rejects),
-            body_hash=body_hash,
-        )
-        if isinstance(job, JSONResponse):
-            return job
-        view = manager.view(job)
-        view["rejects"] = check.rejects[:100]
-        return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+        return accept_job(job_id, job_dir, idem_hash, "score", options, check, body_hash)
 
     # --- comparisons of systems -----------------------------------------------------------
     @app.post("/v1/compare", tags=["compare"], status_code=202)
@@ -561,22 +573,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 where["field"] = err.field
             shutil.rmtree(job_dir, ignore_errors=True)
             return _json_error(422, _engine.public_message(job_dir, err), **where, rejects=rejects[:100])
-        inserted = insert_job(
-            job_id,
-            job_dir,
-            idem_hash,
-            kind="compare",
-            options=options,
-            queries_total=check.queries,
-            passages_total=check.passages,
-            rejected=len(check.rejects),
-            body_hash=body_hash,
-        )
-        if isinstance(inserted, JSONResponse):
-            return inserted
-        view = manager.view(inserted)
-        view["rejects"] = check.rejects[:100]
-        return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+        return accept_job(job_id, job_dir, idem_hash, "compare", options, check, body_hash)
 
     def compare_job(job_id: str) -> dict[str, Any]:
         job = job_or_404(job_id)
