@@ -31,7 +31,7 @@ from judge.judging import JudgeConfig
 
 pytest.importorskip("ray", reason="the Ray engine needs ray: pip install 'judge[ray]'")
 
-from judge.batch._ray import BackendSpec, RayExecutor
+from judge.batch._ray import BackendSpec, RayExecutor, _Limiter, _Slot
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +190,9 @@ def test_a_killed_worker_is_replaced_and_its_passages_are_asked_again(
     )
 
     async def kill_one_when_busy() -> None:
+        deadline = time.monotonic() + 120
         while sim.stats()["total"] < 60:
+            assert time.monotonic() < deadline, "kill point not reached in 120 s"
             await asyncio.sleep(0.05)
         ray.kill(executor.worker_handles()[0], no_restart=True)
 
@@ -218,6 +220,60 @@ def test_a_killed_worker_is_replaced_and_its_passages_are_asked_again(
     assert stats["total"] - 240 == stats["repeated_keys"] <= executor.per_worker
     assert executor.reasked >= stats["repeated_keys"]
     assert outcome.summary["queries"] == 30
+
+
+async def test_a_dead_workers_waiting_calls_give_their_slots_back_to_the_limiter() -> None:
+    """A worker killed while some of its calls wait for a slot: when those waits end (the
+    limiter actor does not know the caller died), the slots go straight back; kept, they
+    would shrink the global window for good, and with every slot leaked the run hangs."""
+    limiter = _Limiter(concurrency=2, rpm=None, tpm=None)
+    await limiter.acquire("w1", 10)
+    await limiter.acquire("w2", 10)
+    waiting = asyncio.ensure_future(limiter.acquire("w1", 10))  # the window is full
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert await limiter.forget("w1") == 1  # w1 died holding one slot
+    await waiting  # the freed slot goes to w1's waiting call, which gives it straight back
+    assert (await limiter.state())["in_flight"] == 1  # only w2's call
+    await limiter.release("w2", 10, 10)
+    assert (await limiter.state())["in_flight"] == 0
+    # A late release from the dead worker changes nothing.
+    await limiter.release("w1", 10, 10)
+    assert (await limiter.state())["in_flight"] == 0
+    for owner in ("w3", "w3"):
+        await asyncio.wait_for(limiter.acquire(owner, 10), 1.0)  # the whole window is free
+    assert (await limiter.state())["in_flight"] == 2
+
+
+async def test_an_unreachable_actor_is_asked_again_without_being_replaced() -> None:
+    """``ActorUnavailableError`` (Ray cannot reach the actor for now) asks again; only a
+    death starts a replacement (else two actors would run where the run asked for one)."""
+    import ray
+
+    executor = RayExecutor(BackendSpec("openai:x", "http://127.0.0.1:9"), workers=1)
+    executor._ray = ray
+    executor._changed = asyncio.Condition()
+    calls: list[tuple[Any, ...]] = []
+
+    class Method:
+        def remote(self, *args: Any) -> Any:
+            async def answer() -> Any:
+                calls.append(args)
+                if len(calls) == 1:
+                    raise ray.exceptions.ActorUnavailableError("node under load", None)
+                return "verdict", {"calls": 1}
+
+            return answer()
+
+    class Handle:
+        judge_one = Method()
+
+    slot = _Slot("w1", Handle())
+    executor._slots = [slot]
+    assert await executor._call("judge_one", "q", 0) == "verdict"
+    assert calls == [("q", 0), ("q", 0)]
+    assert executor.restarts == 0 and executor.reasked == 1
+    assert slot.alive and slot.busy == 0 and slot.unavailable == 0
 
 
 def test_an_object_backend_is_shipped_by_pickling_and_a_bad_one_is_refused(

@@ -78,6 +78,12 @@ _STAT_FIELDS = (
 )
 
 
+# How long to wait before asking again after an actor was unreachable for a moment.
+_UNAVAILABLE_PAUSE_S = 0.2
+# Unavailable answers in a row after which an actor counts as lost (about a minute).
+_UNAVAILABLE_LIMIT = 300
+
+
 class WorkerLostError(RuntimeError):
     """Judging workers died more often than the run allows (or none is left)."""
 
@@ -149,11 +155,17 @@ class _Limiter:
             ceiling=concurrency, rpm=rpm, tpm=tpm, clock=time.monotonic, sleep=asyncio.sleep
         )
         self.held: dict[str, list[int]] = {}
+        self.dead: set[str] = set()
         self.max_in_flight = 0
         self.pauses = 0
 
     async def acquire(self, owner: str, tokens: int) -> int:
         epoch = await self.limiter.acquire(tokens)
+        if owner in self.dead:
+            # Its worker died while this call waited for a slot: nobody will ever release
+            # the slot, so give it back at once (kept, it would shrink the window for good).
+            self.limiter.release(tokens, None)
+            return epoch
         self.held.setdefault(owner, []).append(tokens)
         self.max_in_flight = max(self.max_in_flight, self.limiter.in_flight)
         return epoch
@@ -181,7 +193,9 @@ class _Limiter:
         self.limiter.pause_for(seconds)
 
     async def forget(self, owner: str) -> int:
-        """Give back every slot ``owner`` (a dead worker) still holds; how many."""
+        """Give back every slot ``owner`` (a dead worker) still holds, and every slot its
+        calls still waiting here will get; how many it held."""
+        self.dead.add(owner)
         held = self.held.pop(owner, [])
         for estimate in held:
             self.limiter.release(estimate, None)
@@ -312,6 +326,7 @@ class _Slot:
     handle: Any
     busy: int = 0
     alive: bool = True
+    unavailable: int = 0  # ActorUnavailableError answers in a row
 
 
 class RayExecutor:
@@ -553,19 +568,36 @@ class RayExecutor:
                 self._changed.notify_all()
 
     async def _call(self, method: str, *args: Any) -> Any:
-        """Run ``method`` on the least busy live actor; on a dead actor, again on another."""
+        """Run ``method`` on the least busy live actor; on a dead actor, again on another.
+
+        ``ActorUnavailableError`` (an actor Ray cannot reach for now, e.g. a node under heavy
+        load, which may come back) asks again without declaring the actor dead: replacing a
+        live actor would leave two running where the run asked for one. Ray raises
+        ``ActorDiedError`` once it knows the actor is gone, and that is what starts a
+        replacement."""
         ray = self._ray
-        dead = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        unavailable = ray.exceptions.ActorUnavailableError
+        dead = ray.exceptions.RayActorError
         while True:
             slot = await self._take()
             try:
                 result, snap = await getattr(slot.handle, method).remote(*args)
+            except unavailable as exc:
+                await self._give(slot)
+                self.reasked += 1
+                slot.unavailable += 1
+                if slot.unavailable >= _UNAVAILABLE_LIMIT:  # unreachable for a minute: gone
+                    await self._lost(slot, exc)
+                else:
+                    await asyncio.sleep(_UNAVAILABLE_PAUSE_S)
+                continue
             except dead as exc:
                 await self._give(slot)
                 self.reasked += 1
                 await self._lost(slot, exc)
                 continue
             await self._give(slot)
+            slot.unavailable = 0
             self._keep_stats(slot.owner, snap)
             if isinstance(result, BaseException):
                 raise result
