@@ -31,7 +31,7 @@ from judge.judging import JudgeConfig
 
 pytest.importorskip("ray", reason="the Ray engine needs ray: pip install 'judge[ray]'")
 
-from judge.batch._ray import BackendSpec, RayExecutor, _Limiter, _Slot
+from judge.batch._ray import BackendSpec, RayExecutor, WorkerLostError, _Limiter, _Slot
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,6 +274,33 @@ async def test_an_unreachable_actor_is_asked_again_without_being_replaced() -> N
     assert calls == [("q", 0), ("q", 0)]
     assert executor.restarts == 0 and executor.reasked == 1
     assert slot.alive and slot.busy == 0 and slot.unavailable == 0
+
+
+async def test_a_limiter_that_never_starts_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    import judge.batch._ray as ray_engine
+
+    class Never:
+        def remote(self, *args: Any) -> Any:
+            return asyncio.get_running_loop().create_future()  # never answers
+
+    class LimiterHandle:
+        state = Never()
+
+    class LimiterClass:
+        def remote(self, *args: Any) -> Any:
+            return LimiterHandle()
+
+    class FakeRay:
+        def is_initialized(self) -> bool:
+            return True
+
+        def remote(self, **options: Any) -> Any:
+            return lambda cls: LimiterClass()
+
+    monkeypatch.setattr(ray_engine, "_import_ray", FakeRay)
+    executor = RayExecutor(BackendSpec("openai:x", "http://127.0.0.1:9"), workers=1, ready_timeout_s=0.2)
+    with pytest.raises(WorkerLostError, match=r"limiter actor did not start within 0\.2 s"):
+        await asyncio.wait_for(executor.start(), 10)
 
 
 def test_an_object_backend_is_shipped_by_pickling_and_a_bad_one_is_refused(

@@ -434,7 +434,14 @@ class RayExecutor:
             limiter_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(_Limiter)
             policy = self.policy
             self._limiter = limiter_cls.remote(policy["concurrency"], policy["rpm"], policy["tpm"])
-            await self._limiter.state.remote()
+            try:
+                async with asyncio.timeout(self.ready_timeout_s):
+                    await self._limiter.state.remote()
+            except TimeoutError:
+                raise WorkerLostError(
+                    f"the Ray limiter actor did not start within {self.ready_timeout_s:g} s: is the "
+                    "cluster healthy (ray status)?"
+                ) from None
             new = [self._spawn() for _ in range(self.workers)]
             await self._await_ready(new)
 
