@@ -31,12 +31,12 @@ from judge.judging import JudgeConfig
 
 pytest.importorskip("ray", reason="the Ray engine needs ray: pip install 'judge[ray]'")
 
+from judge.batch._ray import BackendSpec, RayExecutor, WorkerLostError, _Limiter, _Slot
+from judge.cli import main
+
 # Ray's workers run niced: on a machine loaded by other jobs the 1,000-passage test took
 # 4.5 min here (13 s quiet), so this module gets more than the suite's 300 s per test.
 pytestmark = pytest.mark.timeout(480)
-
-from judge.batch._ray import BackendSpec, RayExecutor, WorkerLostError, _Limiter, _Slot
-from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 sim_mod = load_sim()
