@@ -40,7 +40,7 @@ import math
 import os
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +80,8 @@ _STAT_FIELDS = (
 
 # How long to wait before asking again after an actor was unreachable for a moment.
 _UNAVAILABLE_PAUSE_S = 0.2
-# Unavailable answers in a row after which an actor counts as lost (about a minute).
+# Unavailable answers in a row after which an actor counts as lost (a minute for one call
+# asking again every 0.2 s; sooner when several of its calls are asking).
 _UNAVAILABLE_LIMIT = 300
 
 
@@ -434,14 +435,11 @@ class RayExecutor:
             limiter_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(_Limiter)
             policy = self.policy
             self._limiter = limiter_cls.remote(policy["concurrency"], policy["rpm"], policy["tpm"])
-            try:
-                async with asyncio.timeout(self.ready_timeout_s):
-                    await self._limiter.state.remote()
-            except TimeoutError:
-                raise WorkerLostError(
-                    f"the Ray limiter actor did not start within {self.ready_timeout_s:g} s: is the "
-                    "cluster healthy (ray status)?"
-                ) from None
+            await self._within_ready_timeout(
+                self._limiter.state.remote(),
+                f"the Ray limiter actor did not start within {self.ready_timeout_s:g} s: is the "
+                "cluster healthy (ray status)?",
+            )
             new = [self._spawn() for _ in range(self.workers)]
             await self._await_ready(new)
 
@@ -463,15 +461,20 @@ class RayExecutor:
         self._slots.append(slot)
         return slot
 
-    async def _await_ready(self, slots: Sequence[_Slot]) -> None:
+    async def _within_ready_timeout(self, started: Awaitable[Any], message: str) -> None:
+        """Await an actor's start-up for at most ``ready_timeout_s``; past it, WorkerLostError."""
         try:
             async with asyncio.timeout(self.ready_timeout_s):
-                await asyncio.gather(*(s.handle.ready.remote() for s in slots))
+                await started
         except TimeoutError:
-            raise WorkerLostError(
-                f"{len(slots)} Ray worker(s) with num_cpus={self.cpus_per_worker:g} were not placed within "
-                f"{self.ready_timeout_s:g} s: does the cluster have the CPUs (ray status)?"
-            ) from None
+            raise WorkerLostError(message) from None
+
+    async def _await_ready(self, slots: Sequence[_Slot]) -> None:
+        await self._within_ready_timeout(
+            asyncio.gather(*(s.handle.ready.remote() for s in slots)),
+            f"{len(slots)} Ray worker(s) with num_cpus={self.cpus_per_worker:g} were not placed within "
+            f"{self.ready_timeout_s:g} s: does the cluster have the CPUs (ray status)?",
+        )
 
     async def aclose(self) -> None:
         """Close the workers' backends, kill the actors; shut Ray down if we started it."""
@@ -583,24 +586,18 @@ class RayExecutor:
         ``ActorDiedError`` once it knows the actor is gone, and that is what starts a
         replacement."""
         ray = self._ray
-        unavailable = ray.exceptions.ActorUnavailableError
-        dead = ray.exceptions.RayActorError
         while True:
             slot = await self._take()
             try:
                 result, snap = await getattr(slot.handle, method).remote(*args)
-            except unavailable as exc:
+            except ray.exceptions.RayActorError as exc:  # ActorUnavailableError is one too
                 await self._give(slot)
                 self.reasked += 1
-                slot.unavailable += 1
-                if slot.unavailable >= _UNAVAILABLE_LIMIT:  # unreachable for a minute: gone
-                    await self._lost(slot, exc)
-                else:
-                    await asyncio.sleep(_UNAVAILABLE_PAUSE_S)
-                continue
-            except dead as exc:
-                await self._give(slot)
-                self.reasked += 1
+                if isinstance(exc, ray.exceptions.ActorUnavailableError):
+                    slot.unavailable += 1
+                    if slot.unavailable < _UNAVAILABLE_LIMIT:
+                        await asyncio.sleep(_UNAVAILABLE_PAUSE_S)
+                        continue
                 await self._lost(slot, exc)
                 continue
             await self._give(slot)
