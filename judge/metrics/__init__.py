@@ -67,6 +67,17 @@ from judge.metrics._ranking import (
     set_precision,
     success_at_k,
 )
+from judge.metrics._scales import (
+    MAX_GRADE,
+    SCALES,
+    Scale,
+    ScaleError,
+    ScaleMapping,
+    check_label,
+    check_scale,
+    resolve_mapping,
+    scale_of_labels,
+)
 from judge.metrics._significance import (
     Comparison,
     PairedTest,
@@ -81,9 +92,11 @@ from judge.metrics._significance import (
 
 __all__ = [
     "LABEL_FREE",
+    "MAX_GRADE",
     "MIN_GEO_MEAN",
     "NICKNAMES",
     "NOT_IN_POOL",
+    "SCALES",
     "UNJUDGED_IN_POOL",
     "Aggregate",
     "ApDenominator",
@@ -98,6 +111,9 @@ __all__ = [
     "NamedMeasure",
     "PairedTest",
     "RankedQuery",
+    "Scale",
+    "ScaleError",
+    "ScaleMapping",
     "UnjudgedPolicy",
     "Value",
     "apply_unjudged",
@@ -105,6 +121,8 @@ __all__ = [
     "average_precision",
     "binarize",
     "bootstrap_ci",
+    "check_label",
+    "check_scale",
     "compare_scores",
     "dcg",
     "evaluate",
@@ -132,6 +150,8 @@ __all__ = [
     "reciprocal_rank",
     "register_measure",
     "registry_version",
+    "resolve_mapping",
+    "scale_of_labels",
     "set_precision",
     "split_measure_list",
     "success_at_k",
