@@ -70,6 +70,22 @@ def _signed(x: float) -> str:
     return f"{x:+.4f}"
 
 
+def _scale_sentence(r: SystemsReport) -> str:
+    """How human labels and the judge met, and what order stability redraws."""
+    conv = r.conventions
+    scale = conv.get("scale", "binary")
+    mapping = conv.get("human_labels_mapping")
+    text = f"Scale: {scale} (the judge's); relevance level {conv.get('relevance_level')}."
+    if isinstance(mapping, dict):
+        source = conv.get("qrels_level_source")
+        text += f" Human labels ({mapping.get('source')}): {mapping.get('rule')}" + (
+            f" ({source})." if source else "."
+        )
+    return text + (
+        f" Order stability redraws only the judge's verdicts: {r.pool.human_labels} pair(s) fixed by people."
+    )
+
+
 def _verdict_sentence(c: SystemComparison) -> str:
     """``B vs A on map: +0.2500 (95% CI ...), p=..., Holm ...; wins/ties/losses``."""
     stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
@@ -111,6 +127,8 @@ def render_markdown(data: ReportData) -> str:
         f"{p.queries} queries; {p.pairs} (query, passage) pairs over all systems, {p.unique_pairs} unique: "
         f"{p.human_labels} from human labels, {p.judged} judged, {p.unjudged} unjudged. "
         f"LLM calls this run: {p.calls}; pooling saved {p.calls_saved} judgments.",
+        "",
+        _scale_sentence(r),
         "",
         "## Systems",
         "",
@@ -427,6 +445,7 @@ def render_html(data: ReportData) -> str:
         f"<b>{p.unique_pairs}</b> unique: {p.human_labels} from human labels, {p.judged} judged, "
         f"{p.unjudged} unjudged. LLM calls this run: <b>{p.calls}</b>; pooling saved "
         f"{p.calls_saved} judgments.</p>"
+        f'<p class="muted">{escape(_scale_sentence(r))}</p>'
     )
     rows = [
         [

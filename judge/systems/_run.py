@@ -17,10 +17,12 @@ from typing import Any
 from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
+from judge.io._trec import Qrels
 from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
-from judge.metrics import Evaluation
+from judge.metrics import Evaluation, ScaleError
 from judge.store import atomic_write_text
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
+from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
 from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
 from judge.systems._pool import (
     Pool,
@@ -58,7 +60,10 @@ class SystemsOptions:
     ``depth``: pool only each system's top N (None: all). ``measures``: registry measures
     (default map, ndcg_cut_10, P_5, recall_10, recip_rank). ``relevance_level``: minimum
     grade counted relevant (default 1 in binary mode, the judge's grade threshold in
-    graded mode). ``qrels``: human labels filling the pool first. ``seed``,
+    graded mode). ``qrels``: human labels filling the pool first, put on the judge's scale
+    by ``qrels_level`` (graded labels, binary judge: grade >= L is relevant; default: an
+    explicit ``relevance_level``) or ``qrels_yes_grade`` (binary labels, graded judge: the
+    grade a labelled "relevant" stands for); see :mod:`judge.systems._labels`. ``seed``,
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
     redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
@@ -68,6 +73,8 @@ class SystemsOptions:
     measures: tuple[str, ...] | None = None
     relevance_level: int | None = None
     qrels: Path | None = None
+    qrels_level: int | None = None
+    qrels_yes_grade: int | None = None
     seed: int = 0
     resamples: int = 10_000
     stability_resamples: int = 1000
@@ -91,6 +98,10 @@ class SystemsOptions:
             raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
         if self.max_passage_chars < 1:
             raise InputError("must be >= 1", field="--max-passage-chars")
+        if self.qrels_level is not None and not 1 <= self.qrels_level <= 3:
+            raise InputError(f"must be in 1..3, got {self.qrels_level}", field="--qrels-level")
+        if self.qrels_yes_grade is not None and not 1 <= self.qrels_yes_grade <= 3:
+            raise InputError(f"must be in 1..3, got {self.qrels_yes_grade}", field="--qrels-yes-grade")
 
 
 def _finite(x: float | None) -> float | None:
@@ -104,10 +115,35 @@ def _pooled_config(config: JudgeConfig, backend: Backend, listwise: bool) -> Jud
     return resolve_config(config, backend)
 
 
-def _level(options: SystemsOptions, config: JudgeConfig) -> int:
-    if options.relevance_level is not None:
-        return options.relevance_level
-    return config.grade_threshold if config.mode == "graded" else 1
+def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:
+    """The pool's scale and relevance level for ``config``'s judge and the human labels, or
+    :class:`InputError` (exit 2, naming both scales and the flag that resolves the mismatch)."""
+    try:
+        return resolve_pool_scale(
+            config.mode,
+            human,
+            relevance_level=options.relevance_level,
+            qrels_level=options.qrels_level,
+            qrels_yes_grade=options.qrels_yes_grade,
+            grade_threshold=config.grade_threshold,
+        )
+    except ScaleError as err:
+        raise InputError(
+            err.message,
+            path=str(options.qrels) if options.qrels is not None and err.field != "-l" else None,
+            field=err.field,
+        ) from None
+
+
+def read_human_labels(options: SystemsOptions, config: JudgeConfig) -> tuple[Qrels | None, PoolScale]:
+    """``--qrels`` read and put on the judge's scale (None without labels), with the scale."""
+    human = None
+    if options.qrels is not None:
+        if not Path(options.qrels).exists():
+            raise InputError("no such file", path=str(options.qrels), field="--qrels")
+        human = read_qrels(options.qrels)
+    scale = pool_scale(options, config, human)
+    return map_human(human, scale), scale
 
 
 async def run_compare_systems(
@@ -131,11 +167,7 @@ async def run_compare_systems(
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
-    human = None
-    if opts.qrels is not None:
-        if not Path(opts.qrels).exists():
-            raise InputError("no such file", path=str(opts.qrels), field="--qrels")
-        human = read_qrels(opts.qrels)
+    human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
     reporter = RejectsReporter(out / "input.rejects.jsonl", command="judge compare-systems")
     try:
@@ -171,6 +203,7 @@ async def run_compare_systems(
         measures=measures,
         options=opts,
         backend_name=backend.name,
+        scale=scale,
     )
 
 
@@ -184,10 +217,14 @@ def score_and_report(
     measures: Sequence[Any],
     options: SystemsOptions,
     backend_name: str,
+    scale: PoolScale | None = None,
 ) -> SystemsReport:
-    """Everything after judging: pooled files, metrics, comparisons, report files."""
+    """Everything after judging: pooled files, metrics, comparisons, report files.
+    ``scale``: how the labels met (None: resolved here from ``options``, no human labels)."""
     mode = config.mode
-    level = _level(options, config)
+    if scale is None:
+        scale = pool_scale(options, config, None)
+    level = scale.level
     qrels = pool_qrels(pool, verdicts, mode)
     qrels_path, run_paths = write_pool_files(out, inputs, qrels)
     names = [s.name for s in inputs.systems]
@@ -298,6 +335,7 @@ def score_and_report(
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
+        **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
         "measure_params": {m.trec_name: m.params for m in measures},
         **trec_conventions(level),
@@ -313,9 +351,10 @@ def score_and_report(
         "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (systems x measures)",
         "wins": "queries where the system scores higher than the baseline (ties: equal)",
         "order_stability": (
-            f"{options.stability_resamples} redraws of every pooled verdict from its P(yes) "
+            f"{options.stability_resamples} redraws of every pooled judge verdict from its P(yes) "
             "(graded: from its grade probabilities), seed "
-            f"{options.seed}; share in which sign(diff) holds; null without probabilities"
+            f"{options.seed}; share in which sign(diff) holds; null without probabilities; "
+            f"the {pool.human_labels} pooled pair(s) fixed by human labels are never redrawn"
         ),
         "reproduce": f"judge trec -l {level} -m {' -m '.join(m.trec_name for m in measures)} "
         "REPORT_DIR/pool.qrels REPORT_DIR/runs/NAME.run",
@@ -372,6 +411,8 @@ async def acompare_systems(
     depth: int | None = None,
     measures: Sequence[str] | None = None,
     relevance_level: int | None = None,
+    qrels_level: int | None = None,
+    qrels_yes_grade: int | None = None,
     cache: VerdictStore | str | os.PathLike[str] | bool = True,
     seed: int = 0,
     resamples: int = 10_000,
@@ -393,6 +434,8 @@ async def acompare_systems(
         measures=tuple(measures) if measures is not None else None,
         relevance_level=relevance_level,
         qrels=Path(qrels) if qrels is not None else None,
+        qrels_level=qrels_level,
+        qrels_yes_grade=qrels_yes_grade,
         seed=seed,
         resamples=resamples,
         stability_resamples=stability_resamples,
@@ -433,7 +476,10 @@ def compare_systems(
     ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
     ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
     report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
-    pool first), ``depth``, ``measures``, ``relevance_level``, ``cache`` (True: the default
+    pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is relevant;
+    default an explicit ``relevance_level``, else refused), ``qrels_yes_grade`` (0/1 labels
+    with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    ``relevance_level``, ``cache`` (True: the default
     verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
     ``retry_unjudged``, ``base_url``. Re-running resumes: judged pairs cost nothing.
