@@ -102,9 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'figure':<14} {'mean':>7} {'pearson':>8} {'kendall':>8} {'MAE':>7}")
         for name in ("hard", "expected", "expected_gain"):
             g = f[name]
-            print(
-                f"  {name:<14} {g['mean']:>7.4f} {g['pearson']:>8.4f} {g['kendall_tau_b']:>8.4f} {g['mae']:>7.4f}"
-            )
+            cells = f"{g['mean']:>7.4f} {g['pearson']:>8.4f} {g['kendall_tau_b']:>8.4f} {g['mae']:>7.4f}"
+            print(f"  {name:<14} {cells}")
     return 0
 
 
