@@ -300,6 +300,9 @@ def summarize_records(
             "precision": {c: _mean((r.get("precision") or {}).get(c) for r in records) for c in ks},
             "expected": mean_expected((_expected_of(r, k) for r in records), k),
         },
+        "languages": dict(
+            sorted(Counter(str((r.get("conventions") or {}).get("language", "?")) for r in records).items())
+        ),
         "score_distribution": {"bins": bins, "counts": hist},
         "verdicts": dict(sorted(verdict_counts.items())),
         "grades": dict(sorted(grade_counts.items())) if grade_counts else None,

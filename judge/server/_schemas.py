@@ -29,7 +29,7 @@ class JudgeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["binary", "graded"] | None = None
-    language: Literal["zh", "en"] | None = None
+    language: Literal["auto", "zh", "en"] | None = None
     template: str | None = None
     probability: bool | None = None
     p_yes_threshold: float | None = Field(default=None, ge=0.0, le=1.0)

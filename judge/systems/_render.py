@@ -86,16 +86,56 @@ def _scale_sentence(r: SystemsReport) -> str:
     )
 
 
-def _verdict_sentence(c: SystemComparison) -> str:
-    """``B vs A on map: +0.2500 (95% CI ...), p=..., Holm ...; wins/ties/losses``."""
-    stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
-    significant = c.p_holm is not None and c.p_holm < 0.05
+def _alpha(r: SystemsReport) -> float:
+    confidence = r.conventions.get("confidence", 0.95)
+    return round(1.0 - float(confidence), 10) if isinstance(confidence, int | float) else 0.05
+
+
+def _significant(c: SystemComparison, alpha: float) -> bool:
+    return c.p_holm is not None and c.p_holm < alpha
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    lo = "-inf" if low is None else _f(low)
+    hi = "+inf" if high is None else _f(high)
+    return f"{lo} to {hi}"
+
+
+def _test_interval(c: SystemComparison) -> str:
+    return _interval(c.randomization_ci_low, c.randomization_ci_high)
+
+
+def _verdict_sentence(c: SystemComparison, alpha: float = 0.05, comparisons: int = 1) -> str:
+    """One sentence whose interval, p-value and verdict come from the same test: the
+    randomization test's p with that test's own interval, then its Holm adjustment (the
+    verdict); the bootstrap CI is named as such, and a disagreement with the test is said."""
+    level = f"{(1 - alpha) * 100:g}%"
+    significant = _significant(c, alpha)
     verdict = (
         ("better than" if c.diff > 0 else "worse than") if significant else "not significantly different from"
     )
+    stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
+    boot_excludes = c.ci_low > 0 or c.ci_high < 0
+    test_rejects = c.p_value < alpha
+    note = ""
+    if boot_excludes and not test_rejects:
+        note = (
+            " (the bootstrap CI excludes 0 but the randomization test does not reject: "
+            "the verdict follows the test)"
+        )
+    elif test_rejects and not boot_excludes:
+        note = (
+            " (the randomization test rejects but the bootstrap CI includes 0: the verdict follows the test)"
+        )
+    holm = (
+        f"Holm-adjusted over {comparisons} comparisons p={_p(c.p_holm)}"
+        if comparisons > 1
+        else f"Holm p={_p(c.p_holm)}"
+    )
     return (
-        f"{c.system} is {verdict} {c.baseline} on {c.measure}: {_signed(c.diff)} "
-        f"(CI {_f(c.ci_low)} to {_f(c.ci_high)}), p={_p(c.p_value)}, Holm p={_p(c.p_holm)}; "
+        f"{c.system} is {verdict} {c.baseline} on {c.measure} ({holm}): diff {_signed(c.diff)}; "
+        f"randomization test p={_p(c.p_value)}, its {level} interval {_test_interval(c)}; "
+        f"bootstrap {level} CI {_f(c.ci_low)} to {_f(c.ci_high)}{note}; "
         f"wins {c.wins}, ties {c.ties}, losses {c.losses} over {c.n} queries{stable}"
     )
 
@@ -115,9 +155,10 @@ def render_markdown(data: ReportData) -> str:
     measure_names = [m.trec_name for m in data.measures]
     lines = ["# Systems comparison (judge compare-systems)", ""]
     primary = data.primary
+    alpha = _alpha(r)
     for c in r.comparisons:
         if c.measure == primary:
-            lines.append(f"- {_verdict_sentence(c)}")
+            lines.append(f"- {_verdict_sentence(c, alpha, len(r.comparisons))}")
     if r.comparisons:
         lines.append("")
     p = r.pool
@@ -154,8 +195,10 @@ def render_markdown(data: ReportData) -> str:
         "",
     ]
     if r.comparisons:
-        header = ["system", "measure", "n", "baseline", "system mean", "diff", "95% CI", "p", "p (Holm)",
-                  "t-test p", "W/T/L", "order stability"]  # fmt: skip
+        level = f"{(1 - alpha) * 100:g}%"
+        header = ["system", "measure", "n", "baseline", "system mean", "diff", "randomization p",
+                  f"randomization {level} interval", "p (Holm)", f"bootstrap {level} CI", "t-test p", "W/T/L",
+                  "order stability"]  # fmt: skip
         rows = [
             [
                 c.system,
@@ -164,9 +207,10 @@ def render_markdown(data: ReportData) -> str:
                 _f(c.baseline_mean),
                 _f(c.system_mean),
                 _signed(c.diff),
-                f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                 _p(c.p_value),
+                _test_interval(c),
                 _p(c.p_holm),
+                f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                 _p(c.t_test_p),
                 f"{c.wins}/{c.ties}/{c.losses}",
                 _f(c.order_stability, 3),
@@ -435,7 +479,13 @@ def render_html(data: ReportData) -> str:
     parts: list[str] = []
     title = "Systems comparison: " + ", ".join(r.systems)
     parts.append(f"<h1>{escape(title)}</h1>")
-    sentences = [f"<li>{escape(_verdict_sentence(c))}</li>" for c in r.comparisons if c.measure == primary]
+    alpha = _alpha(r)
+    level = f"{(1 - alpha) * 100:g}%"
+    sentences = [
+        f"<li>{escape(_verdict_sentence(c, alpha, len(r.comparisons)))}</li>"
+        for c in r.comparisons
+        if c.measure == primary
+    ]
     if sentences:
         parts.append(f'<ul class="summary" id="summary">{"".join(sentences)}</ul>')
     p = r.pool
@@ -469,7 +519,7 @@ def render_html(data: ReportData) -> str:
     if r.comparisons:
         rows = []
         for c in r.comparisons:
-            sig = c.p_holm is not None and c.p_holm < 0.05
+            sig = _significant(c, alpha)
             cls = ("win" if c.diff > 0 else "loss") if sig else ""
             rows.append(
                 [
@@ -479,9 +529,10 @@ def render_html(data: ReportData) -> str:
                     _f(c.baseline_mean),
                     _f(c.system_mean),
                     f'<span class="{cls}">{_signed(c.diff)}</span>',
-                    f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                     _p(c.p_value),
+                    _test_interval(c),
                     f'<span class="{"sig" if sig else ""}">{_p(c.p_holm)}</span>',
+                    f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                     _p(c.t_test_p),
                     f"{c.wins} / {c.ties} / {c.losses}",
                     _f(c.order_stability, 3),
@@ -496,9 +547,10 @@ def render_html(data: ReportData) -> str:
                     "baseline",
                     "system",
                     "diff",
-                    "CI of diff",
-                    "p",
+                    "randomization p",
+                    f"randomization {level} interval",
                     "p (Holm)",
+                    f"bootstrap {level} CI",
                     "t-test p",
                     "wins / ties / losses",
                     "order stability",

@@ -18,7 +18,8 @@ from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
 from judge.io._trec import Qrels
-from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
+from judge.judging import JudgeConfig, Mode, VerdictStore, load_template, resolve_config, template_for
+from judge.judging._config import LANGUAGE_RULE
 from judge.metrics import Evaluation, ScaleError
 from judge.store import atomic_write_text
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
@@ -113,6 +114,31 @@ def _pooled_config(config: JudgeConfig, backend: Backend, listwise: bool) -> Jud
     if listwise:
         config = replace(config, probability=False)
     return resolve_config(config, backend)
+
+
+def template_languages(config: JudgeConfig, verdicts: PoolVerdicts) -> dict[str, Any]:
+    """The conventions about templates: the one template (``template_id``/``template_hash``),
+    or with ``language="auto"`` each language's template, the rule, and how many pooled
+    queries each language judged (read from the templates their verdicts record)."""
+    if config.language != "auto" or config.template:
+        template = template_for(config)
+        return {"language": config.language, "template_id": template.id, "template_hash": template.hash}
+    ids = config.template_ids()
+    by_id = {tid: lang for lang, tid in ids.items()}
+    counts = dict.fromkeys(ids, 0)
+    for by_docno in verdicts.verdicts.values():
+        used = next((v.template_id for v in by_docno.values() if v.template_id in by_id), None)
+        if used is not None:
+            counts[by_id[used]] += 1
+    return {
+        "language": "auto",
+        "language_rule": LANGUAGE_RULE,
+        "template_id": None,
+        "template_hash": None,
+        "template_ids": ids,
+        "template_hashes": {lang: load_template(tid).hash for lang, tid in ids.items()},
+        "languages": counts,
+    }
 
 
 def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:
@@ -298,6 +324,8 @@ def score_and_report(
             t_test_p_holm=_finite(p.comparison.p_t_test_holm),
             ci_low=p.comparison.ci_low,
             ci_high=p.comparison.ci_high,
+            randomization_ci_low=_finite(p.test_interval[0]),
+            randomization_ci_high=_finite(p.test_interval[1]),
             wins=p.wins,
             ties=p.ties,
             losses=p.losses,
@@ -305,7 +333,7 @@ def score_and_report(
         )
         for p in paired
     ]
-    template = template_for(config)
+    languages = template_languages(config, verdicts)
     unjudged = verdicts.unjudged()
     pool_summary = PoolSummary(
         queries=len(pool.queries),
@@ -326,8 +354,7 @@ def score_and_report(
         "baseline": names[0],
         "mode": mode,
         "backend": backend_name,
-        "template_id": template.id,
-        "template_hash": template.hash,
+        **languages,
         "pooling": "union of every system's passages"
         if options.depth is None
         else f"union of every system's top {options.depth} passages",
@@ -347,7 +374,14 @@ def score_and_report(
         "resamples": options.resamples,
         "permutation_test": "two-sided paired randomization (sign flipping), p=(b+1)/(R+1)",
         "t_test": "scipy.stats.ttest_rel (two-sided)",
-        "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline)",
+        "confidence": options.confidence,
+        "randomization_interval": f"{options.confidence:g} interval of the randomization test itself: "
+        "the shifts of the mean difference it does not reject (same sign flips and seed); "
+        "excludes 0 exactly when "
+        f"p < {1 - options.confidence:.2g}; null bound = unbounded (too few queries)",
+        "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline); "
+        "another method than the test: near the boundary it may exclude 0 while the test does not reject",
+        "significance": f"Holm-adjusted randomization p < {1 - options.confidence:.2g}",
         "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (systems x measures)",
         "wins": "queries where the system scores higher than the baseline (ties: equal)",
         "order_stability": (

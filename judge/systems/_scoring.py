@@ -38,6 +38,7 @@ from judge.metrics import (
     holm_adjust,
     parse_measure_args,
     percentile_bootstrap_mean,
+    permutation_interval,
 )
 from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._pool import Pool, PoolVerdicts
@@ -215,6 +216,7 @@ class Paired:
     comparison: Comparison
     qids: tuple[str, ...]
     differences: npt.NDArray[np.float64]
+    test_interval: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def wins(self) -> int:
@@ -246,7 +248,8 @@ def compare_systems_paired(
     confidence: float,
     warnings: list[str],
 ) -> list[Paired]:
-    """Every system against the first on every measure, Holm-adjusted over all of them."""
+    """Every system against the first on every measure, Holm-adjusted over all of them, each
+    with the interval of its randomization test (:func:`judge.metrics.permutation_interval`)."""
     base_name = names[0]
     base = evaluations[base_name]
     out: list[Paired] = []
@@ -276,9 +279,10 @@ def compare_systems_paired(
                 seed=seed,
                 confidence=confidence,
             )
-            out.append(Paired(comparison, tuple(common), b - a))
+            interval = permutation_interval(a, b, confidence=confidence, resamples=resamples, seed=seed)
+            out.append(Paired(comparison, tuple(common), b - a, interval))
     adjusted = holm_adjust([p.comparison for p in out])
-    return [Paired(c, p.qids, p.differences) for c, p in zip(adjusted, out, strict=True)]
+    return [Paired(c, p.qids, p.differences, p.test_interval) for c, p in zip(adjusted, out, strict=True)]
 
 
 def mean_ci(
