@@ -492,6 +492,7 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
     measures = parse_measures(conv.get("measures"))
     level = int(conv["relevance_level"])
     mode = str(conv.get("mode") or "binary")
+    thresholds: dict[str, float] = dict(conv.get("p_yes_thresholds") or {})
     qrels_path = job_dir / POOL_QRELS
     evaluations = {
         s.name: evaluate_files(qrels_path, job_dir / "runs" / f"{s.name}.run", measures, level)
@@ -510,6 +511,7 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
         mode=mode,
         top_queries=int(options.get("top_queries", 10)),
         top_passages=top_passages,
+        thresholds=thresholds,
     )
     primary, rows = _differing_queries(data)
     queries = []
@@ -535,6 +537,8 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
                         "verdict": v.verdict,
                         "grade": v.grade,
                         "p_yes": v.p_yes,
+                        # the threshold that P(yes) was compared with (binary probability mode)
+                        "p_yes_threshold": thresholds.get(v.template_id),
                         "reason": v.reason if v.judged else (v.error or ""),
                         "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
                     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 import numpy as np
@@ -44,6 +44,8 @@ class ReportData:
     mode: str
     top_queries: int = 10
     top_passages: int = 5
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    """The P(yes) threshold each verdict template decided with (binary probability mode)."""
 
     @property
     def primary(self) -> str | None:
@@ -383,7 +385,24 @@ pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.85em}
 """
 
 
-def _badge(v: PassageVerdict, mode: str) -> str:
+def p_yes_text(p: float, threshold: float | None, mode: str) -> str:
+    """P(yes) beside what it was compared with: ``p=0.80 < 0.834`` (binary probability mode:
+    yes iff p >= threshold), ``P(yes)=0.80, grade by argmax`` (graded), ``p=0.67`` alone
+    when no threshold decided (a share of votes). Digits are added until p and the threshold
+    print differently, so the sign shown is never contradicted by the rounding."""
+    if mode == "graded":
+        return f"P(yes)={p:.2f}, grade by argmax"
+    if threshold is None:
+        return f"p={p:.2f}"
+    digits = 2
+    while digits < 6 and f"{p:.{digits}f}" == f"{threshold:.{digits}f}" and p != threshold:
+        digits += 1
+    sign = "≥" if p >= threshold else "<"
+    return f"p={p:.{digits}f} {sign} {threshold:g}"
+
+
+def _badge(v: PassageVerdict, mode: str, thresholds: Mapping[str, float] | None = None) -> str:
+    thresholds = thresholds or {}
     if v.backend == "human":
         return (
             f'<span class="badge yes human">human {v.grade}</span>'
@@ -395,8 +414,8 @@ def _badge(v: PassageVerdict, mode: str) -> str:
             return '<span class="badge unpooled">not pooled</span>'
         return '<span class="badge unjudged">unjudged</span>'
     grade = f" {v.grade}" if mode == "graded" and v.grade is not None else ""
-    prob = f" p={v.p_yes:.2f}" if v.p_yes is not None else ""
-    return f'<span class="badge {v.verdict}">{v.verdict}{grade}{prob}</span>'
+    prob = f" {p_yes_text(v.p_yes, thresholds.get(v.template_id), mode)}" if v.p_yes is not None else ""
+    return f'<span class="badge {v.verdict}">{v.verdict}{grade}{escape(prob)}</span>'
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -456,7 +475,7 @@ def _query_block(data: ReportData, qid: str, values: Mapping[str, float], primar
             text = data.inputs.passages[qid][docno].text
             reason = v.reason if v.judged else (v.error or "")
             items.append(
-                f'<li>{_badge(v, data.mode)}<span class="muted">{escape(docno)}</span>'
+                f'<li>{_badge(v, data.mode, data.thresholds)}<span class="muted">{escape(docno)}</span>'
                 f'<div class="text">{escape(_snippet(text))}</div>'
                 + (f'<div class="reason">{escape(reason)}</div>' if reason else "")
                 + "</li>"

@@ -19,7 +19,7 @@ from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
 from judge.io._trec import Qrels
 from judge.judging import JudgeConfig, Mode, VerdictStore, load_template, resolve_config, template_for
-from judge.judging._config import LANGUAGE_RULE
+from judge.judging._config import LANGUAGE_RULE, bind_language
 from judge.metrics import Evaluation, ScaleError
 from judge.store import atomic_write_text
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
@@ -139,6 +139,20 @@ def template_languages(config: JudgeConfig, verdicts: PoolVerdicts) -> dict[str,
         "template_hashes": {lang: load_template(tid).hash for lang, tid in ids.items()},
         "languages": counts,
     }
+
+
+def p_yes_thresholds(config: JudgeConfig) -> dict[str, float]:
+    """Template id -> the P(yes) threshold its verdicts were decided with (binary
+    probability mode; empty otherwise)."""
+    if not config.probability or config.mode != "binary":
+        return {}
+    if config.language != "auto" or config.template:
+        return {template_for(config).id: config.decision_threshold}
+    out: dict[str, float] = {}
+    for lang in ("zh", "en"):
+        bound = bind_language(config, "", language=lang)
+        out[template_for(bound).id] = bound.decision_threshold
+    return out
 
 
 def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:
@@ -334,6 +348,7 @@ def score_and_report(
         for p in paired
     ]
     languages = template_languages(config, verdicts)
+    thresholds = p_yes_thresholds(config)
     unjudged = verdicts.unjudged()
     pool_summary = PoolSummary(
         queries=len(pool.queries),
@@ -355,6 +370,14 @@ def score_and_report(
         "mode": mode,
         "backend": backend_name,
         **languages,
+        "decision": (
+            "yes iff P(yes) >= the template's threshold (p_yes_thresholds)"
+            if thresholds
+            else "graded: grade by argmax of the grade probabilities"
+            if config.probability
+            else "generated verdicts"
+        ),
+        "p_yes_thresholds": thresholds,
         "pooling": "union of every system's passages"
         if options.depth is None
         else f"union of every system's top {options.depth} passages",
@@ -413,6 +436,7 @@ def score_and_report(
         mode=mode,
         top_queries=options.top_queries,
         top_passages=options.top_passages,
+        thresholds=thresholds,
     )
     atomic_write_text(out / "report.json", report.to_json_text())
     atomic_write_text(out / "report.md", render_markdown(data))

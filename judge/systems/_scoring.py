@@ -57,10 +57,13 @@ def parse_measures(texts: Sequence[str] | None) -> tuple[Measure, ...]:
     for m in measures:
         if m.aggregate not in ("mean", "sum") or m.is_string:
             raise InputError(f"{m.trec_name} has no per-query mean to compare", field="-m")
-    if not texts:  # the order for the defaults
-        order = {name: i for i, name in enumerate(DEFAULT_MEASURES)}
-        measures = tuple(sorted(measures, key=lambda m: order.get(m.trec_name, len(order))))
-    return measures
+    # Report columns follow the order asked for (-m order; the defaults in their listed
+    # order); the measures one argument expands to (a nickname) keep trec_eval's order.
+    order: dict[str, int] = {}
+    for text in texts or DEFAULT_MEASURES:
+        for m in parse_measure_args([text]):
+            order.setdefault(m.trec_name, len(order))
+    return tuple(sorted(measures, key=lambda m: order.get(m.trec_name, len(order))))
 
 
 # ---------------------------------------------------------------------------- pooled files
