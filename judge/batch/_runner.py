@@ -51,7 +51,7 @@ from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extras import extras_record
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
-from judge.batch._records import build_record, finish_record, summarize_records
+from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
 from judge.io._errors import InputError
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -101,6 +101,8 @@ class BatchOptions:
     extras: ExtraOptions | None = None
     # verdicts this close to the P(yes) threshold are counted as "borderline" in the summary
     borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
+    # a graded ground truth meets the yes/no verdicts (agreement) at grade >= qrels_level
+    qrels_level: int = DEFAULT_QRELS_LEVEL
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -501,7 +503,10 @@ async def score_dataset(
                 result, extra = await extras_record(
                     backend, run.config_of(work), store, rec, run.result(work, verdicts), opts.extras, opts.k
                 )
-                record = build_record(rec, result, opts.k, measures=opts.measures) | extra
+                record = (
+                    build_record(rec, result, opts.k, measures=opts.measures, qrels_level=opts.qrels_level)
+                    | extra
+                )
                 record["backend_fingerprint"] = backend_fingerprint(backend)
                 await writer.awrite(record)
 
@@ -562,7 +567,13 @@ async def retry_unjudged(
                         for job, entry in zip(work.jobs, item.entries, strict=True)
                         if not verdicts[job.index].judged
                     ]
-                    record = finish_record(base, run.result(work, verdicts), opts.k, measures=opts.measures)
+                    record = finish_record(
+                        base,
+                        run.result(work, verdicts),
+                        opts.k,
+                        measures=opts.measures,
+                        qrels_level=opts.qrels_level,
+                    )
                     record["backend_fingerprint"] = backend_fingerprint(backend)
                     await writer.awrite(record)
 
