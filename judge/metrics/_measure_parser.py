@@ -7,7 +7,7 @@ short forms in the style of ir_measures / ranx (``AP``, ``AP(rel=2)``, ``nDCG@10
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from judge.metrics._measure import CONVENTION_KEYS, Conventions, Family, Measure, find_family
@@ -20,6 +20,26 @@ _SHORT_RE = re.compile(r"^(?P<base>[A-Za-z0-9_.\-]+?)(?:\((?P<params>[^()]*)\))?
 _ATOF_RE = re.compile(r"^\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)")
 _ATOL_RE = re.compile(r"^\s*[+-]?\d+")
 _GAINS = {"linear": "linear", "lin": "linear", "exponential": "exponential", "exp": "exponential"}
+_DENOMINATORS = {"qrels": "qrels", "retrieved": "retrieved"}
+# key=value parameters with a value from a fixed set: key -> (Measure field, value -> field value, rule)
+_CHOICE_PARAMS: dict[str, tuple[str, dict[str, str], str]] = {
+    "gain": ("gain", _GAINS, "gain must be linear or exponential"),
+    "denominator": ("ap_denominator", _DENOMINATORS, "denominator must be qrels or retrieved"),
+    "denom": ("ap_denominator", _DENOMINATORS, "denominator must be qrels or retrieved"),
+    "ap_denominator": ("ap_denominator", _DENOMINATORS, "denominator must be qrels or retrieved"),
+    "idcg": ("idcg", {"qrels": "qrels", "list": "list"}, "idcg must be qrels or list"),
+    "unjudged": (
+        "unjudged",
+        {"nonrelevant": "nonrelevant", "drop": "drop"},
+        "unjudged must be nonrelevant or drop",
+    ),
+}
+# key=value parameters with a non-negative integer value: key -> (Measure field, rule)
+_INTEGER_PARAMS: dict[str, tuple[str, str]] = {
+    "rel": ("rel", "rel must be a non-negative integer"),
+    "cutoff": ("cutoff", "cutoff must be a positive integer"),
+    "k": ("cutoff", "cutoff must be a positive integer"),
+}
 
 
 def _family(name: str) -> Family:
@@ -48,46 +68,36 @@ def _apply_params(fields: dict[str, object], family: Family, params: str, text: 
         if "=" not in item:
             raise ValueError(f"measure {text!r}: parameter {item!r} is not of the form key=value")
         key, value = (s.strip() for s in item.split("=", 1))
-        key_l, value_l = key.lower(), value.lower()
-        if key_l == "rel":
-            if not re.fullmatch(r"\d+", value):
-                raise ValueError(f"measure {text!r}: rel must be a non-negative integer, got {value!r}")
-            fields["rel"] = int(value)
-        elif key_l == "gain":
-            if value_l not in _GAINS:
-                raise ValueError(f"measure {text!r}: gain must be linear or exponential, got {value!r}")
-            fields["gain"] = _GAINS[value_l]
-        elif key_l in ("denominator", "denom", "ap_denominator"):
-            if value_l not in ("qrels", "retrieved"):
-                raise ValueError(f"measure {text!r}: denominator must be qrels or retrieved, got {value!r}")
-            fields["ap_denominator"] = value_l
-        elif key_l == "idcg":
-            if value_l not in ("qrels", "list"):
-                raise ValueError(f"measure {text!r}: idcg must be qrels or list, got {value!r}")
-            fields["idcg"] = value_l
-        elif key_l == "unjudged":
-            if value_l not in ("nonrelevant", "drop"):
-                raise ValueError(f"measure {text!r}: unjudged must be nonrelevant or drop, got {value!r}")
-            fields["unjudged"] = value_l
-        elif key_l == "judged_only":
-            fields["unjudged"] = "drop" if value_l in ("true", "1", "yes") else "nonrelevant"
-        elif key_l in ("cutoff", "k"):
-            if not re.fullmatch(r"\d+", value):
-                raise ValueError(f"measure {text!r}: cutoff must be a positive integer, got {value!r}")
-            fields["cutoff"] = int(value)
-        elif key_l == "p" and family.name == "rbp":
-            fields["values"] = (float(value),)
-            fields["param_text"] = f"p={value}"
-        elif key_l == "alpha" and family.alpha:
-            try:
-                fields["alpha"] = float(value)
-            except ValueError:
-                raise ValueError(f"measure {text!r}: alpha must be a number, got {value!r}") from None
-        elif key_l == "beta" and family.name == "set_F":
-            fields["values"] = (float(value),)
-            fields["param_text"] = value
-        else:
-            raise ValueError(f"measure {text!r}: unknown parameter {key!r}")
+        _apply_param(fields, family, key, value, text)
+
+
+def _apply_param(fields: dict[str, object], family: Family, key: str, value: str, text: str) -> None:
+    key_l, value_l = key.lower(), value.lower()
+    if key_l in _CHOICE_PARAMS:
+        field, allowed, rule = _CHOICE_PARAMS[key_l]
+        if value_l not in allowed:
+            raise ValueError(f"measure {text!r}: {rule}, got {value!r}")
+        fields[field] = allowed[value_l]
+    elif key_l in _INTEGER_PARAMS:
+        field, rule = _INTEGER_PARAMS[key_l]
+        if not re.fullmatch(r"\d+", value):
+            raise ValueError(f"measure {text!r}: {rule}, got {value!r}")
+        fields[field] = int(value)
+    elif key_l == "judged_only":
+        fields["unjudged"] = "drop" if value_l in ("true", "1", "yes") else "nonrelevant"
+    elif key_l == "p" and family.name == "rbp":
+        fields["values"] = (float(value),)
+        fields["param_text"] = f"p={value}"
+    elif key_l == "alpha" and family.alpha:
+        try:
+            fields["alpha"] = float(value)
+        except ValueError:
+            raise ValueError(f"measure {text!r}: alpha must be a number, got {value!r}") from None
+    elif key_l == "beta" and family.name == "set_F":
+        fields["values"] = (float(value),)
+        fields["param_text"] = value
+    else:
+        raise ValueError(f"measure {text!r}: unknown parameter {key!r}")
 
 
 def parse_measure(text: str, *, defaults: Conventions | None = None) -> Measure:
@@ -132,31 +142,14 @@ def _parse_measure(text: str, defaults: Conventions | None = None) -> Measure:
     if match is None:
         raise ValueError(f"cannot parse measure {text!r}")
     base, params, at = match.group("base"), match.group("params"), match.group("at")
-    fields: dict[str, object] = {}
-    family_name: str | None = None
-    if find_family(base) is not None:
-        family_name = base
-    elif base.lower() in ALIASES:
-        family_name = ALIASES[base.lower()]
-    else:
-        suffix = TREC_SUFFIX_RE.match(base)
-        if suffix is not None:
-            root = suffix.group("base")
-            root_name = root if find_family(root) is not None else ALIASES.get(root.lower())
-            if root_name is not None:
-                family_name = root_name
-                at_value = suffix.group("num")
-                if at is not None:
-                    raise ValueError(f"measure {text!r} has two cutoffs")
-                at = at_value
-    if family_name is None:
-        raise ValueError(f"unknown measure {text!r}")
+    family_name, at = _resolve_name(base, at, text)
     family = _family(family_name)
     if at is not None and family.params not in ("cutoff", "point"):
         cut_family = CUT_FAMILY.get(family_name)
         if cut_family is None:
             raise ValueError(f"measure {text!r}: {family_name} takes no cutoff")
         family_name, family = cut_family, _family(cut_family)
+    fields: dict[str, object] = {}
     fields.update(_convention_fields(family, defaults))
     if at is not None:
         if family.params == "cutoff":
@@ -167,13 +160,37 @@ def _parse_measure(text: str, defaults: Conventions | None = None) -> Measure:
             fields["point"] = float(at)
     if params:
         _apply_params(fields, family, params, text)
+    _complete(fields, family, text)
+    return Measure(family_name, **fields)  # type: ignore[arg-type]
+
+
+def _resolve_name(base: str, at: str | None, text: str) -> tuple[str, str | None]:
+    """The family ``base`` names (itself, an alias, or either with a trec_eval ``_<number>``
+    suffix) and its cut-off or point (``at``, or the suffix's number)."""
+    if find_family(base) is not None:
+        return base, at
+    if base.lower() in ALIASES:
+        return ALIASES[base.lower()], at
+    suffix = TREC_SUFFIX_RE.match(base)
+    if suffix is not None:
+        root = suffix.group("base")
+        root_name = root if find_family(root) is not None else ALIASES.get(root.lower())
+        if root_name is not None:
+            if at is not None:
+                raise ValueError(f"measure {text!r} has two cutoffs")
+            return root_name, suffix.group("num")
+    raise ValueError(f"unknown measure {text!r}")
+
+
+def _complete(fields: dict[str, object], family: Family, text: str) -> None:
+    """Refuse a measure without the cut-off or point its family needs; default its values."""
+    name = family.name
     if family.params == "cutoff" and family.cutoff_required and "cutoff" not in fields:
-        raise ValueError(f"measure {text!r} needs a cutoff, e.g. {family_name}@10 or {family_name}_10")
+        raise ValueError(f"measure {text!r} needs a cutoff, e.g. {name}@10 or {name}_10")
     if family.params == "point" and "point" not in fields:
-        raise ValueError(f"measure {text!r} needs a point, e.g. {family_name}_0.10")
+        raise ValueError(f"measure {text!r} needs a point, e.g. {name}_0.10")
     if family.params == "values" and "values" not in fields and family.default_values:
         fields["values"] = family.default_values
-    return Measure(family_name, **fields)  # type: ignore[arg-type]
 
 
 def _trec_dot(text: str, defaults: Conventions | None = None) -> tuple[Measure, ...] | None:
@@ -187,37 +204,55 @@ def _trec_dot(text: str, defaults: Conventions | None = None) -> tuple[Measure, 
     conv = _convention_fields(family, defaults)
     if not params:
         raise ValueError(f"measure {text!r}: empty parameter list")
-    pieces = params.split(",")
-    if family.params == "cutoff":
-        cutoffs = sorted(_atol(p) for p in pieces)
-        if cutoffs[0] <= 0:
-            raise ValueError(f"measure {text!r}: cutoffs must be positive")
-        if len(set(cutoffs)) != len(cutoffs):
-            raise ValueError(f"measure {text!r}: duplicate cutoffs")
-        return tuple(Measure(root, cutoff=c, **conv) for c in cutoffs)
-    if family.params == "point":
-        points = sorted(_atof(p) for p in pieces)
-        if len(set(points)) != len(points):
-            raise ValueError(f"measure {text!r}: duplicate cutoffs")
-        return tuple(Measure(root, point=p, **conv) for p in points)
-    if family.params == "values":
-        values = tuple(_atof(p) for p in pieces)
-        if root == "utility" and len(values) != 4:
-            raise ValueError(f"measure {text!r}: utility needs 4 coefficients")
-        return (Measure(root, values=values, param_text=params, **conv),)
-    if family.params == "pairs":
-        gains: list[tuple[int, float]] = []
-        values_: tuple[float, ...] = ()
-        for piece in pieces:
-            if "=" not in piece:
-                raise ValueError(f"measure {text!r}: malformed pair parameter {piece!r}")
-            key, value = piece.split("=", 1)
-            if re.fullmatch(r"[+-]?\d+", key):
-                gains.append((int(key), _atof(value)))
-            elif key == "p" and root == "rbp":
-                values_ = (_atof(value),)
-        return (Measure(root, gains=tuple(gains), values=values_, param_text=params, **conv),)
-    raise ValueError(f"measure {text!r}: {root} takes no parameters")
+    expand = _DOT_PARAMS.get(family.params)
+    if expand is None:
+        raise ValueError(f"measure {text!r}: {root} takes no parameters")
+    return expand(root, params, conv, text)
+
+
+def _dot_cutoffs(root: str, params: str, conv: dict[str, Any], text: str) -> tuple[Measure, ...]:
+    cutoffs = sorted(_atol(p) for p in params.split(","))
+    if cutoffs[0] <= 0:
+        raise ValueError(f"measure {text!r}: cutoffs must be positive")
+    if len(set(cutoffs)) != len(cutoffs):
+        raise ValueError(f"measure {text!r}: duplicate cutoffs")
+    return tuple(Measure(root, cutoff=c, **conv) for c in cutoffs)
+
+
+def _dot_points(root: str, params: str, conv: dict[str, Any], text: str) -> tuple[Measure, ...]:
+    points = sorted(_atof(p) for p in params.split(","))
+    if len(set(points)) != len(points):
+        raise ValueError(f"measure {text!r}: duplicate cutoffs")
+    return tuple(Measure(root, point=p, **conv) for p in points)
+
+
+def _dot_values(root: str, params: str, conv: dict[str, Any], text: str) -> tuple[Measure, ...]:
+    values = tuple(_atof(p) for p in params.split(","))
+    if root == "utility" and len(values) != 4:
+        raise ValueError(f"measure {text!r}: utility needs 4 coefficients")
+    return (Measure(root, values=values, param_text=params, **conv),)
+
+
+def _dot_pairs(root: str, params: str, conv: dict[str, Any], text: str) -> tuple[Measure, ...]:
+    gains: list[tuple[int, float]] = []
+    values: tuple[float, ...] = ()
+    for piece in params.split(","):
+        if "=" not in piece:
+            raise ValueError(f"measure {text!r}: malformed pair parameter {piece!r}")
+        key, value = piece.split("=", 1)
+        if re.fullmatch(r"[+-]?\d+", key):
+            gains.append((int(key), _atof(value)))
+        elif key == "p" and root == "rbp":
+            values = (_atof(value),)
+    return (Measure(root, gains=tuple(gains), values=values, param_text=params, **conv),)
+
+
+_DOT_PARAMS: dict[str, Callable[[str, str, dict[str, Any], str], tuple[Measure, ...]]] = {
+    "cutoff": _dot_cutoffs,
+    "point": _dot_points,
+    "values": _dot_values,
+    "pairs": _dot_pairs,
+}
 
 
 def parse_measures(text: str, *, defaults: Conventions | None = None) -> tuple[Measure, ...]:
