@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
         ),
         epilog=(
             "auth: bearer keys from JUDGE_API_KEYS (comma-separated) and/or --api-keys-file; "
-            "without keys only a loopback --host is allowed. exit codes: 0 stopped; 2 bad usage; "
-            "3 backend could not be set up"
+            "without keys only a loopback --host is allowed. exit codes: 0 stopped; 2 bad usage or "
+            "--db held by another live judge serve; 3 backend could not be set up"
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
