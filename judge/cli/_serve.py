@@ -193,6 +193,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except DatabaseBusy as exc:
         print(f"judge serve: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        raise InputError(
+            f"cannot lock the job database: {exc.strerror}", path=str(db_lock.path), field="--db"
+        ) from None
     spec = _factory_backend(args.backend_factory) if args.backend_factory else args.backend
     backend = open_backend(spec, args.base_url, policy)
     print(describe_backend(backend), file=sys.stderr)
