@@ -2,7 +2,9 @@
 
 One ASGI middleware in front of everything does what every route shares: it times the
 request for ``/metrics``, checks the key (``Authorization: Bearer`` or the viewer's
-session cookie; ``/healthz`` is open), and bounds the request body.
+session cookie; ``/healthz`` is open), and bounds the request body. Around it,
+:mod:`judge.server._security` adds the security headers; inside it, the same-origin rule
+refuses cross-site state changes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import hashlib
 import json
 import shutil
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from importlib import metadata, resources
@@ -27,7 +28,6 @@ from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
     PlainTextResponse,
-    RedirectResponse,
     Response,
     StreamingResponse,
 )
@@ -36,11 +36,21 @@ from pydantic import ValidationError
 
 from judge.io._errors import InputError
 from judge.server import _engine
-from judge.server._auth import COOKIE_NAME, KeyRing
-from judge.server._db import JobDB, sha256_hex
+from judge.server._auth import KeyRing
+from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
+from judge.server._lock import DatabaseLock
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
 from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
+from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
+from judge.server._sessions import (
+    DEFAULT_TTL_S,
+    SIGNIN_STYLE,
+    Authenticator,
+    SessionStore,
+    session_router,
+    signin_page,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -71,6 +81,11 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     max_passages: int = 200
     sse_interval_s: float = 0.5
+    session_ttl_s: float = DEFAULT_TTL_S
+    trust_forwarded_proto: bool = False
+    # The database's writer lock, when the caller took it already (``judge serve`` does,
+    # before it opens the backend); else create_app takes it.
+    db_lock: DatabaseLock | None = None
 
 
 def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -88,38 +103,18 @@ def _validation_error(exc: ValidationError, prefix: tuple[str, ...]) -> RequestV
     return RequestValidationError(errors)
 
 
-def _signin_page(next_path: str, failed: bool) -> str:
-    note = '<p class="err">That key was not accepted.</p>' if failed else ""
-    nxt = urllib.parse.quote(next_path, safe="/")
-    return f"""<!doctype html><html lang="zh"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width,initial-scale=1"><title>judge · sign in</title>
-<style>body{{font:15px system-ui,"Noto Sans CJK SC","WenQuanYi Zen Hei",sans-serif;background:#f6f7f9;
-display:flex;justify-content:center;padding-top:12vh}}form{{background:#fff;padding:2rem;border-radius:8px;
-box-shadow:0 1px 4px #0002;min-width:20rem}}input{{width:100%;padding:.5rem;margin:.5rem 0 1rem;
-box-sizing:border-box}}button{{padding:.5rem 1.2rem}}.err{{color:#b00020}}</style></head><body>
-<form method="post" action="/login?next={nxt}"><h1>judge</h1>{note}
-<label for="key">API key</label><input id="key" name="key" type="password" autocomplete="current-password"
-autofocus><button type="submit">Sign in</button></form></body></html>"""
-
-
 class Guard:
     """Metrics timing, auth and the body limit, as one pure ASGI middleware."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, metrics: ServerMetrics, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, *, auth: Authenticator, metrics: ServerMetrics, max_body: int) -> None:
         self.app = app
-        self.keys = keys
+        self.auth = auth
         self.metrics = metrics
         self.max_body = max_body
 
     def _authorized(self, scope: Scope) -> bool:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if self.keys.check_authorization(headers.get("authorization")):
-            return True
-        for part in headers.get("cookie", "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == COOKIE_NAME and self.keys.check_session(value):
-                return True
-        return False
+        """Identifies the caller (``request.state.principal``) by bearer key or session."""
+        return self.auth.identify(scope) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -139,8 +134,8 @@ class Guard:
         path = scope.get("path", "")
         method = scope.get("method", "GET")
         try:
-            needs_key = self.keys.enabled and path not in OPEN_PATHS and not self._login(path, method)
-            if needs_key and not self._authorized(scope):
+            open_path = path in OPEN_PATHS or self._login(path, method)
+            if not self._authorized(scope) and not open_path:
                 await self._unauthorized(scope, receive, send_wrapper)
                 return
             length = dict(scope.get("headers", [])).get(b"content-length")
@@ -184,7 +179,7 @@ class Guard:
 
     @staticmethod
     def _login(path: str, method: str) -> bool:
-        return path == "/login" and method == "POST"
+        return path in ("/login", "/logout") and method == "POST"
 
     async def _unauthorized(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -195,7 +190,7 @@ class Guard:
             and "text/html" in headers.get("accept", "")
             and not path.startswith("/v1/")
         ):
-            response = HTMLResponse(_signin_page(path, False), status_code=401)
+            response = HTMLResponse(signin_page(path, False), status_code=401)
         else:
             response = JSONResponse(
                 {"detail": "missing or invalid API key (Authorization: Bearer <key>)"},
@@ -247,7 +242,15 @@ def _options_from_query(request: Request) -> JobOptions:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The app for one job database. Jobs start (and interrupted ones resume) when it starts."""
-    db = JobDB(config.db_path)
+    lock = config.db_lock or DatabaseLock(config.db_path)
+    lock.acquire()  # DatabaseBusy: another live server holds this database
+    try:
+        db = JobDB(config.db_path)
+    except BaseException:
+        lock.release()
+        raise
+    sessions = SessionStore(config.db_path)
+    auth = Authenticator(config.keys, sessions)
     rt = config.runtime
     rt.jobs_dir.mkdir(parents=True, exist_ok=True)
     metrics = ServerMetrics(
@@ -258,12 +261,15 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        lock.acquire()  # held already unless this app was served and stopped before
         await manager.start()
         try:
             yield
         finally:
             await manager.stop()
+            sessions.close()
             db.close()
+            lock.release()
 
     app = FastAPI(
         title="judge",
@@ -304,7 +310,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         job_id: str, job_dir: Path, idem_hash: str | None, **fields: Any
     ) -> JSONResponse | dict[str, Any]:
         try:
-            job = db.insert(job_id, idempotency_hash=idem_hash, **fields)
+            job = db.insert(job_id, idempotency_hash=idem_hash, max_queued=rt.queue_size, **fields)
+        except QueueFull:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return queue_full()
         except Exception:
             if idem_hash is not None and (found := db.by_idempotency(idem_hash)) is not None:
                 # Two requests with one key raced: the other one won.
@@ -736,7 +745,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 items.append(rec)
         return {"rejects": items, "count": len(items)}
 
-    @app.get("/v1/jobs/{job_id}/queries/{query_id}", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}/queries/{query_id:path}", tags=["jobs"])
     async def query_detail(job_id: str, query_id: str) -> dict[str, Any]:
         """One finished query's record with its passages' texts (for the viewer)."""
         job = job_or_404(job_id)
@@ -784,28 +793,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def job_page(job_id: str) -> FileResponse:
         return FileResponse(index_html, media_type="text/html; charset=utf-8")
 
-    @app.post("/login", include_in_schema=False)
-    async def login(request: Request, next: str = "/") -> Response:
-        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        key = (form.get("key") or [""])[0].strip()
-        local = next.startswith("/") and not next.startswith("//") and "\\" not in next
-        target = next if local else "/"
-        session = keys.session_for(key) if keys.enabled else None
-        if keys.enabled and session is None:
-            return HTMLResponse(_signin_page(target, True), status_code=401)
-        response = RedirectResponse(target, status_code=303)
-        if session is not None:
-            response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="strict", path="/")
-        return response
-
-    @app.post("/logout", include_in_schema=False)
-    async def logout() -> Response:
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(COOKIE_NAME, path="/")
-        return response
-
+    app.include_router(
+        session_router(auth, ttl_s=config.session_ttl_s, trust_forwarded_proto=config.trust_forwarded_proto)
+    )
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(Guard, keys=keys, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(CsrfCheck)  # type: ignore[arg-type]  # inside Guard: after authentication
+    app.add_middleware(Guard, auth=auth, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(SecurityHeaders, csp=viewer_csp(SIGNIN_STYLE))  # type: ignore[arg-type]
     return app
 
 

@@ -10,6 +10,7 @@ function el(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") node.className = v;
+    else if (k === "style") node.style.cssText = v; // CSSOM, not an inline style attribute: allowed by the CSP
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : v);
   }
@@ -225,20 +226,21 @@ async function jobPage(jobId) {
   $main.replaceChildren(el("h1", {}, "Job ", el("code", {}, jobId)), head, body);
   let drawnFinal = false;
 
+  const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
   function drawHead(job) {
     const actions = [];
     if (job.status === "queued" || job.status === "running")
-      actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/cancel`, { method: "POST" }) }, "Cancel"));
+      actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
     if (job.status === "done" && job.unjudged > 0)
-      actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
+      actions.push(el("button", { onclick: () => api(`${base}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
     head.replaceChildren(...[
       el("div", { class: "filters" }, statusBadge(job.status), progressBar(job.queries_done, job.queries_total),
         el("span", { id: "progress-text" }, `${job.queries_done}/${job.queries_total} queries · ${job.passages_done} passages · ${job.unjudged} unjudged · ${job.rejected} rejected`),
         job.eta_s !== null && job.status === "running" ? el("span", { class: "muted" }, `ETA ${Math.round(job.eta_s)} s`) : null, ...actions),
       job.error ? el("p", { class: "err" }, job.error) : null,
       el("p", { class: "muted" }, `mode ${job.options.mode} · k ${job.options.k.join(", ")} · created ${job.created}`,
-        " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=qrels` }, "qrels"), " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=run` }, "run"),
-        " · ", el("a", { href: `/v1/jobs/${jobId}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `/v1/jobs/${jobId}/rejects` }, "rejects")] : null),
+        " · ", el("a", { href: `${base}/results?format=qrels` }, "qrels"), " · ", el("a", { href: `${base}/results?format=run` }, "run"),
+        " · ", el("a", { href: `${base}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `${base}/rejects` }, "rejects")] : null),
     ].filter(Boolean));
   }
 
