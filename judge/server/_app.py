@@ -35,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from judge.io._errors import InputError
-from judge.server import _engine
+from judge.server import _bounds, _engine
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import JobDB, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
@@ -271,6 +271,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="LLM relevance judging as a service: durable jobs, metrics, a results viewer.",
         lifespan=lifespan,
     )
+    app.router.route_class = _bounds.ParsedBodyRoute
     app.state.manager = manager
     app.state.db = db
     app.state.metrics = metrics
@@ -389,6 +390,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "queue_size": rt.queue_size,
                 "max_jobs": rt.max_jobs,
                 "concurrency": rt.concurrency,
+                **rt.bounds.info(),
             },
             "auth": keys.enabled,
             "schema_version": db.schema_version,
@@ -415,6 +417,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                 f"{config.max_passages} per request (submit a job for more)",
                 field="retrieval_context",
             )
+        if (refused := _bounds.query_too_long(body.query, rt.bounds)) is not None:
+            return refused
         opts = dict(config.defaults)
         if body.config is not None:
             opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
@@ -470,13 +474,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             raw = await request.body()
             digest.update(raw)
             try:
-                body = JobRequest.model_validate_json(raw)
+                body = await asyncio.to_thread(JobRequest.model_validate_json, raw)
             except ValidationError as exc:
                 raise _validation_error(exc, ("body",)) from None
             given = body.options
-            with open(input_path, "w", encoding="utf-8") as fh:
-                for rec in body.records:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            await asyncio.to_thread(_bounds.write_records, input_path, body.records)
         else:
             given = _options_from_query(request)
             with open(input_path, "wb") as fh:
@@ -496,17 +498,19 @@ def create_app(config: ServerConfig) -> FastAPI:
             return queue_full()
         options = _merge_options(config.defaults, given)
         check = await asyncio.to_thread(
-            _engine.validate_input,
+            _bounds.validate_input,
             input_path,
+            rt.bounds,
             field_map=options.get("map") or {},
             max_passage_chars=options["max_passage_chars"],
         )
+        if (refused := _bounds.too_many_records(check, rt.bounds)) is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return refused
         if check.queries == 0:
             shutil.rmtree(job_dir, ignore_errors=True)
             return _json_error(422, "no valid record in the body", rejects=check.rejects[:100])
-        with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
-            for rec in check.rejects:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
         return accept_job(job_id, job_dir, idem_hash, "score", options, check, body_hash)
 
     # --- comparisons of systems -----------------------------------------------------------
@@ -561,7 +565,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if qrels_text is not None:
             (job_dir / _engine.HUMAN_QRELS).write_text(qrels_text, encoding="utf-8")
         try:
-            check = await asyncio.to_thread(_engine.validate_compare, job_dir, options)
+            check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, rt.bounds)
         except InputError as err:
             rejects = _engine.compare_rejects(job_dir)
             where: dict[str, Any] = {"line": err.line}

@@ -24,8 +24,10 @@ from typing import Any
 
 from judge.backends._base import Backend
 from judge.backends._redact import redact
+from judge.io import dataset_limits
 from judge.judging import JudgeConfig, VerdictStore
 from judge.server import _engine
+from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
 from judge.server._metrics import ServerMetrics
 
@@ -44,6 +46,7 @@ class Runtime:
     max_jobs: int = 1
     queue_size: int = 100
     settings: Mapping[str, Any] = field(default_factory=dict)
+    bounds: JobBounds = field(default_factory=JobBounds)
 
 
 def new_job_id() -> str:
@@ -193,7 +196,8 @@ class JobManager:
         before_summary = job.get("summary") or {}
         tick = asyncio.create_task(ticker()) if job["phase"] != "retry" else None
         try:
-            summary = await RUNNERS[job["kind"]](self, job, job_dir)
+            with dataset_limits(self.runtime.bounds.dataset()):
+                summary = await RUNNERS[job["kind"]](self, job, job_dir)
         except asyncio.CancelledError:
             if job_id in self._cancelling:
                 self.db.update(job_id, status="cancelled", finished=time.time())
