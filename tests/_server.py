@@ -232,3 +232,8 @@ def serve_process(
 def slow_fake_backend() -> Any:
     """:func:`fake_backend` taking 20 ms a call, so a job's progress can be watched."""
     return RuleBackend.keyword(MARKER, latency_s=0.02)
+
+
+def hanging_backend() -> Any:
+    """:func:`fake_backend` whose calls take an hour: a job stays running until stopped."""
+    return RuleBackend.keyword(MARKER, latency_s=3600.0)
