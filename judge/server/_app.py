@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import shutil
+import sqlite3
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -34,8 +35,9 @@ from fastapi.responses import (
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from judge.backends import PermanentError
 from judge.io._errors import InputError
-from judge.server import _bounds, _engine
+from judge.server import _bounds, _engine, _failures
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import JobDB, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
@@ -361,6 +363,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             status_code=422,
         )
 
+    app.add_exception_handler(OSError, _failures.on_storage_error)
+    app.add_exception_handler(sqlite3.Error, _failures.on_storage_error)
+
     @app.exception_handler(_NotFound)
     async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
         return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
@@ -432,15 +437,18 @@ def create_app(config: ServerConfig) -> FastAPI:
                 [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
             ) from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
-        result = await aevaluate(
-            body.query,
-            passages,
-            backend=rt.backend,
-            config=judge_config,
-            k=body.k,
-            store=rt.store,
-            summary=body.summary,
-        )
+        try:
+            result = await aevaluate(
+                body.query,
+                passages,
+                backend=rt.backend,
+                config=judge_config,
+                k=body.k,
+                store=rt.store,
+                summary=body.summary,
+            )
+        except PermanentError as exc:
+            return _failures.upstream_error(exc, rt.backend.name)
         counts: dict[str, int] = {}
         for v in result.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
@@ -760,6 +768,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         done = await manager.cancel(job_id)
         assert done is not None
         return JSONResponse(manager.view(done))
+
+    @app.post("/v1/jobs/{job_id}/resume", tags=["jobs"], status_code=202)
+    async def resume(job_id: str) -> JSONResponse:
+        """Queue a failed job again (e.g. once the disk has space or the LLM key is fixed):
+        it resumes where it stopped (finished queries and judged passages are kept)."""
+        job = job_or_404(job_id)
+        if job["status"] != "failed":
+            return _json_error(409, f"job is {job['status']}; resume needs a failed job")
+        if manager.queue_full():
+            return queue_full()
+        return JSONResponse(manager.view(manager.resume(job_id)), status_code=202)
 
     @app.post("/v1/jobs/{job_id}/retry-unjudged", tags=["jobs"], status_code=202)
     async def retry(job_id: str) -> JSONResponse:
