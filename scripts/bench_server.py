@@ -3,9 +3,13 @@
 
 1. ``/v1/evaluate`` under load: ``--clients`` (default 50) concurrent clients, each sending
    ``--requests`` (default 20) one-query requests of 5 passages to a server whose judge is
-   a deterministic fake answering at once (``fake_backend`` below, ``--no-cache`` so every
-   passage is judged): latency p50 / p99, errors, requests/s. What this measures is the
-   service's own overhead (HTTP, validation, the judging core, JSON), not an LLM.
+   a deterministic fake answering at once (``fake_backend`` below; every request has its own
+   query, so every passage is judged and its verdict written to a fresh verdict cache, which
+   is checked at the end; ``--no-cache`` runs without one): latency p50 / p99, errors,
+   requests/s. What this measures is the service's own overhead (HTTP, validation, the
+   judging core, the cache, JSON), not an LLM. ``--code DIR`` (repeatable) runs the server
+   from other checkouts too (e.g. a ``git worktree`` of main), alternated ``--rounds``
+   times in one run, and prints each one's median and its ratio to the first.
 2. A 3,000-passage job (300 queries x 10 passages by default) against the simulated LLM
    server (``scripts/sim_llm_server.py``: 50 ms +/- 10 ms per call, capacity 64), beside
    ``judge score`` on the same dataset and server, in the same run, each with a fresh
@@ -15,13 +19,15 @@
    start-up), so the ratio charges the server with its upload, queueing and polling.
    Goal: job throughput >= 0.9 x ``judge score``'s.
 
-Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra).
+Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra);
+``--skip-job`` runs part 1 only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -53,9 +59,9 @@ def fake_backend() -> Any:
 
 
 @contextmanager
-def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
+def serve(args: list[str], home: Path, limit_s: float = 60.0, code: Path = ROOT) -> Iterator[tuple[str, int]]:
     env = _env(home)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "scripts"), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "scripts"), env["PYTHONPATH"]])
     env.pop("JUDGE_API_KEYS", None)
     cmd = [
         sys.executable,
@@ -69,7 +75,7 @@ def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
         "--log-level",
         "warning",
     ]
-    proc = subprocess.Popen([*cmd, *args], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*cmd, *args], env=env, cwd=code, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + limit_s
@@ -82,7 +88,7 @@ def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
             url = m.group(1) if m else None
         if url is None:
             raise RuntimeError("judge serve did not start")
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -143,6 +149,22 @@ async def _evaluate_load(url: str, clients: int, per_client: int, limit_s: float
     }
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used (Linux /proc; else None)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cached(path: Path) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
+
+
 def _job_run(url: str, data: Path, passages: int, limit_s: float) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=60.0) as http:
         t0 = time.perf_counter()
@@ -179,25 +201,80 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--limit-s", type=float, default=300.0, help="time limit of each part")
+    ap.add_argument("--no-cache", action="store_true", help="part 1 without a verdict cache")
+    ap.add_argument(
+        "--code",
+        action="append",
+        type=Path,
+        default=None,
+        help="a checkout to run part 1's server from (repeatable; default: this one)",
+    )
+    ap.add_argument("--skip-job", action="store_true", help="part 1 only")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench_server_") as tmp_s:
         tmp = Path(tmp_s)
-        print(f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge")
-        with serve(
-            [
-                "--backend-factory",
-                "bench_server:fake_backend",
-                "--no-cache",
-                "--concurrency",
-                "64",
-                "--db",
-                str(tmp / "eval.sqlite"),
-            ],
-            tmp / "eval-home",
-        ) as url:
-            load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
-        print(json.dumps(load, ensure_ascii=False))
+        codes = [c.resolve() for c in (args.code or [ROOT])]
+        print(
+            f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge, "
+            f"{'no cache' if args.no_cache else 'verdict cache'}; load {os.getloadavg()[0]:.2f}"
+        )
+        rates: dict[Path, list[float]] = {c: [] for c in codes}
+        p99s: dict[Path, list[float]] = {c: [] for c in codes}
+        cpus: dict[Path, list[float]] = {c: [] for c in codes}
+        for rnd in range(args.rounds if len(codes) > 1 else 1):
+            for i, code in enumerate(codes):
+                home = tmp / f"eval-{rnd}-{i}"
+                cache = home / "cache.sqlite"
+                cache_args = ["--no-cache"] if args.no_cache else ["--cache", str(cache)]
+                with serve(
+                    [
+                        "--backend-factory",
+                        "bench_server:fake_backend",
+                        *cache_args,
+                        "--concurrency",
+                        "64",
+                        "--db",
+                        str(home / "eval.sqlite"),
+                    ],
+                    home,
+                    code=code,
+                ) as (url, pid):
+                    cpu0 = _cpu_s(pid)
+                    load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
+                    cpu1 = _cpu_s(pid)
+                if cpu0 is not None and cpu1 is not None and load["ok"]:
+                    # The server's own CPU per request: what a shared, loaded machine
+                    # disturbs least (wall-clock rates follow the other processes' load).
+                    load["server_cpu_ms_per_request"] = round(1000 * (cpu1 - cpu0) / load["ok"], 3)
+                    cpus[code].append(load["server_cpu_ms_per_request"])
+                if not args.no_cache:
+                    load["cached_verdicts"] = _cached(cache)
+                    load["every_verdict_cached"] = load["cached_verdicts"] == 5 * load["ok"]
+                load["code"] = str(code)
+                load["round"] = rnd
+                load["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                rates[code].append(load["requests_per_s"])
+                p99s[code].append(load["p99_ms"])
+                print(json.dumps(load, ensure_ascii=False))
+        if len(codes) > 1:
+            base = statistics.median(rates[codes[0]])
+            base_cpu = statistics.median(cpus[codes[0]]) if cpus[codes[0]] else None
+            for code in codes:
+                median = statistics.median(rates[code])
+                row: dict[str, Any] = {
+                    "code": str(code),
+                    "median_requests_per_s": median,
+                    "median_p99_ms": statistics.median(p99s[code]),
+                    f"rate_ratio_vs_{codes[0].name}": round(median / base, 3),
+                }
+                if base_cpu and cpus[code]:
+                    cpu = statistics.median(cpus[code])
+                    row["median_server_cpu_ms_per_request"] = cpu
+                    row[f"cpu_ratio_vs_{codes[0].name}"] = round(cpu / base_cpu, 3)
+                print(json.dumps(row))
+        if args.skip_job:
+            return 0
 
         n_passages = args.queries * args.passages
         print(
@@ -235,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                         str(home / "s.sqlite"),
                     ],
                     home,
-                ) as url:
+                ) as (url, _):
                     job = _job_run(url, data, n_passages, args.limit_s)
                 job_rates.append(job["passages_per_s"])
                 print(

@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from judge.backends import PermanentError
 from judge.io._errors import InputError
-from judge.server import _bounds, _engine, _failures
+from judge.server import _bounds, _engine, _failures, _fastpath
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import JobDB, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
@@ -256,6 +256,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )
     manager = JobManager(db, rt, metrics)
+    configs = _fastpath.ConfigCache(config_of, rt.backend)  # /v1/evaluate's, per option set
     keys = config.keys
 
     @contextlib.asynccontextmanager
@@ -408,7 +409,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # --- one query -----------------------------------------------------------------------
     @app.post("/v1/evaluate", tags=["evaluate"])
-    async def evaluate(body: EvaluateRequest) -> JSONResponse:
+    async def evaluate(body: EvaluateRequest) -> Response:
         """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
 
         ``summary: true`` also asks for a summary reason (one more LLM call)."""
@@ -430,13 +431,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         if body.mode is not None:
             opts["mode"] = body.mode
         try:
-            judge_config = config_of(opts)
+            judge_config = configs.get(opts)
         except ValueError as exc:
             name = str(exc).split(" ", 1)[0]
             raise RequestValidationError(
                 [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
             ) from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
+        store = None if rt.store is None else _fastpath.RequestStore(rt.store)
         try:
             result = await aevaluate(
                 body.query,
@@ -444,16 +446,19 @@ def create_app(config: ServerConfig) -> FastAPI:
                 backend=rt.backend,
                 config=judge_config,
                 k=body.k,
-                store=rt.store,
+                store=store,
                 summary=body.summary,
             )
         except PermanentError as exc:
             return _failures.upstream_error(exc, rt.backend.name)
+        finally:
+            if store is not None:
+                await store.flush()  # what was judged is cached, even when the request fails
         counts: dict[str, int] = {}
         for v in result.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         metrics.count_verdicts(counts)
-        return JSONResponse(json.loads(result.model_dump_json()))
+        return _fastpath.json_response(result.model_dump_json())
 
     # --- jobs ----------------------------------------------------------------------------
     @app.post("/v1/jobs", tags=["jobs"], status_code=202)
