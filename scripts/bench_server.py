@@ -19,6 +19,11 @@
    start-up), so the ratio charges the server with its upload, queueing and polling.
    Goal: job throughput >= 0.9 x ``judge score``'s.
 
+3. ``--kill-run``: a 2,000-passage job (400 queries x 5) against the simulated LLM server,
+   the server killed with ``kill -9`` mid-job (at 1,000 LLM requests) and
+   restarted until the job is done: requests the LLM server saw per passage (goal <= 1.01:
+   a kill repeats only the calls in flight), for each ``--code`` checkout.
+
 Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra);
 ``--skip-job`` runs part 1 only.
 """
@@ -165,6 +170,63 @@ def _cached(path: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
 
 
+def _kill_run(tmp: Path, code: Path, latency_ms: float, limit_s: float) -> dict[str, Any]:
+    """Part 3: a 2,000-passage job, ``kill -9`` at 1,000 LLM requests, restarted
+    until done; the LLM server's requests per passage."""
+    import signal
+
+    queries, passages = 400, 5
+    data = tmp / "data.jsonl"
+    tmp.mkdir(parents=True)
+    make_dataset(data, queries, passages)
+    args = ["--backend", "openai:sim-judge", "--concurrency", "16", "--db", str(tmp / "s.sqlite")]
+    args += ["--cache", str(tmp / "cache.sqlite")]
+    job_id = None
+    starts = 0
+    deadline = time.monotonic() + limit_s
+    with sim_llm_server.SimProcess(latency_ms=latency_ms, jitter_ms=10, capacity=64) as sim:
+        for kill_at in (1000, None):
+            starts += 1
+            with (
+                serve([*args, "--base-url", sim.base_url], tmp / "home", code=code) as (url, pid),
+                httpx.Client(base_url=url, timeout=60.0) as http,
+            ):
+                if job_id is None:
+                    resp = http.post(
+                        "/v1/jobs",
+                        content=data.read_bytes(),
+                        headers={"Content-Type": "application/x-ndjson"},
+                    )
+                    resp.raise_for_status()
+                    job_id = resp.json()["id"]
+                while True:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"kill run not done in {limit_s} s")
+                    if kill_at is not None and sim.stats()["total"] >= kill_at:
+                        os.kill(pid, signal.SIGKILL)
+                        break
+                    job = http.get(f"/v1/jobs/{job_id}").json()
+                    if job["status"] in ("done", "failed", "cancelled"):
+                        break
+                    time.sleep(0.01)
+            if kill_at is None:
+                break
+        stats = sim.stats()
+    asked = stats["total"] - stats["outcomes"].get("429", 0)
+    n = queries * passages
+    return {
+        "code": str(code),
+        "status": job["status"],
+        "starts": starts,
+        "attempts": job["attempts"],
+        "queries_done": job["queries_done"],
+        "passages": n,
+        "llm_requests": asked,
+        "requests_per_passage": round(asked / n, 4),
+        "goal": "<= 1.01",
+    }
+
+
 def _job_run(url: str, data: Path, passages: int, limit_s: float) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=60.0) as http:
         t0 = time.perf_counter()
@@ -210,7 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a checkout to run part 1's server from (repeatable; default: this one)",
     )
     ap.add_argument("--skip-job", action="store_true", help="part 1 only")
+    ap.add_argument("--kill-run", action="store_true", help="part 3 only: the kill -9 run")
     args = ap.parse_args(argv)
+    if args.kill_run:
+        with tempfile.TemporaryDirectory(prefix="bench_server_kill_") as tmp_s:
+            for i, code in enumerate(c.resolve() for c in (args.code or [ROOT])):
+                print(json.dumps(_kill_run(Path(tmp_s) / str(i), code, args.latency_ms, args.limit_s)))
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="bench_server_") as tmp_s:
         tmp = Path(tmp_s)
@@ -284,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         data = tmp / "data.jsonl"
         make_dataset(data, args.queries, args.passages)
         score_rates: list[float] = []
-        job_rates: list[float] = []
+        job_rates: list[float] = []  # the first checkout's
+        by_code: dict[Path, list[float]] = {c: [] for c in codes}
         with sim_llm_server.SimProcess(latency_ms=args.latency_ms, jitter_ms=10, capacity=64) as sim:
             for rnd in range(args.rounds):
                 home = tmp / f"score-{rnd}"
@@ -299,25 +368,42 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {rnd}: judge score {n_passages / wall:7.1f} passages/s "
                     f"(scorer {wall:.2f} s, process {proc_wall:.2f} s)"
                 )
-                home = tmp / f"serve-{rnd}"
-                with serve(
-                    [
-                        "--backend",
-                        "openai:sim-judge",
-                        "--base-url",
-                        sim.base_url,
-                        "--concurrency",
-                        str(args.concurrency),
-                        "--db",
-                        str(home / "s.sqlite"),
-                    ],
-                    home,
-                ) as (url, _):
-                    job = _job_run(url, data, n_passages, args.limit_s)
-                job_rates.append(job["passages_per_s"])
+                for i, code in enumerate(codes):
+                    home = tmp / f"serve-{rnd}-{i}"
+                    with serve(
+                        [
+                            "--backend",
+                            "openai:sim-judge",
+                            "--base-url",
+                            sim.base_url,
+                            "--concurrency",
+                            str(args.concurrency),
+                            "--db",
+                            str(home / "s.sqlite"),
+                        ],
+                        home,
+                        code=code,
+                    ) as (url, _):
+                        job = _job_run(url, data, n_passages, args.limit_s)
+                    by_code[code].append(job["passages_per_s"])
+                    if i == 0:
+                        job_rates.append(job["passages_per_s"])
+                    print(
+                        f"round {rnd}: judge serve job {job['passages_per_s']:7.1f} passages/s "
+                        f"(submit->done {job['wall_s']:.2f} s, driver {job['driver_wall_s']:.2f} s; {code})"
+                    )
+        if len(codes) > 1:
+            first = statistics.median(by_code[codes[0]])
+            for code in codes:
+                median = statistics.median(by_code[code])
                 print(
-                    f"round {rnd}: judge serve job {job['passages_per_s']:7.1f} passages/s "
-                    f"(submit->done {job['wall_s']:.2f} s, driver {job['driver_wall_s']:.2f} s)"
+                    json.dumps(
+                        {
+                            "code": str(code),
+                            "job_passages_per_s": round(median, 1),
+                            f"job_ratio_vs_{codes[0].name}": round(median / first, 3),
+                        }
+                    )
                 )
         ratio = statistics.median(job_rates) / statistics.median(score_rates)
         print(
