@@ -165,3 +165,13 @@ def test_other_os_errors_stay_500(tmp_path: Path, monkeypatch: Any) -> None:
     with TestClient(app_for(tmp_path), raise_server_exceptions=False) as client:
         r = client.post("/v1/jobs", content=ndjson(records(1)), headers=NDJSON)
     assert r.status_code == 500
+
+
+def test_options_the_backend_cannot_do_are_422_not_502(tmp_path: Path) -> None:
+    backend = RuleBackend.keyword("[相关]", supports_probabilities=False)
+    with TestClient(app_for(tmp_path, backend=backend)) as client:
+        r = client.post(
+            "/v1/evaluate", json={"query": "q", "retrieval_context": ["a"], "config": {"probability": True}}
+        )
+    assert r.status_code == 422 and r.json()["fields"] == ["body.config"]
+    assert "probabilit" in r.json()["detail"]

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
-from judge.backends import PermanentError
+from judge.backends import PermanentError, UnsupportedError
 from judge.backends._redact import redact
 
 LOGGER = logging.getLogger("judge.server")
@@ -74,7 +74,12 @@ def upstream_status(exc: BaseException) -> int | None:
 
 
 def upstream_error(exc: PermanentError, backend: str) -> JSONResponse:
-    """``/v1/evaluate``'s answer when the LLM upstream refused the request for good."""
+    """``/v1/evaluate``'s answer when the LLM upstream refused the request for good (422 when
+    the backend cannot do what the options ask, e.g. probability mode without logprobs)."""
+    if isinstance(exc, UnsupportedError):
+        return JSONResponse(
+            {"detail": redact(str(exc)), "fields": ["body.config"], "backend": backend}, status_code=422
+        )
     status = upstream_status(exc)
     shown = f"HTTP {status}" if status is not None else "a permanent error"
     return JSONResponse(
