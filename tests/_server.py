@@ -246,3 +246,8 @@ def file_gate_backend() -> Any:
             await asyncio.sleep(0.02)
 
     return RuleBackend(keyword.rule, name="fake:file-gate", latency_s=0.001, sleep=sleep)
+
+
+def hanging_backend() -> Any:
+    """:func:`fake_backend` whose calls take an hour: a job stays running until stopped."""
+    return RuleBackend.keyword(MARKER, latency_s=3600.0)

@@ -74,6 +74,21 @@ def register(subparsers: Any) -> None:
         "--max-passages", type=int, default=200, help="passages per /v1/evaluate request (default 200)"
     )
     p.add_argument(
+        "--max-query-chars",
+        type=int,
+        default=4000,
+        help="longest query in characters; a longer one is refused, never cut (default 4000)",
+    )
+    p.add_argument(
+        "--max-record-passages",
+        type=int,
+        default=1000,
+        help="passages per job record; a record with more is rejected (default 1000)",
+    )
+    p.add_argument(
+        "--max-records", type=int, default=100_000, help="records per job; more is a 413 (default 100000)"
+    )
+    p.add_argument(
         "--backend-factory",
         default=None,
         metavar="MODULE:CALLABLE",
@@ -145,6 +160,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ) from None
     from judge.backends import describe_backend, register_secret
     from judge.judging import JudgeConfig
+    from judge.server._bounds import JobBounds
     from judge.store import SQLiteVerdictStore
     from judge.store._cache import judge_home
 
@@ -164,6 +180,9 @@ def run_serve(args: argparse.Namespace) -> int:
         (args.queue_size, "--queue-size"),
         (args.max_body_mb, "--max-body-mb"),
         (args.max_passages, "--max-passages"),
+        (args.max_query_chars, "--max-query-chars"),
+        (args.max_record_passages, "--max-record-passages"),
+        (args.max_records, "--max-records"),
     ):
         _positive(value, flag)
     if any(k < 1 for k in args.k):
@@ -210,6 +229,7 @@ def run_serve(args: argparse.Namespace) -> int:
         concurrency=concurrency,
         max_jobs=args.max_jobs,
         queue_size=args.queue_size,
+        bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import shutil
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -34,8 +35,9 @@ from fastapi.responses import (
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from judge.backends import PermanentError
 from judge.io._errors import InputError
-from judge.server import _engine
+from judge.server import _bounds, _engine, _failures, _fastpath
 from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
@@ -257,6 +259,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )
     manager = JobManager(db, rt, metrics)
+    configs = _fastpath.ConfigCache(config_of, rt.backend)  # /v1/evaluate's, per option set
     keys = config.keys
 
     @contextlib.asynccontextmanager
@@ -277,6 +280,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="LLM relevance judging as a service: durable jobs, metrics, a results viewer.",
         lifespan=lifespan,
     )
+    app.router.route_class = _bounds.ParsedBodyRoute
     app.state.manager = manager
     app.state.db = db
     app.state.metrics = metrics
@@ -369,6 +373,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             status_code=422,
         )
 
+    app.add_exception_handler(OSError, _failures.on_storage_error)
+    app.add_exception_handler(sqlite3.Error, _failures.on_storage_error)
+
     @app.exception_handler(_NotFound)
     async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
         return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
@@ -398,6 +405,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "queue_size": rt.queue_size,
                 "max_jobs": rt.max_jobs,
                 "concurrency": rt.concurrency,
+                **rt.bounds.info(),
             },
             "auth": keys.enabled,
             "schema_version": db.schema_version,
@@ -410,7 +418,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # --- one query -----------------------------------------------------------------------
     @app.post("/v1/evaluate", tags=["evaluate"])
-    async def evaluate(body: EvaluateRequest) -> JSONResponse:
+    async def evaluate(body: EvaluateRequest) -> Response:
         """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
 
         ``summary: true`` also asks for a summary reason (one more LLM call)."""
@@ -424,33 +432,42 @@ def create_app(config: ServerConfig) -> FastAPI:
                 f"{config.max_passages} per request (submit a job for more)",
                 field="retrieval_context",
             )
+        if (refused := _bounds.query_too_long(body.query, rt.bounds)) is not None:
+            return refused
         opts = dict(config.defaults)
         if body.config is not None:
             opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
         if body.mode is not None:
             opts["mode"] = body.mode
         try:
-            judge_config = config_of(opts)
+            judge_config = configs.get(opts)
         except ValueError as exc:
             name = str(exc).split(" ", 1)[0]
             raise RequestValidationError(
                 [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
             ) from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
-        result = await aevaluate(
-            body.query,
-            passages,
-            backend=rt.backend,
-            config=judge_config,
-            k=body.k,
-            store=rt.store,
-            summary=body.summary,
-        )
+        store = None if rt.store is None else _fastpath.RequestStore(rt.store)
+        try:
+            result = await aevaluate(
+                body.query,
+                passages,
+                backend=rt.backend,
+                config=judge_config,
+                k=body.k,
+                store=store,
+                summary=body.summary,
+            )
+        except PermanentError as exc:
+            return _failures.upstream_error(exc, rt.backend.name)
+        finally:
+            if store is not None:
+                await store.flush()  # what was judged is cached, even when the request fails
         counts: dict[str, int] = {}
         for v in result.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         metrics.count_verdicts(counts)
-        return JSONResponse(json.loads(result.model_dump_json()))
+        return _fastpath.json_response(result.model_dump_json())
 
     # --- jobs ----------------------------------------------------------------------------
     @app.post("/v1/jobs", tags=["jobs"], status_code=202)
@@ -479,13 +496,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             raw = await request.body()
             digest.update(raw)
             try:
-                body = JobRequest.model_validate_json(raw)
+                body = await asyncio.to_thread(JobRequest.model_validate_json, raw)
             except ValidationError as exc:
                 raise _validation_error(exc, ("body",)) from None
             given = body.options
-            with open(input_path, "w", encoding="utf-8") as fh:
-                for rec in body.records:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            await asyncio.to_thread(_bounds.write_records, input_path, body.records)
         else:
             given = _options_from_query(request)
             with open(input_path, "wb") as fh:
@@ -505,17 +520,19 @@ def create_app(config: ServerConfig) -> FastAPI:
             return queue_full()
         options = _merge_options(config.defaults, given)
         check = await asyncio.to_thread(
-            _engine.validate_input,
+            _bounds.validate_input,
             input_path,
+            rt.bounds,
             field_map=options.get("map") or {},
             max_passage_chars=options["max_passage_chars"],
         )
+        if (refused := _bounds.too_many_records(check, rt.bounds)) is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return refused
         if check.queries == 0:
             shutil.rmtree(job_dir, ignore_errors=True)
             return _json_error(422, "no valid record in the body", rejects=check.rejects[:100])
-        with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
-            for rec in check.rejects:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
         return accept_job(job_id, job_dir, idem_hash, "score", options, check, body_hash)
 
     # --- comparisons of systems -----------------------------------------------------------
@@ -570,7 +587,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if qrels_text is not None:
             (job_dir / _engine.HUMAN_QRELS).write_text(qrels_text, encoding="utf-8")
         try:
-            check = await asyncio.to_thread(_engine.validate_compare, job_dir, options)
+            check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, rt.bounds)
         except InputError as err:
             rejects = _engine.compare_rejects(job_dir)
             where: dict[str, Any] = {"line": err.line}
@@ -765,6 +782,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         done = await manager.cancel(job_id)
         assert done is not None
         return JSONResponse(manager.view(done))
+
+    @app.post("/v1/jobs/{job_id}/resume", tags=["jobs"], status_code=202)
+    async def resume(job_id: str) -> JSONResponse:
+        """Queue a failed job again (e.g. once the disk has space or the LLM key is fixed):
+        it resumes where it stopped (finished queries and judged passages are kept)."""
+        job = job_or_404(job_id)
+        if job["status"] != "failed":
+            return _json_error(409, f"job is {job['status']}; resume needs a failed job")
+        if manager.queue_full():
+            return queue_full()
+        return JSONResponse(manager.view(manager.resume(job_id)), status_code=202)
 
     @app.post("/v1/jobs/{job_id}/retry-unjudged", tags=["jobs"], status_code=202)
     async def retry(job_id: str) -> JSONResponse:

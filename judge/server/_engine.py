@@ -56,13 +56,19 @@ class Validation:
 
 
 def validate_input(
-    path: Path, *, field_map: Mapping[str, str], max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
+    path: Path,
+    *,
+    field_map: Mapping[str, str],
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+    stop_after: int | None = None,
 ) -> Validation:
     """Read the saved input once, as ``judge score`` will: count what will run, list what
-    is rejected (line, field, message)."""
+    is rejected (line, field, message); ``stop_after``: stop once that many lines were read."""
     queries = passages = 0
     rejects: list[dict[str, Any]] = []
     for item in iter_dataset(path, field_map=field_map, max_passage_chars=max_passage_chars):
+        if stop_after is not None and queries + len(rejects) >= stop_after:
+            break
         if isinstance(item, InputError):
             rec = error_record(item, action="rejected")
             rec["path"] = INPUT_NAME
@@ -71,6 +77,13 @@ def validate_input(
         queries += 1
         passages += len(item.passages)
     return Validation(queries, passages, rejects)
+
+
+def write_rejects(job_dir: Path, rejects: Sequence[Mapping[str, Any]]) -> None:
+    """The checked input's rejects as the job's rejects file (the run rewrites it)."""
+    with open(job_dir / REJECTS_NAME, "w", encoding="utf-8") as fh:
+        for rec in rejects:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 def batch_options(
@@ -244,8 +257,8 @@ def write_systems(job_dir: Path, systems: Mapping[str, Sequence[Mapping[str, Any
             if isinstance(given, str):
                 fh.write(given if not given or given.endswith("\n") else given + "\n")
             else:
-                for rec in given:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                for rec in given:  # ASCII escapes: a bad string is rejected by its line
+                    fh.write(json.dumps(rec) + "\n")
 
 
 def _systems_of(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Path]:

@@ -32,7 +32,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +163,24 @@ class SQLiteVerdictStore:
             )
         self.stats.puts += 1
 
+    def put_many_sync(self, items: Sequence[tuple[str, PassageVerdict]]) -> None:
+        """:meth:`put_sync` for several verdicts, in one transaction (unjudged ones skipped)."""
+        rows = [(key, v.model_dump_json(), time.time()) for key, v in items if v.judged]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO verdicts (key, verdict, created) VALUES (?, ?, ?)", rows
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        self.stats.puts += len(rows)
+
     def count_sync(self) -> int:
         with self._lock:
             return int(self._connection().execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
@@ -173,6 +191,9 @@ class SQLiteVerdictStore:
 
     async def put(self, key: str, verdict: PassageVerdict) -> None:
         self.put_sync(key, verdict)
+
+    async def put_many(self, items: Sequence[tuple[str, PassageVerdict]]) -> None:
+        self.put_many_sync(items)
 
     async def count(self) -> int:
         """Number of verdicts stored."""
