@@ -24,6 +24,7 @@ from judge.judging._models import (
     LLMVerdict,
     Mode,
     PassageVerdict,
+    ReplacedVerdict,
     TokenUsage,
     UsageSummary,
     VerdictLabel,
@@ -35,6 +36,17 @@ from judge.judging._parse import (
     parse_grade,
     parse_verdict,
     verdict_from_object,
+)
+from judge.judging._review import (
+    AUDIT_EVERY,
+    QueueCandidate,
+    QueueItem,
+    apply_label,
+    candidates_from_records,
+    judge_verdict_of,
+    rank_discount,
+    review_queue,
+    threshold_of,
 )
 from judge.judging._summary import fallback_reason, summarize
 from judge.judging._templates import (
@@ -50,6 +62,7 @@ if TYPE_CHECKING:
     from judge.judging._metric import RelevancyJudge
 
 __all__ = [
+    "AUDIT_EVERY",
     "JudgeConfig",
     "JudgeResult",
     "LLMGrade",
@@ -60,13 +73,18 @@ __all__ = [
     "Passage",
     "PassageVerdict",
     "PromptTemplate",
+    "QueueCandidate",
+    "QueueItem",
     "RelevancyJudge",
+    "ReplacedVerdict",
     "TemplateError",
     "TokenUsage",
     "UsageSummary",
     "VerdictLabel",
     "VerdictParseError",
     "VerdictStore",
+    "apply_label",
+    "candidates_from_records",
     "default_template_id",
     "extract_json_object",
     "fallback_reason",
@@ -75,14 +93,18 @@ __all__ = [
     "judge_listwise",
     "judge_passage",
     "judge_query",
+    "judge_verdict_of",
     "list_templates",
     "load_template",
     "parse_grade",
     "parse_verdict",
+    "rank_discount",
     "resolve_config",
+    "review_queue",
     "summarize",
     "template_for",
     "templates_dir",
+    "threshold_of",
     "verdict_cache_key",
     "verdict_from_object",
 ]
