@@ -157,3 +157,22 @@ def test_job_queue_leaves_out_reviewed_items_and_agreement_counts_them() -> None
     assert report.overall.confusion == [[0, 1], [1, 1]]
     assert report.audit.n == 1
     assert [(p.a, p.b, p.n, p.agreement) for p in report.reviewers] == [("ann", "bob", 2, 0.5)]
+
+
+def test_label_for_passage_keys_and_keeps_the_judge_verdict() -> None:
+    from judge.batch import label_for_passage
+
+    record = _q1()
+    lab = label_for_passage(record, 1, 1, "ann", comment="yes", audit=True)
+    assert (lab.qid, lab.docno, lab.query, lab.scale) == ("q1", "d2", "query q1", "binary")
+    assert (lab.judge_verdict, lab.judge_p_yes, lab.template_id, lab.audit) == (
+        "no",
+        0.45,
+        "binary.zh.v2",
+        True,
+    )
+    overridden = apply_labels([record], LabelSet([lab])).records[0]
+    again = label_for_passage(overridden, 1, 0, "bob")
+    assert again.judge_verdict == "no" and again.judge_p_yes == 0.45  # the judge's, not ann's
+    with pytest.raises(IndexError):
+        label_for_passage(record, 4, 1, "ann")
