@@ -234,6 +234,8 @@ class LabelSet:
         level: int | None = None,
         yes_grade: int | None = None,
         target_name: str = "the job",
+        level_field: str = "labels_level",
+        yes_grade_field: str = "labels_yes_grade",
     ) -> dict[Scale, ScaleMapping]:
         """The stated mapping from each scale present to ``target`` (:class:`ScaleError`
         naming both scales when one is missing: ``labels_level`` / ``labels_yes_grade``)."""
@@ -243,10 +245,10 @@ class LabelSet:
                 target,
                 level=level,
                 yes_grade=yes_grade,
-                source_name=f"{self.source} ({s})" if s == "graded" else self.source,
-                target_name=f"{target_name} ({target})",
-                level_field="labels_level",
-                yes_grade_field="labels_yes_grade",
+                source_name=f"labels from {self.source}",
+                target_name=target_name,
+                level_field=level_field,
+                yes_grade_field=yes_grade_field,
             )
             for s in sorted(self.scales())
         }
@@ -255,7 +257,11 @@ class LabelSet:
         """``{qid: {docno: label}}`` of the resolved labels, on ``scale`` when given (graded
         to binary needs ``level``; binary labels on a graded export stay 0/1)."""
         out: dict[str, dict[str, int]] = {}
-        mappings = self.mapping_to(scale, level=level, yes_grade=1) if scale is not None else {}
+        mappings = (
+            self.mapping_to(scale, level=level, yes_grade=1, target_name="the export", level_field="level")
+            if scale is not None
+            else {}
+        )
         for r in sorted(self._items.values(), key=lambda x: x.label.key):
             value = r.value
             if scale is not None:
