@@ -3,15 +3,15 @@
 **Identity.** A label is about one passage of one query, named as TREC qrels and every
 ``judge`` export name it: the query id ``qid`` (the record's ``id``, whitespace made ``_``)
 and the passage's ``docno`` (its id, else ``h`` + the first 16 hex digits of the SHA-256 of
-its text, the same passage identity the verdict cache and ``--export-qrels`` use). The pair
+its text, the passage identity ``--export-qrels`` and compare-systems use). The pair
 lives in a ``collection`` (default ``"default"``): the scope in which a qid means one query.
 A label applies wherever its (collection, qid, docno) appears, in any job, run or pool that
 reads that collection, so a passage reviewed in one job is reviewed for every later job on
 the same data. Query ids are only unique within a data set, so a label also keeps the query
 text when it is known and :meth:`LabelSet.lookup` refuses to apply it to a record whose query
 text differs (two data sets that both call a query ``q1`` never share labels by accident).
-We chose qid + docno over the verdict cache's full key (backend, template, query and passage
-text) because a human label does not depend on which judge ran, and because qrels, the one
+We chose qid + docno over the verdict cache's key (backend, template, query and passage text)
+because a human label does not depend on which judge ran, and because qrels, the one
 exchange format of the field, carry exactly qid + docno: an export re-imports unchanged.
 
 **Values.** A label is an integer on a scale: ``binary`` (0/1) or ``graded`` (0-3), checked
