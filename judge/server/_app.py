@@ -40,6 +40,7 @@ from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import JobDB, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
+from judge.server._review import Review, review_router
 from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
 
 Scope = MutableMapping[str, Any]
@@ -71,6 +72,7 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     max_passages: int = 200
     sse_interval_s: float = 0.5
+    labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
 
 
 def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -255,6 +257,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     manager = JobManager(db, rt, metrics)
     keys = config.keys
+    review = Review.open(config.labels_path or config.db_path.with_name("labels.sqlite"), manager.job_dir)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -264,6 +267,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         finally:
             await manager.stop()
             db.close()
+            review.close()
 
     app = FastAPI(
         title="judge",
@@ -633,7 +637,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str) -> dict[str, Any]:
         """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
-        return manager.view(job_or_404(job_id))
+        job = job_or_404(job_id)
+        return await asyncio.to_thread(review.view, job, manager.view(job))
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
     async def events(job_id: str, request: Request) -> StreamingResponse:
@@ -704,13 +709,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             name = "pool.qrels" if format == "qrels" else f"{system}.run"
             return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{name}"'})
         if format != "ndjson":
-            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag)
+            labelled = await asyncio.to_thread(review.export_records, job)
+            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag, labelled)
             return PlainTextResponse(
                 text, headers={"Content-Disposition": f'inline; filename="{job_id}.{format}"'}
             )
         source = _engine.POOL_JUDGED if job["kind"] == "compare" else _engine.OUTPUT_NAME
         lines, _ = _engine.complete_lines(job_dir / source)
-        lines = [x for x in lines if x.strip()]
+        lines = await asyncio.to_thread(review.lines, job, [x for x in lines if x.strip()])
         page = lines[offset : offset + limit]
         headers = {"X-Total-Count": str(len(lines))}
         if offset + limit < len(lines):
@@ -745,7 +751,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         )
         if detail is None:
             return _json_error(404, f"no finished query {query_id!r} in job {job_id!r}")  # type: ignore[return-value]
-        return detail
+        return await asyncio.to_thread(review.detail, job, detail)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
     async def cancel(job_id: str) -> JSONResponse:
@@ -804,6 +810,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         response.delete_cookie(COOKIE_NAME, path="/")
         return response
 
+    app.include_router(review_router(review, job_or_404, STATIC_DIR))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(Guard, keys=keys, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
     return app

@@ -1,6 +1,7 @@
 // judge results viewer: plain JavaScript, no build step, nothing loaded from the network
-// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job) and
-// "/compare/<id>" (one comparison of systems: compare.js).
+// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job),
+// "/jobs/<id>/review" (the review queue: review.js) and "/compare/<id>" (one comparison of
+// systems: compare.js).
 "use strict";
 
 const $main = document.getElementById("main");
@@ -245,6 +246,7 @@ async function jobPage(jobId) {
   async function drawBody(job) {
     const records = await allResults(jobId);
     body.replaceChildren(el("h2", {}, "Summary"), summaryCards(job), histogram(records), queryTable(job, records));
+    if (job.status === "done") agreementSection(jobId).then((section) => body.insertBefore(section, body.children[2]));
   }
 
   const job = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
@@ -269,8 +271,10 @@ async function jobPage(jobId) {
 function route() {
   loadInfo();
   const m = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+  const r = location.pathname.match(/^\/jobs\/([^/]+)\/review\/?$/);
   const c = location.pathname.match(/^\/compare\/([^/]+)\/?$/);
   if (m) jobPage(decodeURIComponent(m[1]));
+  else if (r) reviewPage(decodeURIComponent(r[1]));
   else if (c) comparePage(decodeURIComponent(c[1]));
   else jobList();
 }
