@@ -609,9 +609,9 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         try:
             labels = await asyncio.to_thread(_read_labels, raw, who, scale, review.collection)
         except InputError as err:
-            return _fail(
+            raise _fail(
                 ("body", err.field or "body"), f"line {err.line}: {err.message}" if err.line else err.message
-            )  # type: ignore[return-value]
+            ) from None
         stored = await asyncio.to_thread(review.store.put_many, labels)
         review.revision += 1
         return {"imported": len(stored)}
