@@ -24,6 +24,7 @@ from judge.batch._records import build_record, ground_truth_metrics, summarize_r
 from judge.batch._runner import (
     BatchOptions,
     BatchOutcome,
+    check_labels,
     default_output_path,
     retry_unjudged,
     score_dataset,
@@ -72,6 +73,7 @@ __all__ = [
     "apply_labels",
     "build_record",
     "cache_keys",
+    "check_labels",
     "default_output_path",
     "ground_truth_metrics",
     "human_label_counts",
