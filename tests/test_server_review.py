@@ -303,6 +303,22 @@ def test_calibrate_finds_the_known_threshold_and_refuses_too_few_labels(client: 
     with LabelStore(tmp_path / "labels.sqlite") as store:
         stored = store.calibration("reviews-1")
         assert stored is not None and stored.threshold == cal["threshold"]
+    # A job selects it by name; the name must exist and fit the job's template.
+    r = client.post(
+        "/v1/jobs", json={"records": recs[:1], "options": {"probability": True, "calibration": "reviews-1"}}
+    )
+    assert r.status_code == 202 and r.json()["options"]["p_yes_threshold"] == cal["threshold"]
+    r = client.post(
+        "/v1/jobs?probability=true&calibration=nope",
+        content=b'{"id": "x", "query": "q", "retrieval_context": ["a"]}',
+        headers={"Content-Type": "application/x-ndjson"},
+    )
+    assert r.status_code == 422 and r.json()["fields"] == ["query.calibration"]
+    r = client.post(
+        "/v1/jobs", json={"records": recs[:1], "options": {"mode": "graded", "calibration": "reviews-1"}}
+    )
+    assert r.status_code == 422 and r.json()["fields"] == ["body.options.calibration"]
+    assert "binary.zh.v2" in r.json()["detail"][0]["msg"]
 
 
 def test_one_class_is_refused(client: Any) -> None:

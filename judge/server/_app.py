@@ -498,7 +498,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if manager.queue_full():
             shutil.rmtree(job_dir, ignore_errors=True)
             return queue_full()
-        options = _merge_options(config.defaults, given)
+        options = review.with_calibration(_merge_options(config.defaults, given), ctype == "application/json")
         check = await asyncio.to_thread(
             _engine.validate_input,
             input_path,

@@ -33,10 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from judge.batch import agreement_items, apply_labels, job_agreement, job_review_queue, summarize_records
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
-from judge.judging import QueueCandidate, QueueItem, candidates_from_records, review_queue
+from judge.judging import QueueCandidate, QueueItem, candidates_from_records, review_queue, template_for
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.metrics import CalibrationError, calibrate_threshold
 from judge.server import _engine
+from judge.server._jobs import config_of
 from judge.store import (
     DEFAULT_COLLECTION,
     Calibration,
@@ -280,6 +281,29 @@ class Review:
             while len(self._texts) > 16:
                 self._texts.pop(next(iter(self._texts)))
         return texts
+
+    def with_calibration(self, options: dict[str, Any], json_body: bool) -> dict[str, Any]:
+        """A job's options with its named ``calibration``'s P(yes) threshold (checked against
+        the job's template); 422 naming ``options.calibration`` when it does not fit."""
+        name = options.get("calibration")
+        if not name:
+            return options
+        loc = ("body", "options", "calibration") if json_body else ("query", "calibration")
+        if options.get("p_yes_threshold") is not None:
+            raise _fail(loc, "give calibration or p_yes_threshold, not both")
+        cal = self.store.calibration(str(name))
+        if cal is None:
+            raise _fail(loc, f"no calibration named {name!r} in the label store")
+        try:
+            template = template_for(config_of(options))
+        except ValueError as exc:
+            raise _fail(loc, str(exc)) from None
+        if cal.template_id != template.id or (cal.template_hash and cal.template_hash != template.hash):
+            raise _fail(
+                loc,
+                f"calibration {name!r} is for template {cal.template_id}, this job uses {template.id}",
+            )
+        return {**options, "p_yes_threshold": cal.threshold}
 
     # --- what other routes show ----------------------------------------------------------
     def view(self, job: Mapping[str, Any], view: dict[str, Any]) -> dict[str, Any]:
