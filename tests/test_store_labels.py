@@ -158,7 +158,7 @@ def test_qrels_and_jsonl_round_trip(tmp_path: Path) -> None:
     binary = tmp_path / "b.qrels"
     assert labels_to_qrels(LabelSet(again), binary, scale="binary", level=2) == 3
     assert sorted(binary.read_text().splitlines()) == ["q1 0 d1 1", "q1 0 d2 0", "q2 0 d9 1"]
-    with pytest.raises(ScaleError, match="graded .* binary"):
+    with pytest.raises(ScaleError, match=r"graded .* binary"):
         labels_to_qrels(LabelSet(again), binary, scale="binary")
 
 

@@ -16,6 +16,7 @@ from judge.batch._labels import (
     human_label_counts,
     job_agreement,
     job_review_queue,
+    label_for_passage,
     relabel_record,
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
@@ -79,6 +80,7 @@ __all__ = [
     "human_label_counts",
     "job_agreement",
     "job_review_queue",
+    "label_for_passage",
     "make_progress",
     "qrels_of",
     "relabel_record",

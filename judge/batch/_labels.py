@@ -31,7 +31,7 @@ from judge.judging._review import (
 )
 from judge.judging._summary import judged_list, measure_conventions
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
-from judge.store._labels import Label, LabelSet, trec_token
+from judge.store._labels import DEFAULT_COLLECTION, Label, LabelSet, trec_token
 
 if TYPE_CHECKING:  # scipy-backed; imported when agreement is asked for
     from judge.metrics._review import AgreementItem, AgreementReport
@@ -43,6 +43,7 @@ __all__ = [
     "human_label_counts",
     "job_agreement",
     "job_review_queue",
+    "label_for_passage",
     "relabel_record",
 ]
 
@@ -325,4 +326,42 @@ def job_review_queue(
         audit_every=audit_every,
         seed=seed,
         limit=limit,
+    )
+
+
+def label_for_passage(
+    record: Mapping[str, Any],
+    index: int,
+    label: int,
+    reviewer: str,
+    *,
+    scale: Scale | None = None,
+    comment: str = "",
+    audit: bool = False,
+    collection: str = DEFAULT_COLLECTION,
+) -> Label:
+    """A reviewer's ``label`` for passage ``index`` (0-based rank) of a ``judge score``
+    record, keyed as the store keys it and carrying the judge verdict it replaces (the
+    judge's own, even when the record already shows a human label). ``scale``: the label's
+    scale (default: the record's mode)."""
+    docnos = record["docnos"]
+    if not 0 <= index < len(docnos):
+        raise IndexError(f"passage index {index} is outside 0..{len(docnos) - 1}")
+    verdict = judge_verdict_of(verdicts_of(record)[index])
+    use: Scale = scale if scale is not None else ("graded" if record.get("mode") == "graded" else "binary")
+    query = record.get("query")
+    return Label(
+        qid=trec_token(record["id"]),
+        docno=str(docnos[index]),
+        label=label,
+        reviewer=reviewer,
+        scale=use,
+        collection=collection,
+        query=query if isinstance(query, str) else None,
+        comment=comment,
+        judge_verdict=verdict.verdict,
+        judge_grade=verdict.grade,
+        judge_p_yes=verdict.p_yes,
+        template_id=verdict.template_id,
+        audit=audit,
     )

@@ -1,0 +1,87 @@
+"""The review queue order and the verdict override (judge.judging._review), by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from judge.judging import (
+    PassageVerdict,
+    QueueCandidate,
+    apply_label,
+    judge_verdict_of,
+    rank_discount,
+    review_queue,
+)
+
+
+def _c(docno: str, p: float | None, rank: int, verdict: str = "yes", **ranks: int) -> QueueCandidate:
+    return QueueCandidate("q1", docno, ranks or {"job": rank}, verdict, p)
+
+
+def test_nearest_the_threshold_first_weighted_by_rank() -> None:
+    cands = [
+        _c("a", 0.90, 1),  # d .40, w 1        -> .400
+        _c("b", 0.52, 9),  # d .02, w 1/log2(10) -> .02 * 3.3219 = .0664
+        _c("c", 0.45, 1),  # d .05, w 1        -> .050
+        _c("d", 0.60, 3),  # d .10, w 1/2      -> .200
+        _c("e", None, 2, "unjudged"),  # d 0 -> 0
+        _c("f", None, 1, "no"),  # generated verdict: d .5 -> .5
+    ]
+    q = review_queue(cands, threshold=0.5, audit_every=0)
+    assert [i.docno for i in q] == ["e", "c", "b", "d", "a", "f"]
+    assert q[2].priority == pytest.approx(0.02 * math.log2(10))
+    assert [i.position for i in q] == [1, 2, 3, 4, 5, 6] and not any(i.audit for i in q)
+    assert rank_discount(1) == 1.0 and rank_discount(3) == 0.5
+
+
+def test_reviewed_items_are_left_out_and_limit_stops() -> None:
+    cands = [_c("a", 0.5, 1), _c("b", 0.51, 1), _c("c", 0.6, 1)]
+    q = review_queue(cands, threshold=0.5, reviewed={("q1", "a")}, audit_every=0, limit=1)
+    assert [i.docno for i in q] == ["b"]
+    assert review_queue([], threshold=0.5) == []
+
+
+def test_in_a_comparison_a_passage_in_one_list_only_weighs_double() -> None:
+    both = QueueCandidate("q1", "both", {"A": 1, "B": 1}, "yes", 0.58)  # .08 / 1 = .08
+    only = QueueCandidate("q1", "only", {"A": 1}, "yes", 0.64)  # .14 / 2 = .07
+    q = review_queue([both, only], threshold=0.5, lists=2, audit_every=0)
+    assert [i.docno for i in q] == ["only", "both"]
+    assert q[0].weight == 2.0 and q[1].weight == 1.0
+
+
+def test_every_fifth_item_is_a_seeded_uniform_audit_draw() -> None:
+    cands = [_c(f"d{i:02d}", 0.5 + i / 100, 1) for i in range(20)]
+    q = review_queue(cands, threshold=0.5, seed=7)
+    assert len(q) == 20 and len({i.docno for i in q}) == 20
+    assert [i.position for i in q if i.audit] == [5, 10, 15, 20]
+    assert review_queue(cands, threshold=0.5, seed=7) == q
+    # the priority items keep their order around the audit slots
+    prio = [i.docno for i in q if not i.audit]
+    assert prio == sorted(prio)
+    other = review_queue(cands, threshold=0.5, seed=8)
+    assert [i.docno for i in other if i.audit] != [i.docno for i in q if i.audit]
+
+
+def test_apply_label_keeps_the_judge_verdict_and_can_be_undone() -> None:
+    v = PassageVerdict(
+        index=0,
+        verdict="no",
+        p_yes=0.48,
+        confidence=0.52,
+        reason="不相关",
+        template_id="t",
+        template_hash="h",
+        backend="fake",
+    )
+    h = apply_label(v, 1, mode="binary", reviewer="ann", comment="相关")
+    assert (h.verdict, h.p_yes, h.source, h.reviewer, h.reason) == ("yes", 1.0, "human", "ann", "相关")
+    assert h.replaced is not None and h.replaced.verdict == "no" and h.replaced.p_yes == 0.48
+    again = apply_label(h, 0, mode="binary", reviewer="bob")
+    assert again.replaced == h.replaced and again.p_yes == 0.0  # never stacked
+    assert judge_verdict_of(again) == v
+    g = apply_label(v, 2, mode="graded", reviewer="ann", grade_threshold=2)
+    assert (g.verdict, g.grade, g.expected_grade) == ("yes", 2, 2.0)
+    with pytest.raises(ValueError):
+        apply_label(v, 2, mode="binary", reviewer="ann")
