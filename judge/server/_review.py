@@ -30,7 +30,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from judge.batch import agreement_items, apply_labels, job_agreement, job_review_queue, summarize_records
+from judge.batch import (
+    agreement_items,
+    apply_labels,
+    job_agreement,
+    job_review_queue,
+    label_for_passage,
+    summarize_records,
+)
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
 from judge.judging import QueueCandidate, QueueItem, candidates_from_records, review_queue, template_for
@@ -546,28 +553,20 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         record, index = await asyncio.to_thread(review.find, job, body.query_id, body.docno, body.index)
         scale = str(record.get("mode") or review.data(job).scale)
         value = parse_label(body.label, scale)
-        v = record["verdicts"][index]
-        if v.get("source") == "human" and v.get("replaced"):
-            v = {**v, **v["replaced"]}
         audit = body.audit
         if audit is None:
             items = await asyncio.to_thread(review.queue, job)
             docno = str(record["docnos"][index])
             audit = any(q.audit for q in items if q.docno == docno and q.qid == trec_token(record["id"]))
-        label = Label(
-            qid=trec_token(record["id"]),
-            docno=str(record["docnos"][index]),
-            label=value,
-            reviewer=reviewer_of(request, body.reviewer),
+        label = label_for_passage(
+            record,
+            index,
+            value,
+            reviewer_of(request, body.reviewer),
             scale=scale,  # type: ignore[arg-type]
-            collection=review.collection,
-            query=record.get("query"),
             comment=body.comment or "",
-            judge_verdict=v.get("verdict"),
-            judge_grade=v.get("grade"),
-            judge_p_yes=v.get("p_yes"),
-            template_id=v.get("template_id"),
             audit=bool(audit),
+            collection=review.collection,
         )
         stored = await asyncio.to_thread(review.add, label)
         data = await asyncio.to_thread(review.data, job_of(job_id))
