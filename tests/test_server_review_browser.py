@@ -148,6 +148,17 @@ def test_review_five_with_the_keyboard_in_chromium(tmp_path: Path) -> None:
             assert "alice" in text and "bob" in text
             assert "Conflicts between reviewers (1)" in page.inner_text("#conflicts")
             page.screenshot(path=str(shot), full_page=True)
+            # The calibrate action refuses five labels (it needs 30); typing its name moves nothing.
+            page.fill("#calibrate-name", "jk")
+            page.click("#calibrate")
+            page.wait_for_selector("#calibrate-result.err")
+            assert "30" in page.inner_text("#calibrate-result")
+            # The job page: the summary with the labels, the agreement panel and the conflict.
+            page.goto(f"{url}/jobs/{job_id}")
+            page.wait_for_selector("#agreement")
+            summary = page.inner_text("#summary")
+            assert "mAP (judge + people)" in summary and "decided by people" in summary
+            assert "Conflicts between reviewers (1)" in page.inner_text("#conflicts")
         finally:
             browser.close()
     print(f"review screenshot: {shot}")

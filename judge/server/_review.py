@@ -219,20 +219,22 @@ class Review:
     def close(self) -> None:
         self.store.close()
 
+    def bump(self) -> None:
+        """The store changed through this server: cached views are stale."""
+        with self._lock:
+            self.revision += 1
+
     # --- reading a job -------------------------------------------------------------------
     def _store_stamp(self) -> Any:
+        """What the store's state is known by: this server's writes, and the files (a
+        ``judge labels import`` by another process changes them)."""
         path = self.store.path
         return (self.revision, _stamp(path, path.with_name(path.name + "-wal")))
 
     def data(self, job: Mapping[str, Any]) -> JobData:
         """The job's records, labelled records, summary and review figures (cached)."""
         files = job_files(self.job_dir(job["id"]), job["kind"])
-        key = (
-            _stamp(files.records),
-            self._store_stamp(),
-            job["status"],
-            json.dumps(job["summary"], sort_keys=True, default=str)[:64],
-        )
+        key = (_stamp(files.records), self._store_stamp(), job["status"], job["finished"])
         with self._lock:
             hit = self._cache.get(job["id"])
             if hit is not None and hit[0] == key:
@@ -423,7 +425,7 @@ class Review:
 
     def add(self, label: Label) -> Label:
         stored = self.store.put(label)
-        self.revision += 1
+        self.bump()
         return stored
 
     def conflicts(self, job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -484,7 +486,7 @@ class Review:
                 report={**result.as_dict(), "job": job["id"], "labels": len(with_p)},
             )
         )
-        self.revision += 1
+        self.bump()
         return cal.as_dict()
 
 
@@ -636,7 +638,7 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
                 ("body", err.field or "body"), f"line {err.line}: {err.message}" if err.line else err.message
             ) from None
         stored = await asyncio.to_thread(review.store.put_many, labels)
-        review.revision += 1
+        review.bump()
         return {"imported": len(stored)}
 
     index_html = static_dir / "index.html"

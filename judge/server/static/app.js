@@ -101,8 +101,10 @@ function summaryCards(job) {
   const s = job.summary;
   if (!s) return el("p", { class: "muted" }, "The summary appears when the job is done.");
   const j = s.judge || {};
+  const people = s.human_labels;  // verdicts decided by reviewers (review.js)
   const items = [stat("queries", s.queries), stat("passages", s.passages), stat("unjudged", s.unjudged),
-    stat("mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+    stat(people ? "mAP (judge + people)" : "mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+  if (people) items.push(stat("mAP (judge only)", fmt((s.judge_only || {}).map)), stat("decided by people", `${people.passages} (${people.changed} changed)`));
   for (const [k, v] of Object.entries(j.ndcg || {})) items.push(stat(`NDCG@${k}`, fmt(v)));
   for (const [k, v] of Object.entries(j.precision || {})) items.push(stat(`P@${k}`, fmt(v)));
   const gt = s.ground_truth;
@@ -129,7 +131,8 @@ function disagrees(r) {
 }
 
 function verdictCell(v) {
-  return el("span", { class: "v-" + v.verdict }, v.verdict);
+  const who = v.source === "human" ? el("small", { class: "muted", title: v.replaced ? `judge: ${v.replaced.verdict}` : null }, ` (${v.reviewer})`) : null;
+  return el("span", { class: "v-" + v.verdict }, v.verdict, who);
 }
 
 async function passagesRow(jobId, record, ncols) {

@@ -77,6 +77,26 @@ function conflictsCard(conflicts, scale) {
     items.length ? el("ul", {}, items) : el("p", { class: "muted" }, "None."));
 }
 
+// The calibrate action: refit the template's P(yes) threshold on the job's labels.
+function calibrateCard(jobId) {
+  const out = el("div", { id: "calibrate-result", class: "muted" });
+  const name = el("input", { type: "text", id: "calibrate-name", placeholder: "name (optional)" });
+  const button = el("button", { type: "button", id: "calibrate" }, "Calibrate from reviews");
+  button.addEventListener("click", async () => {
+    const body = name.value.trim() ? { name: name.value.trim() } : {};
+    const resp = await api(jobUrl(jobId, "/calibrate"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    const data = await resp.json();
+    if (!resp.ok) { out.className = "err"; out.textContent = typeof data.detail === "string" ? data.detail : data.detail.map((d) => d.msg).join("; "); return; }
+    const r = data.report || {};
+    out.className = "";
+    out.textContent = `stored "${data.name}": threshold ${fmt(data.previous_threshold, 3)} → ${fmt(data.threshold, 3)}; ` +
+      `held-out κ ${fmt(r.kappa_before, 3)} → ${fmt(r.kappa_after, 3)} on ${r.n} labels (${r.folds} folds). A job selects it with the option calibration=${data.name}.`;
+  });
+  return el("div", { class: "card", id: "calibrate-card" }, el("h2", {}, "Calibrate the threshold"),
+    el("p", { class: "muted" }, "Refits the template's P(yes) threshold on this job's labels (at least 30, both classes) with cross-validation and stores it under a name; the shipped default is not changed."),
+    el("div", { class: "row filters" }, name, button), out);
+}
+
 async function loadAgreement(jobId) {
   const resp = await api(jobUrl(jobId, "/agreement"));
   return resp.ok ? resp.json() : null;
@@ -87,7 +107,7 @@ async function agreementSection(jobId) {
   const data = await loadAgreement(jobId);
   if (!data) return el("div");
   return el("div", {}, el("p", {}, el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review`, id: "review-link" }, "Review the judge's uncertain verdicts →")),
-    agreementCard(data), conflictsCard(data.conflicts, data.scale));
+    agreementCard(data), conflictsCard(data.conflicts, data.scale), calibrateCard(jobId));
 }
 
 // ---------------------------------------------------------------- review page
@@ -166,7 +186,7 @@ async function reviewPage(jobId) {
 
   function drawSide(agreement) {
     const parts = [reviewStats(state)];
-    if (agreement) parts.push(agreementCard(agreement), conflictsCard(agreement.conflicts, state.scale));
+    if (agreement) parts.push(agreementCard(agreement), conflictsCard(agreement.conflicts, state.scale), calibrateCard(jobId));
     side.replaceChildren(...parts);
   }
 
@@ -229,7 +249,7 @@ async function reviewPage(jobId) {
 
   document.addEventListener("keydown", (ev) => {
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
-    const typing = ev.target === comment || ev.target === who;
+    const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(ev.target.tagName);
     if (typing) {
       if (ev.key === "Escape") { ev.target.blur(); ev.preventDefault(); }
       else if (ev.key === "Enter" && ev.target === comment && !ev.shiftKey) { ev.preventDefault(); saveCurrent(); }
