@@ -85,3 +85,30 @@ def test_apply_label_keeps_the_judge_verdict_and_can_be_undone() -> None:
     assert (g.verdict, g.grade, g.expected_grade) == ("yes", 2, 2.0)
     with pytest.raises(ValueError):
         apply_label(v, 2, mode="binary", reviewer="ann")
+
+
+def test_comparison_candidates_carry_each_systems_rank() -> None:
+    from judge.batch import comparison_review_queue
+
+    verdict = {"template_id": "t", "reason": ""}
+    records = [
+        {
+            "id": "q1",
+            "query": "q",
+            "docnos": ["x", "y", "z"],
+            "verdicts": [
+                {**verdict, "verdict": "yes", "p_yes": 0.62},  # in A@1 and B@1: .12 / 1
+                {**verdict, "verdict": "yes", "p_yes": 0.66},  # only in A@2: .16 / (2 * .631) = .1268
+                {**verdict, "verdict": "no", "p_yes": 0.45},  # only in B@3: .05 / (2 * .5) = .05
+            ],
+            "conventions": {"p_yes_threshold": 0.5},
+        }
+    ]
+    rankings = {"A": {"q1": ["x", "y"]}, "B": {"q1": ["x", "w", "z"]}}
+    q = comparison_review_queue(records, rankings, audit_every=0)
+    assert [(i.docno, dict(i.candidate.ranks)) for i in q] == [
+        ("z", {"B": 3}),
+        ("x", {"A": 1, "B": 1}),
+        ("y", {"A": 2}),
+    ]
+    assert q[2].priority == pytest.approx(0.16 / (2 / math.log2(3)))

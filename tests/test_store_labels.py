@@ -187,3 +187,17 @@ def test_named_calibrations(tmp_path: Path) -> None:
         assert cal is not None and cal.threshold == 0.61 and cal.report == {"n": 40} and cal.created > 0
         assert store.calibration("nope") is None
         assert [c.name for c in store.calibrations()] == ["team-a"]
+
+
+def test_the_verdict_cache_never_stores_a_human_verdict_and_rows_keep_their_old_shape(tmp_path: Path) -> None:
+    from judge.judging import PassageVerdict, apply_label
+    from judge.store import SQLiteVerdictStore
+
+    v = PassageVerdict(index=0, verdict="no", p_yes=0.4, template_id="t", template_hash="h", backend="b")
+    store = SQLiteVerdictStore(tmp_path / "c.sqlite")
+    store.put_sync("human", apply_label(v, 1, mode="binary", reviewer="ann"))
+    store.put_sync("judge", v)
+    assert store.get_sync("human") is None and store.get_sync("judge") == v
+    store.close()
+    row = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT verdict FROM verdicts").fetchone()[0]
+    assert not {"source", "reviewer", "replaced"} & set(json.loads(row))

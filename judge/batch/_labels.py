@@ -24,6 +24,7 @@ from judge.judging._review import (
     AUDIT_EVERY,
     QueueItem,
     apply_label,
+    candidates_from_comparison,
     candidates_from_records,
     judge_verdict_of,
     review_queue,
@@ -40,6 +41,7 @@ __all__ = [
     "LabelOutcome",
     "agreement_items",
     "apply_labels",
+    "comparison_review_queue",
     "human_label_counts",
     "job_agreement",
     "job_review_queue",
@@ -364,4 +366,36 @@ def label_for_passage(
         judge_p_yes=verdict.p_yes,
         template_id=verdict.template_id,
         audit=audit,
+    )
+
+
+def comparison_review_queue(
+    records: Sequence[Mapping[str, Any]],
+    rankings: Mapping[str, Mapping[str, Sequence[str]]],
+    labels: LabelSet | None = None,
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    audit_every: int = AUDIT_EVERY,
+    threshold: float | None = None,
+) -> list[QueueItem]:
+    """The review queue of a comparison: the judged pool's unlabelled verdicts, weighted by
+    the best rank in any system's list and doubled for a passage not in every list."""
+    reviewed: set[tuple[str, str]] = set()
+    if labels is not None:
+        for r in records:
+            qid = trec_token(r["id"])
+            query = r.get("query") if isinstance(r.get("query"), str) else None
+            reviewed.update(
+                (qid, str(d)) for d in r["docnos"] if labels.lookup(qid, str(d), query) is not None
+            )
+    t = threshold if threshold is not None else (threshold_of(records[0]) if records else 0.5)
+    return review_queue(
+        candidates_from_comparison(records, rankings),
+        threshold=t,
+        reviewed=reviewed,
+        lists=len(rankings),
+        audit_every=audit_every,
+        seed=seed,
+        limit=limit,
     )

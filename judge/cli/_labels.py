@@ -69,29 +69,11 @@ def label_set_of(args: argparse.Namespace) -> Any:
 
 
 def calibrated_threshold(name: str | None, config: Any, store_path: str | None) -> Any:
-    """``config`` with the P(yes) threshold of the named calibration (checked against the
-    config's template); ``config`` itself when ``name`` is None."""
-    from dataclasses import replace
+    """``config`` with the P(yes) threshold of the named calibration
+    (:func:`judge.store.calibrated_config`); errors name ``--calibration``."""
+    from judge.store import calibrated_config
 
-    from judge.judging import template_for
-    from judge.store import LabelStore
-
-    if not name:
-        return config
-    if config.p_yes_threshold is not None:
-        raise InputError("give --calibration or --p-yes-threshold, not both", field="--calibration")
-    with LabelStore(store_path) as store:
-        cal = store.calibration(name)
-    if cal is None:
-        raise InputError(f"no calibration named {name!r} in the label store", field="--calibration")
-    template = template_for(config)
-    if cal.template_id != template.id or (cal.template_hash and cal.template_hash != template.hash):
-        raise InputError(
-            f"calibration {name!r} is for template {cal.template_id} ({(cal.template_hash or '')[:12]}), "
-            f"this run uses {template.id} ({template.hash[:12]})",
-            field="--calibration",
-        )
-    return replace(config, p_yes_threshold=cal.threshold)
+    return calibrated_config(config, name, path=store_path, field="--calibration")
 
 
 # ---------------------------------------------------------------------------- judge labels

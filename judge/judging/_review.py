@@ -41,6 +41,7 @@ __all__ = [
     "QueueCandidate",
     "QueueItem",
     "apply_label",
+    "candidates_from_comparison",
     "candidates_from_records",
     "judge_verdict_of",
     "rank_discount",
@@ -278,3 +279,40 @@ def threshold_of(record: Mapping[str, Any], default: float = 0.5) -> float:
     """The P(yes) threshold a record's verdicts were decided at (its conventions)."""
     value = (record.get("conventions") or {}).get("p_yes_threshold")
     return float(value) if isinstance(value, int | float) else default
+
+
+def candidates_from_comparison(
+    records: Sequence[Mapping[str, Any]], rankings: Mapping[str, Mapping[str, Sequence[str]]]
+) -> list[QueueCandidate]:
+    """Queue candidates of a comparison: the judged pool's records (``pool.judged.jsonl``,
+    one per query) and each system's ranking (``{system: {qid: [docno, ...]}}``, qids as
+    TREC tokens); a candidate's ``ranks`` name the systems whose list holds it. Use with
+    ``review_queue(..., lists=len(rankings))``."""
+    out: list[QueueCandidate] = []
+    positions: dict[str, dict[str, dict[str, int]]] = {}
+    for name, by_qid in rankings.items():
+        for qid, docnos in by_qid.items():
+            per = positions.setdefault(qid, {})
+            for rank, docno in enumerate(docnos, start=1):
+                per.setdefault(str(docno), {}).setdefault(name, rank)
+    for r in records:
+        qid = "_".join(str(r["id"]).split()) or "_"
+        for index, (v, docno) in enumerate(zip(r["verdicts"], r["docnos"], strict=True)):
+            if v.get("source") == "human":
+                continue
+            ranks = positions.get(qid, {}).get(str(docno), {})
+            if not ranks:
+                continue
+            out.append(
+                QueueCandidate(
+                    qid=qid,
+                    docno=str(docno),
+                    ranks=dict(ranks),
+                    verdict=str(v["verdict"]),
+                    p_yes=v.get("p_yes"),
+                    query=r.get("query"),
+                    template_id=v.get("template_id"),
+                    extra={"index": index, "reason": v.get("reason", ""), "grade": v.get("grade")},
+                )
+            )
+    return out

@@ -113,7 +113,8 @@ class SQLiteVerdictStore:
 
     Use as ``async with SQLiteVerdictStore(path) as store: ...`` or call :meth:`aclose`.
     Only judged verdicts should be stored (``judge_passage`` does so); an unjudged verdict
-    passed to :meth:`put` is ignored so that a failure is never cached.
+    passed to :meth:`put` is ignored so that a failure is never cached, and so is a verdict
+    decided by a person (``source="human"``).
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -153,9 +154,10 @@ class SQLiteVerdictStore:
         return verdict
 
     def put_sync(self, key: str, verdict: PassageVerdict) -> None:
-        if not verdict.judged:
-            return
-        payload = verdict.model_dump_json()
+        if not verdict.judged or verdict.source != "judge":
+            return  # failures and human labels are never cached as the judge's verdict
+        # the review fields stay out of the row, so the rows are those earlier versions wrote
+        payload = verdict.model_dump_json(exclude={"source", "reviewer", "replaced"})
         with self._lock:
             self._connection().execute(
                 "INSERT OR REPLACE INTO verdicts (key, verdict, created) VALUES (?, ?, ?)",

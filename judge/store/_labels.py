@@ -62,6 +62,7 @@ __all__ = [
     "LabelSet",
     "LabelStore",
     "ResolvedLabel",
+    "calibrated_config",
     "default_labels_path",
     "labels_to_jsonl",
     "labels_to_qrels",
@@ -661,3 +662,30 @@ def labels_to_jsonl(labels: Iterable[Label], path: str | Path) -> int:
             fh.write(json.dumps(lab.as_dict(), ensure_ascii=False, sort_keys=True) + "\n")
             n += 1
     return n
+
+
+def calibrated_config(
+    config: Any, name: str | None, *, path: str | Path | None = None, field: str = "calibration"
+) -> Any:
+    """``config`` (a :class:`judge.judging.JudgeConfig`) with the P(yes) threshold of the
+    named calibration in the label store at ``path``; ``config`` itself when ``name`` is
+    None. :class:`InputError` (naming ``field``) when the calibration is missing, was fitted
+    on another template (id or file hash), or the config already states a threshold."""
+    from judge.judging import template_for
+
+    if not name:
+        return config
+    if config.p_yes_threshold is not None:
+        raise InputError("give a calibration or a P(yes) threshold, not both", field=field)
+    with LabelStore(path) as store:
+        cal = store.calibration(name)
+    if cal is None:
+        raise InputError(f"no calibration named {name!r} in the label store", field=field)
+    template = template_for(config)
+    if cal.template_id != template.id or (cal.template_hash and cal.template_hash != template.hash):
+        raise InputError(
+            f"calibration {name!r} is for template {cal.template_id} ({(cal.template_hash or '')[:12]}), "
+            f"this run uses {template.id} ({template.hash[:12]})",
+            field=field,
+        )
+    return replace(config, p_yes_threshold=cal.threshold)
