@@ -439,18 +439,18 @@ def compare_export(job_dir: Path, kind: str, system: str | None) -> str | None:
     return path.read_text(encoding="utf-8") if path.exists() else None
 
 
-def system_ranks(job_dir: Path, options: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, int]]:
-    """``{(qid, docno): {system: 1-based rank}}`` of a comparison's systems (within the
-    pooling depth): where each pooled passage sits in each system's list."""
+def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """``{system: {qid: [docno, ...]}}``: each system's ranking within the pooling depth, qids
+    as the label store names them (what a comparison's review queue weighs passages by)."""
     inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
     depth = options.get("depth")
-    out: dict[tuple[str, str], dict[str, int]] = {}
-    for system in inputs.systems:
-        for qid, sq in system.queries.items():
-            token = "_".join(qid.split()) or "_"  # as the label store names a query
-            for rank, docno in enumerate(sq.docnos[:depth] if depth else sq.docnos, start=1):
-                out.setdefault((token, docno), {})[system.name] = rank
-    return out
+    return {
+        system.name: {
+            "_".join(qid.split()) or "_": list(sq.docnos[:depth] if depth else sq.docnos)
+            for qid, sq in system.queries.items()
+        }
+        for system in inputs.systems
+    }
 
 
 def write_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import json
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from judge.batch import (
     agreement_items,
     apply_labels,
+    comparison_review_queue,
     job_agreement,
     job_review_queue,
     label_for_passage,
@@ -40,7 +41,7 @@ from judge.batch import (
 )
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
-from judge.judging import QueueCandidate, QueueItem, candidates_from_records, review_queue, template_for
+from judge.judging import QueueItem
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.metrics import CalibrationError, calibrate_threshold
 from judge.server import _engine
@@ -50,6 +51,7 @@ from judge.store import (
     Calibration,
     Label,
     LabelStore,
+    calibrated_config,
     labels_to_qrels,
     read_label_file,
 )
@@ -298,21 +300,13 @@ class Review:
         if not name:
             return options
         loc = ("body", "options", "calibration") if json_body else ("query", "calibration")
-        if options.get("p_yes_threshold") is not None:
-            raise _fail(loc, "give calibration or p_yes_threshold, not both")
-        cal = self.store.calibration(str(name))
-        if cal is None:
-            raise _fail(loc, f"no calibration named {name!r} in the label store")
         try:
-            template = template_for(config_of(options))
-        except ValueError as exc:
+            config = calibrated_config(config_of(options), str(name), path=self.store.path)
+        except InputError as err:
+            raise _fail(loc, err.message) from None
+        except ValueError as exc:  # the job's other options do not make a config
             raise _fail(loc, str(exc)) from None
-        if cal.template_id != template.id or (cal.template_hash and cal.template_hash != template.hash):
-            raise _fail(
-                loc,
-                f"calibration {name!r} is for template {cal.template_id}, this job uses {template.id}",
-            )
-        return {**options, "p_yes_threshold": cal.threshold}
+        return {**options, "p_yes_threshold": config.p_yes_threshold}
 
     # --- what other routes show ----------------------------------------------------------
     def view(self, job: Mapping[str, Any], view: dict[str, Any]) -> dict[str, Any]:
@@ -358,22 +352,9 @@ class Review:
         data = self.data(job)
         labels = self.store.label_set(collection=self.collection)
         if job["kind"] == "compare":
-            cands, lists = self._compare_candidates(job, data.records)
-            reviewed = {(c.qid, c.docno) for c in cands if labels.lookup(c.qid, c.docno, c.query) is not None}
-            return review_queue(cands, threshold=data.threshold or 0.5, reviewed=reviewed, lists=lists)
+            rankings = _engine.system_rankings(self.job_dir(job["id"]), job["options"])
+            return comparison_review_queue(data.records, rankings, labels)
         return job_review_queue(data.records, labels)
-
-    def _compare_candidates(
-        self, job: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[QueueCandidate], int]:
-        """A comparison's pooled verdicts as candidates, each with its rank in every system
-        that retrieved it (a passage in one system's list and not another's weighs double)."""
-        ranks = _engine.system_ranks(self.job_dir(job["id"]), job["options"])
-        out: list[QueueCandidate] = []
-        for cand in candidates_from_records(records):
-            where = ranks.get((cand.qid, cand.docno)) or {}
-            out.append(replace(cand, ranks=where or dict(cand.ranks)))
-        return out, max(1, len(job["options"].get("systems") or ()))
 
     def item(self, job: Mapping[str, Any], q: QueueItem) -> dict[str, Any]:
         c = q.candidate
