@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ import pytest
 pytest.importorskip("fastapi")
 
 from _review import TABLE, p_backend, records
-from _server import app_for, wait_job
+from _server import app_for, make_config, wait_job
 from fastapi.testclient import TestClient
 
+from judge.server import create_app
 from judge.store import LabelStore
 
 OPTIONS = {"probability": True, "explain": True, "p_yes_threshold": 0.5, "k": [3]}
@@ -374,3 +376,33 @@ def test_comparison_queue_weighs_passages_in_one_list_only(client: Any) -> None:
     pooled = results(client, job_id)["q1"]
     x = next(v for v, d in zip(pooled["verdicts"], pooled["docnos"], strict=True) if d == "x")
     assert x["source"] == "human" and x["verdict"] == "no"
+
+
+# --- scales -------------------------------------------------------------------------------
+def test_graded_labels_on_a_binary_job_need_the_stated_level(tmp_path: Path) -> None:
+    graded_qrels = b"q0 0 d0 1\nq0 0 d1 3\nq0 0 d2 0\n"  # grade 3 present: a graded file
+    with TestClient(app_for(tmp_path / "a", backend=p_backend())) as c:
+        job_id = run_job(c, records()[:1])
+        assert c.post("/v1/labels?reviewer=nist", content=graded_qrels).json() == {"imported": 3}
+        job = c.get(f"/v1/jobs/{job_id}").json()  # shown without the labels, saying why
+        err = job["review"]["error"]
+        assert "graded" in err and "binary" in err and "--labels-level" in err
+        assert job["review"]["human"] == 0 and "human_labels" not in job["summary"]
+        r = c.get(f"/v1/jobs/{job_id}/agreement")
+        assert r.status_code == 409 and "graded" in r.json()["detail"] and "binary" in r.json()["detail"]
+        r = label(c, job_id, "q0", "d3", 2, scale="graded")
+        assert r.status_code == 422 and r.json()["fields"] == ["body.scale"]
+        assert "--labels-level" in r.json()["detail"][0]["msg"]
+        r = label(c, job_id, "q0", "d3", 2)
+        assert r.status_code == 422 and '"scale": "graded"' in r.json()["detail"][0]["msg"]
+    config = replace(make_config(tmp_path / "b", backend=p_backend()), labels_level=2)
+    with TestClient(create_app(config)) as c:
+        job_id = run_job(c, records()[:1])
+        c.post("/v1/labels?reviewer=nist", content=graded_qrels)
+        assert label(c, job_id, "q0", "d3", 2, scale="graded").status_code == 201
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        assert job["review"]["error"] is None and job["review"]["human"] == 4
+        # grade >= 2 is relevant: d0 (1) no, d1 (3) yes, d2 (0) no, d3 (2) yes -> AP (1/2 + 2/4) / 2
+        assert results(c, job_id)["q0"]["ap"] == pytest.approx(0.5)
+        assert job["review"]["mapping"]["graded"]["level"] == 2
+        assert c.get(f"/v1/jobs/{job_id}/agreement").json()["overall"]["n"] == 4

@@ -73,6 +73,8 @@ class ServerConfig:
     max_passages: int = 200
     sse_interval_s: float = 0.5
     labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
+    labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
+    labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
 
 
 def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -257,7 +259,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     manager = JobManager(db, rt, metrics)
     keys = config.keys
-    review = Review.open(config.labels_path or config.db_path.with_name("labels.sqlite"), manager.job_dir)
+    review = Review.open(
+        config.labels_path or config.db_path.with_name("labels.sqlite"),
+        manager.job_dir,
+        level=config.labels_level,
+        yes_grade=config.labels_yes_grade,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

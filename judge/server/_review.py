@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +31,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, ConfigDict, Field
 
 from judge.batch import (
+    LabelOutcome,
     agreement_items,
     apply_labels,
     comparison_review_queue,
@@ -43,13 +44,14 @@ from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
 from judge.judging import QueueItem
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
-from judge.metrics import CalibrationError, calibrate_threshold
+from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
 from judge.server import _engine
 from judge.server._jobs import config_of
 from judge.store import (
     DEFAULT_COLLECTION,
     Calibration,
     Label,
+    LabelSet,
     LabelStore,
     calibrated_config,
     labels_to_qrels,
@@ -73,6 +75,7 @@ class LabelIn(BaseModel):
     comment: str | None = Field(default=None, max_length=4000)
     reviewer: str | None = Field(default=None, min_length=1, max_length=200)
     audit: bool | None = None
+    scale: Literal["binary", "graded"] | None = None  # the label's scale (default: the job's)
 
 
 class CalibrateIn(BaseModel):
@@ -83,6 +86,10 @@ class CalibrateIn(BaseModel):
     name: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[\w.\-]+$")
     folds: int | None = Field(default=None, ge=2, le=20)
     seed: int = 0
+
+
+class Conflict(Exception):
+    """The job's labels cannot be compared with its verdicts as the server is set up (409)."""
 
 
 def reviewer_of(request: Request, given: str | None) -> str:
@@ -99,10 +106,12 @@ def _fail(loc: tuple[str, ...], message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
 
 
-def parse_label(value: int | str, scale: str) -> int:
-    """A label as given (``y``/``n``/``yes``/``no``/0/1 on a binary job, 0-3 on a graded
-    one) on the job's scale; a label of the other scale is refused naming both scales."""
+def parse_label(value: int | str, scale: str, job_scale: str | None = None) -> int:
+    """A label as given (``y``/``n``/``yes``/``no``/0/1 on the binary scale, 0-3 on the
+    graded one) as an integer on ``scale``; a label of the other scale is refused naming both
+    (``job_scale``: the job's, when the label states its own)."""
     text = str(value).strip().lower()
+    job = job_scale or scale
     if scale == "binary":
         if text in ("y", "yes", "1"):
             return 1
@@ -111,18 +120,19 @@ def parse_label(value: int | str, scale: str) -> int:
         if text in ("2", "3"):
             raise _fail(
                 ("body", "label"),
-                f"label {value!r} is a graded (0-3) label but the job is binary (y/n, 0/1); "
-                "a graded label is only taken on a graded job",
+                f"label {value!r} is a graded (0-3) label but the job is {job} (y/n, 0/1); "
+                'send "scale": "graded" with it (mapped at the server\'s --labels-level)',
             )
-        raise _fail(("body", "label"), f"label {value!r} is not on the job's binary scale (y/n, 0/1)")
+        raise _fail(("body", "label"), f"label {value!r} is not on the binary scale (y/n, 0/1)")
     if text in ("y", "yes", "n", "no"):
         raise _fail(
             ("body", "label"),
-            f"label {value!r} is a binary (y/n) label but the job is graded (0-3); give a grade",
+            f"label {value!r} is a binary (y/n) label but the {'label' if job_scale else 'job'} is graded "
+            "(0-3); give a grade",
         )
     if text in ("0", "1", "2", "3"):
         return int(text)
-    raise _fail(("body", "label"), f"label {value!r} is not on the job's graded scale (0-3)")
+    raise _fail(("body", "label"), f"label {value!r} is not on the graded scale (0-3)")
 
 
 # ------------------------------------------------------------------------------ items
@@ -198,25 +208,43 @@ class JobData:
     applied: int
     summary: dict[str, Any] | None
     review: dict[str, Any]
+    labels: list[Label]  # every reviewer's latest label on the job's passages
 
 
 class Review:
     """The label store of one server and the job views that depend on it."""
 
     def __init__(
-        self, store: LabelStore, job_dir: Callable[[str], Path], *, collection: str = DEFAULT_COLLECTION
+        self,
+        store: LabelStore,
+        job_dir: Callable[[str], Path],
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        level: int | None = None,
+        yes_grade: int | None = None,
     ) -> None:
         self.store = store
         self.job_dir = job_dir
         self.collection = collection
+        # the stated mapping for labels on another scale than a job's (``judge serve
+        # --labels-level/--labels-yes-grade``); without it such labels are an error naming both
+        self.level = level
+        self.yes_grade = yes_grade
         self.revision = 0  # bumped by every write through this server
         self._cache: dict[str, tuple[Any, JobData]] = {}
         self._texts: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, job_dir: Callable[[str], Path]) -> Review:
-        return cls(LabelStore(path), job_dir)
+    def open(
+        cls,
+        path: Path,
+        job_dir: Callable[[str], Path],
+        *,
+        level: int | None = None,
+        yes_grade: int | None = None,
+    ) -> Review:
+        return cls(LabelStore(path), job_dir, level=level, yes_grade=yes_grade)
 
     def close(self) -> None:
         self.store.close()
@@ -253,8 +281,20 @@ class Review:
         scale = scale_of(job, records)
         threshold = threshold_of(records[0]) if records else None
         k = _k_of(job, records)
-        labels = self.store.label_set(collection=self.collection)
-        outcome = apply_labels(records, labels, k=k)
+        keys = {(trec_token(r["id"]), str(d)) for r in records for d in r["docnos"]}
+        latest = [x for x in self.store.latest(collection=self.collection) if x.key in keys]
+        error: str | None = None
+        try:
+            outcome = apply_labels(
+                records,
+                LabelSet(latest, source="the label store"),
+                k=k,
+                level=self.level,
+                yes_grade=self.yes_grade,
+            )
+        except ScaleError as exc:  # labels on another scale and no stated mapping
+            error = exc.message + f" (judge serve --{(exc.field or 'labels_level').replace('_', '-')})"
+            outcome = LabelOutcome(records, 0, 0, 0, 0, {})
         labelled = outcome.records if outcome.applied else records
         stored = job.get("summary")
         summary: dict[str, Any] | None = None
@@ -276,8 +316,10 @@ class Review:
             "map": ((summary or {}).get("judge") or {}).get("map"),
             "map_judge": judge_map,
             "mapping": outcome.mapping if outcome.applied else None,
+            "labels": len(latest),
+            "error": error,
         }
-        return JobData(records, labelled, scale, threshold, outcome.applied, summary, review)
+        return JobData(records, labelled, scale, threshold, outcome.applied, summary, review, latest)
 
     def texts(self, job: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         files = job_files(self.job_dir(job["id"]), job["kind"])
@@ -433,8 +475,10 @@ class Review:
 
     def agreement(self, job: Mapping[str, Any]) -> dict[str, Any]:
         data = self.data(job)
-        latest = self.store.latest(collection=self.collection)
-        report = job_agreement(data.records, latest, resamples=1000, seed=0)
+        try:
+            report = job_agreement(data.records, data.labels, level=self.level, resamples=1000, seed=0)
+        except ScaleError as exc:
+            raise Conflict(exc.message + " (judge serve --labels-level)") from None
         out = report.as_dict()
         out["scale"] = data.scale
         out["conflicts"] = self.conflicts(job)
@@ -443,8 +487,10 @@ class Review:
 
     def calibrate(self, job: Mapping[str, Any], body: CalibrateIn) -> dict[str, Any]:
         data = self.data(job)
-        latest = self.store.latest(collection=self.collection)
-        items, _ = agreement_items(data.records, latest)
+        try:
+            items, _ = agreement_items(data.records, data.labels, level=self.level)
+        except ScaleError as exc:
+            raise Conflict(exc.message + " (judge serve --labels-level)") from None
         with_p = [i for i in items if i.p_yes is not None]
         conv = (data.records[0].get("conventions") or {}) if data.records else {}
         template = str(conv.get("template_id") or "")
@@ -534,8 +580,23 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         stored label and the job's refreshed review figures."""
         job = done_job(job_id)
         record, index = await asyncio.to_thread(review.find, job, body.query_id, body.docno, body.index)
-        scale = str(record.get("mode") or review.data(job).scale)
-        value = parse_label(body.label, scale)
+        job_scale = str(record.get("mode") or review.data(job).scale)
+        scale = body.scale or job_scale
+        value = parse_label(body.label, scale, job_scale)
+        if scale != job_scale:
+            try:
+                resolve_mapping(
+                    check_scale(scale),
+                    check_scale(job_scale),
+                    level=review.level,
+                    yes_grade=review.yes_grade,
+                    source_name="this label",
+                    target_name=f"the {job_scale} job",
+                    level_field="judge serve --labels-level",
+                    yes_grade_field="judge serve --labels-yes-grade",
+                )
+            except ScaleError as exc:
+                raise _fail(("body", "scale"), exc.message) from None
         audit = body.audit
         if audit is None:
             items = await asyncio.to_thread(review.queue, job)
@@ -560,13 +621,16 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         )
 
     @router.get("/v1/jobs/{job_id}/agreement", tags=["review"])
-    async def agreement(job_id: str) -> dict[str, Any]:
+    async def agreement(job_id: str) -> Any:
         """Agreement of the judge with people on the job's labelled items: Cohen's kappa with
         a bootstrap interval, accuracy, confusion matrix (rows people, columns judge) and ROC
         AUC of P(yes), overall, per template and on the audit items; kappa between
         reviewers; the conflicts; and the note that the queue's picks are a biased sample."""
         job = done_job(job_id)
-        return await asyncio.to_thread(review.agreement, job)
+        try:
+            return await asyncio.to_thread(review.agreement, job)
+        except Conflict as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=409)
 
     @router.post("/v1/jobs/{job_id}/calibrate", tags=["review"], status_code=201)
     async def calibrate(job_id: str, body: CalibrateIn | None = None) -> JSONResponse:
@@ -578,6 +642,8 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
             cal = await asyncio.to_thread(review.calibrate, job, body or CalibrateIn())
         except CalibrationError as exc:
             raise _fail(("body", exc.field), exc.message) from None
+        except Conflict as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=409)
         return JSONResponse(cal, status_code=201)
 
     @router.get("/v1/labels", tags=["review"], response_model=None)
