@@ -186,6 +186,7 @@ async function reviewPage(jobId) {
 
   function drawSide(agreement) {
     const parts = [reviewStats(state)];
+    if (state.panel && state.panel.error) parts.unshift(el("p", { class: "err", id: "review-error" }, state.panel.error));
     if (agreement) parts.push(agreementCard(agreement), conflictsCard(agreement.conflicts, state.scale), calibrateCard(jobId));
     side.replaceChildren(...parts);
   }
