@@ -206,11 +206,11 @@ def run_serve(args: argparse.Namespace) -> int:
                 runtime=runtime,
                 defaults=defaults,
                 keys=KeyRing(keys),
-                max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                max_passages=args.max_passages,
                 labels_path=Path(args.labels_store) if args.labels_store else None,
                 labels_level=args.labels_level,
                 labels_yes_grade=args.labels_yes_grade,
+                max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                max_passages=args.max_passages,
             )
         )
     except SchemaError as exc:

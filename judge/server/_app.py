@@ -69,12 +69,12 @@ class ServerConfig:
     runtime: Runtime
     defaults: dict[str, Any]
     keys: KeyRing
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_passages: int = 200
-    sse_interval_s: float = 0.5
     labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
     labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
     labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_passages: int = 200
+    sse_interval_s: float = 0.5
 
 
 def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -272,9 +272,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             yield
         finally:
+            review.close()
             await manager.stop()
             db.close()
-            review.close()
 
     app = FastAPI(
         title="judge",
@@ -374,6 +374,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(_NotFound)
     async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
         return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
+
+    app.include_router(review_router(review, job_or_404, STATIC_DIR))  # queue, labels, agreement
 
     # --- service -------------------------------------------------------------------------
     @app.get("/healthz", tags=["service"])
@@ -817,7 +819,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         response.delete_cookie(COOKIE_NAME, path="/")
         return response
 
-    app.include_router(review_router(review, job_or_404, STATIC_DIR))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(Guard, keys=keys, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
     return app
