@@ -162,7 +162,15 @@ def test_scale_mismatch_and_bad_labels_are_422_naming_the_field(client: Any) -> 
 
 
 def test_reviewer_is_the_principal_then_the_body_then_anonymous(tmp_path: Path) -> None:
-    app = app_for(tmp_path, backend=p_backend())
+    with TestClient(app_for(tmp_path / "open", backend=p_backend())) as c:  # auth off: nobody is named
+        job_id = run_job(c, records()[:1])
+        assert label(c, job_id, "q0", "d0", 1).json()["label"]["reviewer"] == "anonymous"
+        assert label(c, job_id, "q0", "d1", 1, reviewer="bob").json()["label"]["reviewer"] == "bob"
+        assert c.get(f"/v1/jobs/{job_id}/queue").json()["signed_in"] is None
+    # With keys the server names the caller (request.state.principal: the name given at sign-in
+    # or the key's label; this app's outermost layer names the caller "carol" where the server
+    # itself does not): that name wins over the body's.
+    app = app_for(tmp_path / "keys", backend=p_backend(), keys=["k-carol"])
     inner = app.build_middleware_stack
 
     def with_principal() -> Any:
@@ -170,26 +178,19 @@ def test_reviewer_is_the_principal_then_the_body_then_anonymous(tmp_path: Path) 
 
         async def asgi(scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] == "http":
-                for name, value in scope.get("headers", []):
-                    if name == b"x-test-principal":
-                        scope.setdefault("state", {})["principal"] = value.decode()
+                scope.setdefault("state", {})["principal"] = "carol"
             await stack(scope, receive, send)
 
         return asgi
 
     app.build_middleware_stack = with_principal  # type: ignore[method-assign]
-    with TestClient(app) as c:
+    auth = {"Authorization": "Bearer k-carol"}
+    with TestClient(app, headers=auth) as c:
         job_id = run_job(c, records()[:1])
-        assert label(c, job_id, "q0", "d0", 1).json()["label"]["reviewer"] == "anonymous"
-        assert label(c, job_id, "q0", "d1", 1, reviewer="bob").json()["label"]["reviewer"] == "bob"
-        r = c.post(
-            f"/v1/jobs/{job_id}/labels",
-            json={"query_id": "q0", "docno": "d2", "label": 1, "reviewer": "bob"},
-            headers={"X-Test-Principal": "carol"},
-        )
-        assert r.json()["label"]["reviewer"] == "carol"
-        q = c.get(f"/v1/jobs/{job_id}/queue", headers={"X-Test-Principal": "carol"}).json()
-        assert q["signed_in"] == "carol"
+        name = c.get(f"/v1/jobs/{job_id}/queue").json()["signed_in"]
+        assert name not in (None, "anonymous", "bob")
+        r = label(c, job_id, "q0", "d2", 1, reviewer="bob")
+        assert r.status_code == 201 and r.json()["label"]["reviewer"] == name
 
 
 # --- agreement ----------------------------------------------------------------------------

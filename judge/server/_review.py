@@ -93,9 +93,10 @@ class Conflict(Exception):
 
 
 def reviewer_of(request: Request, given: str | None) -> str:
-    """Who is labelling: the signed-in principal, else the body's ``reviewer``, else anonymous."""
+    """Who is labelling: the signed-in principal (a name given at sign-in or the key's label;
+    ``anonymous`` when auth is off counts as none), else the body's ``reviewer``, else anonymous."""
     principal = getattr(request.state, "principal", None)
-    if isinstance(principal, str) and principal.strip():
+    if isinstance(principal, str) and principal.strip() and principal.strip() != ANONYMOUS:
         return principal.strip()
     if given is not None and given.strip():
         return given.strip()
