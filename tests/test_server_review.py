@@ -407,3 +407,22 @@ def test_graded_labels_on_a_binary_job_need_the_stated_level(tmp_path: Path) -> 
         assert results(c, job_id)["q0"]["ap"] == pytest.approx(0.5)
         assert job["review"]["mapping"]["graded"]["level"] == 2
         assert c.get(f"/v1/jobs/{job_id}/agreement").json()["overall"]["n"] == 4
+
+
+def test_serve_refuses_a_stated_level_off_the_scale(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from _server import ROOT, serve_env
+
+    for flag in ("--labels-level", "--labels-yes-grade"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "judge", "serve", "--port", "0", flag, "5"],
+            env=serve_env(tmp_path),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and flag in proc.stderr and "1..3" in proc.stderr
+        assert "Traceback" not in proc.stderr
