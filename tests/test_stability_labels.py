@@ -53,3 +53,13 @@ def test_graded_labels_on_a_binary_stability_run_need_a_level(tmp_path: Path) ->
         backend, records, JudgeConfig(), StabilityOptions(runs=2, labels=labels, labels_level=2)
     )
     assert ok.data["figures"]["map"]["values"] == [0.5, 0.5]
+
+
+def test_the_summary_lines_say_how_many_passages_people_decided(tmp_path: Path) -> None:
+    from judge.stability import summary_lines
+
+    records = load_records(_dataset(tmp_path / "d.jsonl"))
+    backend = ScriptedBackend(_never, name="fake:no", max_concurrency=1)
+    labels = LabelSet([Label("q1", "p1", 1, "ann"), Label("q1", "p2", 0, "ann")], source="labels file x")
+    report = run_stability_sync(backend, records, JudgeConfig(), StabilityOptions(runs=2, labels=labels))
+    assert "  2 passage(s) decided by human labels (labels file x) in every run" in summary_lines(report)

@@ -3,15 +3,15 @@
 **Identity.** A label is about one passage of one query, named as TREC qrels and every
 ``judge`` export name it: the query id ``qid`` (the record's ``id``, whitespace made ``_``)
 and the passage's ``docno`` (its id, else ``h`` + the first 16 hex digits of the SHA-256 of
-its text, the same passage identity the verdict cache and ``--export-qrels`` use). The pair
+its text, the passage identity ``--export-qrels`` and compare-systems use). The pair
 lives in a ``collection`` (default ``"default"``): the scope in which a qid means one query.
 A label applies wherever its (collection, qid, docno) appears, in any job, run or pool that
 reads that collection, so a passage reviewed in one job is reviewed for every later job on
 the same data. Query ids are only unique within a data set, so a label also keeps the query
 text when it is known and :meth:`LabelSet.lookup` refuses to apply it to a record whose query
 text differs (two data sets that both call a query ``q1`` never share labels by accident).
-We chose qid + docno over the verdict cache's full key (backend, template, query and passage
-text) because a human label does not depend on which judge ran, and because qrels, the one
+We chose qid + docno over the verdict cache's key (backend, template, query and passage text)
+because a human label does not depend on which judge ran, and because qrels, the one
 exchange format of the field, carry exactly qid + docno: an export re-imports unchanged.
 
 **Values.** A label is an integer on a scale: ``binary`` (0/1) or ``graded`` (0-3), checked
@@ -234,6 +234,8 @@ class LabelSet:
         level: int | None = None,
         yes_grade: int | None = None,
         target_name: str = "the job",
+        level_field: str = "labels_level",
+        yes_grade_field: str = "labels_yes_grade",
     ) -> dict[Scale, ScaleMapping]:
         """The stated mapping from each scale present to ``target`` (:class:`ScaleError`
         naming both scales when one is missing: ``labels_level`` / ``labels_yes_grade``)."""
@@ -243,10 +245,10 @@ class LabelSet:
                 target,
                 level=level,
                 yes_grade=yes_grade,
-                source_name=f"{self.source} ({s})" if s == "graded" else self.source,
-                target_name=f"{target_name} ({target})",
-                level_field="labels_level",
-                yes_grade_field="labels_yes_grade",
+                source_name=f"labels from {self.source}",
+                target_name=target_name,
+                level_field=level_field,
+                yes_grade_field=yes_grade_field,
             )
             for s in sorted(self.scales())
         }
@@ -255,7 +257,11 @@ class LabelSet:
         """``{qid: {docno: label}}`` of the resolved labels, on ``scale`` when given (graded
         to binary needs ``level``; binary labels on a graded export stay 0/1)."""
         out: dict[str, dict[str, int]] = {}
-        mappings = self.mapping_to(scale, level=level, yes_grade=1) if scale is not None else {}
+        mappings = (
+            self.mapping_to(scale, level=level, yes_grade=1, target_name="the export", level_field="level")
+            if scale is not None
+            else {}
+        )
         for r in sorted(self._items.values(), key=lambda x: x.label.key):
             value = r.value
             if scale is not None:
