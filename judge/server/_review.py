@@ -88,6 +88,14 @@ class CalibrateIn(BaseModel):
     seed: int = 0
 
 
+def serve_flags(exc: ScaleError) -> str:
+    """A scale error's message naming the server's flags that state the mapping."""
+    text = exc.message.replace("labels_level=L", "judge serve --labels-level L").replace(
+        "labels_yes_grade=G", "judge serve --labels-yes-grade G"
+    )
+    return text if "judge serve" in text else f"{text} (judge serve --labels-level / --labels-yes-grade)"
+
+
 class Conflict(Exception):
     """The job's labels cannot be compared with its verdicts as the server is set up (409)."""
 
@@ -294,7 +302,7 @@ class Review:
                 yes_grade=self.yes_grade,
             )
         except ScaleError as exc:  # labels on another scale and no stated mapping
-            error = exc.message + f" (judge serve --{(exc.field or 'labels_level').replace('_', '-')})"
+            error = serve_flags(exc)
             outcome = LabelOutcome(records, 0, 0, 0, 0, {})
         labelled = outcome.records if outcome.applied else records
         stored = job.get("summary")
@@ -479,7 +487,7 @@ class Review:
         try:
             report = job_agreement(data.records, data.labels, level=self.level, resamples=1000, seed=0)
         except ScaleError as exc:
-            raise Conflict(exc.message + " (judge serve --labels-level)") from None
+            raise Conflict(serve_flags(exc)) from None
         out = report.as_dict()
         out["scale"] = data.scale
         out["conflicts"] = self.conflicts(job)
@@ -491,7 +499,7 @@ class Review:
         try:
             items, _ = agreement_items(data.records, data.labels, level=self.level)
         except ScaleError as exc:
-            raise Conflict(exc.message + " (judge serve --labels-level)") from None
+            raise Conflict(serve_flags(exc)) from None
         with_p = [i for i in items if i.p_yes is not None]
         conv = (data.records[0].get("conventions") or {}) if data.records else {}
         template = str(conv.get("template_id") or "")
@@ -591,13 +599,13 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
                     check_scale(job_scale),
                     level=review.level,
                     yes_grade=review.yes_grade,
-                    source_name="this label",
-                    target_name=f"the {job_scale} job",
-                    level_field="judge serve --labels-level",
-                    yes_grade_field="judge serve --labels-yes-grade",
+                    source_name="labels",
+                    target_name="the job",
+                    level_field="labels_level",
+                    yes_grade_field="labels_yes_grade",
                 )
             except ScaleError as exc:
-                raise _fail(("body", "scale"), exc.message) from None
+                raise _fail(("body", "scale"), serve_flags(exc)) from None
         audit = body.audit
         if audit is None:
             items = await asyncio.to_thread(review.queue, job)
