@@ -60,6 +60,7 @@ from judge.store import (
 from judge.store._labels import trec_token
 
 ANONYMOUS = "anonymous"
+AUDIT_WINDOW = 1000  # queue items searched for a label's audit flag when the client does not say
 POOL_INPUT = "pool.input.jsonl"
 
 
@@ -242,6 +243,7 @@ class Review:
         self.revision = 0  # bumped by every write through this server
         self._cache: dict[str, tuple[Any, JobData]] = {}
         self._texts: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
+        self._ranks: dict[str, dict[str, dict[str, list[str]]]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -399,13 +401,42 @@ class Review:
         return self.data(job).labelled
 
     # --- the queue -----------------------------------------------------------------------
-    def queue(self, job: Mapping[str, Any]) -> list[QueueItem]:
+    def queue(self, job: Mapping[str, Any], limit: int | None = None) -> list[QueueItem]:
+        """The first ``limit`` items of the job's review queue (all: None)."""
         data = self.data(job)
-        labels = self.store.label_set(collection=self.collection)
+        labels = LabelSet(data.labels, source="the label store")
         if job["kind"] == "compare":
-            rankings = _engine.system_rankings(self.job_dir(job["id"]), job["options"])
-            return comparison_review_queue(data.records, rankings, labels)
-        return job_review_queue(data.records, labels)
+            return comparison_review_queue(data.records, self._rankings(job), labels, limit=limit)
+        return job_review_queue(data.records, labels, limit=limit)
+
+    def pending(self, job: Mapping[str, Any]) -> int:
+        """How many of the job's passages nobody has labelled (the queue's full length)."""
+        data = self.data(job)
+        labels = LabelSet(data.labels, source="the label store")
+        ranked: set[tuple[str, str]] | None = None
+        if job["kind"] == "compare":
+            ranked = {(q, d) for lists in self._rankings(job).values() for q, ds in lists.items() for d in ds}
+        keys: set[tuple[str, str]] = set()
+        for r in data.records:
+            qid = trec_token(r["id"])
+            query = r.get("query") if isinstance(r.get("query"), str) else None
+            for d in r["docnos"]:
+                key = (qid, str(d))
+                if (ranked is None or key in ranked) and labels.lookup(qid, str(d), query) is None:
+                    keys.add(key)
+        return len(keys)
+
+    def _rankings(self, job: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+        """Each system's ranking of a comparison (its inputs never change: kept per job)."""
+        with self._lock:
+            hit = self._ranks.get(job["id"])
+        if hit is None:
+            hit = _engine.system_rankings(self.job_dir(job["id"]), job["options"])
+            with self._lock:
+                self._ranks[job["id"]] = hit
+                while len(self._ranks) > 16:
+                    self._ranks.pop(next(iter(self._ranks)))
+        return hit
 
     def item(self, job: Mapping[str, Any], q: QueueItem) -> dict[str, Any]:
         c = q.candidate
@@ -564,8 +595,9 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         grade, P(yes), threshold, reason, template, audit flag. ``signed_in``: the caller's
         name when the server knows it (then labels are stored under it)."""
         job = done_job(job_id)
-        items = await asyncio.to_thread(review.queue, job)
+        items = await asyncio.to_thread(review.queue, job, offset + limit)
         page = items[offset : offset + limit]
+        total = await asyncio.to_thread(review.pending, job)
         data = review.data(job)
         return {
             "job": job_id,
@@ -573,7 +605,7 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
             "signed_in": reviewer_of(request, None) if reviewer_of(request, None) != ANONYMOUS else None,
             "scale": data.scale,
             "threshold": data.threshold,
-            "total": len(items),
+            "total": total,
             "labelled": data.applied,
             "offset": offset,
             "limit": limit,
@@ -608,7 +640,8 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
                 raise _fail(("body", "scale"), serve_flags(exc)) from None
         audit = body.audit
         if audit is None:
-            items = await asyncio.to_thread(review.queue, job)
+            # an audit item is one the queue drew uniformly among those a reviewer is shown
+            items = await asyncio.to_thread(review.queue, job, AUDIT_WINDOW)
             docno = str(record["docnos"][index])
             audit = any(q.audit for q in items if q.docno == docno and q.qid == trec_token(record["id"]))
         label = label_for_passage(
@@ -623,7 +656,7 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         )
         stored = await asyncio.to_thread(review.add, label)
         data = await asyncio.to_thread(review.data, job_of(job_id))
-        total = len(await asyncio.to_thread(review.queue, job))
+        total = await asyncio.to_thread(review.pending, job_of(job_id))
         return JSONResponse(
             {"label": stored.as_dict(), "review": {**data.review, "queue": total}},
             status_code=201,
