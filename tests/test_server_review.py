@@ -426,3 +426,12 @@ def test_serve_refuses_a_stated_level_off_the_scale(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2 and flag in proc.stderr and "1..3" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_review_page_and_script_are_local(client: Any) -> None:
+    page = client.get("/jobs/anything/review")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="/static/review.js"' in page.text
+    script = client.get("/static/review.js").text
+    assert "http://" not in script and "https://" not in script  # nothing from the network
+    assert "innerHTML" not in script and 'setAttribute("style"' not in script
