@@ -150,6 +150,9 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     for key in keys:
         register_secret(key)  # redacted from every error text
+    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
+        if grade is not None and not 1 <= grade <= 3:
+            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
     policy = call_policy(args)
     for value, flag in (
         (args.max_jobs, "--max-jobs"),
@@ -160,9 +163,6 @@ def run_serve(args: argparse.Namespace) -> int:
         _positive(value, flag)
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
-    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
-        if grade is not None and not 1 <= grade <= 3:
-            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
     defaults: dict[str, Any] = {
         "mode": args.mode,
         "language": args.language,
