@@ -148,9 +148,11 @@ def test_job_queue_leaves_out_reviewed_items_and_agreement_counts_them() -> None
         Label("q2", "d2", 1, "ann", created=1.0, audit=True),
     ]
     queue = job_review_queue(records, LabelSet(labels), audit_every=0, threshold=0.5)
-    # priorities |p - 0.5| * log2(rank + 1): q2 d1 0.3, q1 d1 0.4, q1 d4 0.4 * log2(5) = 0.929
+    # flip probability x |change of mAP| (2 queries) if the verdict flips:
+    # q2 d1 no .2 -> [1, 1]: AP .5 -> 1, .2 x .25 = .05; q1 d1 yes .9 -> [0, 0, 1, 0]: AP .8333 -> .3333,
+    # .1 x .25 = .025; q1 d4 no .1 -> [1, 0, 1, 1]: AP .8333 -> .8056, .1 x .01389 = .001389
     assert [(i.qid, i.docno) for i in queue] == [("q2", "d1"), ("q1", "d1"), ("q1", "d4")]
-    assert [round(i.priority, 3) for i in queue] == [0.3, 0.4, 0.929]
+    assert [round(i.priority, 6) for i in queue] == [0.05, 0.025, 0.001389]
     report = job_agreement(records, labels, resamples=50)
     # items: d2 judge 0 / human 1, d3 judge 1 / human 0 (bob, most recent), q2 d2 judge 1 / human 1
     assert report.overall.n == 3 and report.overall.accuracy == pytest.approx(1 / 3)

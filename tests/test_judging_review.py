@@ -21,19 +21,36 @@ def _c(docno: str, p: float | None, rank: int, verdict: str = "yes", **ranks: in
 
 
 def test_nearest_the_threshold_first_weighted_by_rank() -> None:
+    # threshold 0.5: flip probability = 1 - P(yes) for a yes, P(yes) for a no
     cands = [
-        _c("a", 0.90, 1),  # d .40, w 1        -> .400
-        _c("b", 0.52, 9),  # d .02, w 1/log2(10) -> .02 * 3.3219 = .0664
-        _c("c", 0.45, 1),  # d .05, w 1        -> .050
-        _c("d", 0.60, 3),  # d .10, w 1/2      -> .200
-        _c("e", None, 2, "unjudged"),  # d 0 -> 0
-        _c("f", None, 1, "no"),  # generated verdict: d .5 -> .5
+        _c("a", 0.90, 1),  # .10 x 1 = .10
+        _c("b", 0.52, 9),  # .48 x 1/log2(10) = .1445
+        _c("c", 0.45, 1, "no"),  # .45 x 1 = .45
+        _c("d", 0.60, 3),  # .40 x 1/2 = .20
+        _c("e", None, 2, "unjudged"),  # 1 x 1/log2(3) = .6309
+        _c("f", None, 1, "no"),  # generated verdict: .5 x 1 = .5
     ]
     q = review_queue(cands, threshold=0.5, audit_every=0)
-    assert [i.docno for i in q] == ["e", "c", "b", "d", "a", "f"]
-    assert q[2].priority == pytest.approx(0.02 * math.log2(10))
+    assert [i.docno for i in q] == ["e", "f", "c", "d", "b", "a"]
+    assert q[4].priority == pytest.approx(0.48 / math.log2(10))
     assert [i.position for i in q] == [1, 2, 3, 4, 5, 6] and not any(i.audit for i in q)
     assert rank_discount(1) == 1.0 and rank_discount(3) == 0.5
+
+
+def test_flip_probability_is_read_relative_to_the_threshold() -> None:
+    from judge.judging import flip_probability
+
+    assert flip_probability("no", 0.575, 0.575) == pytest.approx(0.5)
+    assert flip_probability("yes", 0.575, 0.575) == pytest.approx(0.5)
+    # logit(0.7) - logit(0.575) = 0.8473 - 0.3023 = 0.5450 -> sigmoid 0.6330; a yes flips with 0.3670
+    assert flip_probability("yes", 0.7, 0.575) == pytest.approx(0.36703, abs=1e-4)
+    assert flip_probability("unjudged", None, 0.5) == 1.0 and flip_probability("no", None, 0.5) == 0.5
+
+
+def test_an_exact_impact_replaces_the_rank_discount() -> None:
+    near = QueueCandidate("q1", "near", {"job": 1}, "no", 0.49, impact=0.01)  # .49 x .01
+    far = QueueCandidate("q1", "far", {"job": 9}, "no", 0.2, impact=0.2)  # .2 x .2
+    assert [i.docno for i in review_queue([near, far], threshold=0.5, audit_every=0)] == ["far", "near"]
 
 
 def test_reviewed_items_are_left_out_and_limit_stops() -> None:
@@ -44,8 +61,8 @@ def test_reviewed_items_are_left_out_and_limit_stops() -> None:
 
 
 def test_in_a_comparison_a_passage_in_one_list_only_weighs_double() -> None:
-    both = QueueCandidate("q1", "both", {"A": 1, "B": 1}, "yes", 0.58)  # .08 / 1 = .08
-    only = QueueCandidate("q1", "only", {"A": 1}, "yes", 0.64)  # .14 / 2 = .07
+    both = QueueCandidate("q1", "both", {"A": 1, "B": 1}, "yes", 0.62)  # .38 x 1
+    only = QueueCandidate("q1", "only", {"A": 1}, "yes", 0.64)  # .36 x 2
     q = review_queue([both, only], threshold=0.5, lists=2, audit_every=0)
     assert [i.docno for i in q] == ["only", "both"]
     assert q[0].weight == 2.0 and q[1].weight == 1.0
@@ -97,9 +114,9 @@ def test_comparison_candidates_carry_each_systems_rank() -> None:
             "query": "q",
             "docnos": ["x", "y", "z"],
             "verdicts": [
-                {**verdict, "verdict": "yes", "p_yes": 0.62},  # in A@1 and B@1: .12 / 1
-                {**verdict, "verdict": "yes", "p_yes": 0.66},  # only in A@2: .16 / (2 * .631) = .1268
-                {**verdict, "verdict": "no", "p_yes": 0.45},  # only in B@3: .05 / (2 * .5) = .05
+                {**verdict, "verdict": "yes", "p_yes": 0.62},  # in A@1 and B@1: .38 x 1
+                {**verdict, "verdict": "yes", "p_yes": 0.66},  # only in A@2: .34 x 2 x .6309 = .429
+                {**verdict, "verdict": "no", "p_yes": 0.45},  # only in B@3: .45 x 2 x .5 = .45
             ],
             "conventions": {"p_yes_threshold": 0.5},
         }
@@ -108,7 +125,7 @@ def test_comparison_candidates_carry_each_systems_rank() -> None:
     q = comparison_review_queue(records, rankings, audit_every=0)
     assert [(i.docno, dict(i.candidate.ranks)) for i in q] == [
         ("z", {"B": 3}),
-        ("x", {"A": 1, "B": 1}),
         ("y", {"A": 2}),
+        ("x", {"A": 1, "B": 1}),
     ]
-    assert q[2].priority == pytest.approx(0.16 / (2 / math.log2(3)))
+    assert q[1].priority == pytest.approx(0.34 * 2 / math.log2(3))

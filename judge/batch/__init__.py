@@ -18,6 +18,7 @@ from judge.batch._labels import (
     job_agreement,
     job_review_queue,
     label_for_passage,
+    map_impacts,
     relabel_record,
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
@@ -84,6 +85,7 @@ __all__ = [
     "job_review_queue",
     "label_for_passage",
     "make_progress",
+    "map_impacts",
     "qrels_of",
     "relabel_record",
     "retry_unjudged",

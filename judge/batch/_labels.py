@@ -15,7 +15,7 @@ record re-labelled with another label set reflects only that set.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._records import finish_record, verdicts_of
@@ -46,6 +46,7 @@ __all__ = [
     "job_agreement",
     "job_review_queue",
     "label_for_passage",
+    "map_impacts",
     "relabel_record",
 ]
 
@@ -321,14 +322,51 @@ def job_review_queue(
                 if labels.lookup(qid, str(docno), query) is not None:
                     reviewed.add((qid, str(docno)))
     t = threshold if threshold is not None else (threshold_of(records[0]) if records else 0.5)
+    impacts = map_impacts(records)
+    candidates = [replace(c, impact=impacts.get((c.qid, c.docno))) for c in candidates_from_records(records)]
     return review_queue(
-        candidates_from_records(records),
+        candidates,
         threshold=t,
         reviewed=reviewed,
         audit_every=audit_every,
         seed=seed,
         limit=limit,
     )
+
+
+def _ap(verdicts: Sequence[PassageVerdict], mode: str, grade_threshold: int) -> float | None:
+    listed = judged_list(verdicts, mode, grade_threshold=grade_threshold)  # type: ignore[arg-type]
+    return listed.value(judge_measure("AP"))
+
+
+def _flipped(v: PassageVerdict, yes: bool, mode: str, grade_threshold: int) -> PassageVerdict:
+    grade = v.grade
+    if mode == "graded" and (grade is None or (grade >= grade_threshold) != yes):
+        grade = grade_threshold if yes else 0
+    return v.model_copy(update={"verdict": "yes" if yes else "no", "grade": grade})
+
+
+def map_impacts(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """``{(qid, docno): |change of the job's mAP|}`` if that passage's judge verdict were
+    reversed (an unjudged passage: the mean over a yes and a no label), each query's AP
+    recomputed as the records compute it; the queue's exact ``impact``."""
+    n = sum(1 for r in records if r.get("ap") is not None) or 1
+    out: dict[tuple[str, str], float] = {}
+    for r in records:
+        mode = str(r.get("mode", "binary"))
+        gt = _grade_threshold(r)
+        verdicts = [judge_verdict_of(v) for v in verdicts_of(r)]
+        base = _ap(verdicts, mode, gt) or 0.0
+        qid = trec_token(r["id"])
+        for i, (v, docno) in enumerate(zip(verdicts, r["docnos"], strict=True)):
+            sides = (v.verdict != "yes",) if v.judged else (True, False)
+            changes = []
+            for yes in sides:
+                trial = list(verdicts)
+                trial[i] = _flipped(v, yes, mode, gt)
+                changes.append(abs((_ap(trial, mode, gt) or 0.0) - base) / n)
+            out.setdefault((qid, str(docno)), sum(changes) / len(changes))
+    return out
 
 
 def label_for_passage(

@@ -9,17 +9,21 @@ verdict. :func:`judge_verdict_of` undoes it (overrides are re-applied from the j
 verdict, never stacked).
 
 **Review queue** (:func:`review_queue`): the unreviewed verdicts in order of how much a
-label would move the figures. For each candidate passage
+label is expected to change the figures, ``priority = flip_probability * weight``, largest
+first:
 
-* ``distance`` = ``|P(yes) - threshold|`` (no P(yes): 0.5 for a generated verdict, 0 for an
-  unjudged passage, whose label decides it outright);
-* ``weight`` = the largest rank discount ``1 / log2(rank + 1)`` over the lists it sits in (the
-  NDCG discount; AP's share of a rank falls off similarly), so rank 1 weighs 1.0 and rank 9
-  0.30;
-* in a comparison, ``weight`` doubles when the passage sits in some systems' lists and not
-  in the others' (its label moves one system's figure and not the other's, so it moves
-  the difference);
-* ``priority`` = ``distance / weight``, smallest first (ties: qid, then best rank, then docno).
+* ``flip_probability``: how likely the label reverses the verdict, from P(yes) read relative
+  to the threshold the verdict was decided at (``q = sigmoid(logit(P(yes)) -
+  logit(threshold))``: P(yes) at the threshold is a coin toss; a "no" flips with ``q``, a
+  "yes" with ``1 - q``), so the verdicts nearest the threshold come first; 1.0 for an
+  unjudged passage (its label decides it), 0.5 for a verdict without P(yes);
+* ``weight``: how much the figure moves if it does. A candidate may carry its exact
+  ``impact`` (:func:`judge.batch.job_review_queue` gives the change of the job's mAP when
+  the verdict flips, which is larger at the top of a list); otherwise the rank discount
+  ``1 / log2(rank + 1)`` (NDCG's: rank 1 weighs 1.0, rank 9 0.30), the best over the lists
+  it sits in, doubled in a comparison when the passage sits in some systems' lists and not
+  in the others' (its label moves one system's figure and not the other's);
+* ties: nearer the threshold first, then qid, best rank, docno.
 
 Every ``audit_every``-th item (5th, 10th, ...) is instead drawn uniformly at random (seeded)
 from the candidates not yet queued and flagged ``audit``: agreement measured on those items
@@ -43,6 +47,7 @@ __all__ = [
     "apply_label",
     "candidates_from_comparison",
     "candidates_from_records",
+    "flip_probability",
     "judge_verdict_of",
     "rank_discount",
     "review_queue",
@@ -141,12 +146,14 @@ class QueueCandidate:
     query: str | None = None
     template_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    impact: float | None = None
 
 
 @dataclass(frozen=True)
 class QueueItem:
-    """A queued candidate, its position (1-based), the figures that placed it and whether
-    it is an audit item (drawn uniformly, not by priority)."""
+    """A queued candidate, its position (1-based), the figures that placed it (``priority``
+    = ``flip_probability * weight``, the expected change of the figure; larger first) and
+    whether it is an audit item (drawn uniformly, not by priority)."""
 
     candidate: QueueCandidate
     position: int
@@ -154,6 +161,7 @@ class QueueItem:
     weight: float
     priority: float
     audit: bool
+    flip_probability: float = 0.0
 
     @property
     def qid(self) -> str:
@@ -175,6 +183,7 @@ class QueueItem:
             "p_yes": c.p_yes,
             "template_id": c.template_id,
             "distance": round(self.distance, 6),
+            "flip_probability": round(self.flip_probability, 6),
             "weight": round(self.weight, 6),
             "priority": round(self.priority, 6),
             "audit": self.audit,
@@ -190,9 +199,29 @@ def _distance(c: QueueCandidate, threshold: float) -> float:
     return abs(float(c.p_yes) - threshold)
 
 
+def _logit(p: float) -> float:
+    q = min(1.0 - 1e-9, max(1e-9, p))
+    return math.log(q / (1.0 - q))
+
+
+def flip_probability(verdict: str, p_yes: float | None, threshold: float) -> float:
+    """How likely a label reverses the verdict: P(relevant) read relative to the threshold
+    the verdict was decided at (``sigmoid(logit(P(yes)) - logit(threshold))``, so a P(yes)
+    at the threshold is a coin toss), of the other side; 1.0 for an unjudged passage (the
+    label decides it), 0.5 for a verdict without P(yes)."""
+    if verdict == "unjudged":
+        return 1.0
+    if p_yes is None:
+        return 0.5
+    q = 1.0 / (1.0 + math.exp(-(_logit(float(p_yes)) - _logit(threshold))))
+    return 1.0 - q if verdict == "yes" else q
+
+
 def _weight(c: QueueCandidate, lists: int) -> float:
+    if c.impact is not None:
+        return max(0.0, float(c.impact))
     if not c.ranks:
-        return 1e-9
+        return 0.0
     w = max(rank_discount(r) for r in c.ranks.values())
     if lists > 1 and len(c.ranks) < lists:
         w *= 2.0
@@ -217,16 +246,16 @@ def review_queue(
     ``limit``: stop after this many items. A (qid, docno) appears once (the first
     candidate given for it)."""
     seen: set[tuple[str, str]] = set(reviewed)
-    pool: list[tuple[float, float, float, QueueCandidate]] = []
+    pool: list[tuple[float, float, float, float, QueueCandidate]] = []
     for c in candidates:
         key = (c.qid, c.docno)
         if key in seen:
             continue
         seen.add(key)
-        d = _distance(c, threshold)
+        pf = flip_probability(c.verdict, c.p_yes, threshold)
         w = _weight(c, lists)
-        pool.append((d / w, d, w, c))
-    pool.sort(key=lambda x: (x[0], x[3].qid, min(x[3].ranks.values(), default=0), x[3].docno))
+        pool.append((pf * w, _distance(c, threshold), w, pf, c))
+    pool.sort(key=lambda x: (-x[0], x[1], x[4].qid, min(x[4].ranks.values(), default=0), x[4].docno))
     rng = random.Random(seed)
     taken = [False] * len(pool)
     out: list[QueueItem] = []
@@ -244,8 +273,8 @@ def review_queue(
             pick = cursor
             audit = False
         taken[pick] = True
-        prio, d, w, c = pool[pick]
-        out.append(QueueItem(c, position, d, w, prio, audit))
+        prio, d, w, pf, c = pool[pick]
+        out.append(QueueItem(c, position, d, w, prio, audit, pf))
     return out
 
 
