@@ -6,7 +6,6 @@ whose P(yes) is written in each passage (``tests/_review.py``)."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -52,25 +51,45 @@ def results(client: Any, job_id: str) -> dict[str, dict[str, Any]]:
 
 
 # --- the queue ----------------------------------------------------------------------------
-def test_queue_order_is_p_yes_nearest_the_threshold_weighted_by_rank(client: Any) -> None:
+def test_queue_order_is_the_expected_change_of_the_job_map(client: Any) -> None:
     job_id = run_job(client)
     q = client.get(f"/v1/jobs/{job_id}/queue?limit=7").json()
     assert q["scale"] == "binary" and q["threshold"] == 0.5 and q["total"] == 24
-    # priority = |P(yes) - 0.5| / (1 / log2(rank + 1)): q1/d0 0.01 (rank 1), q2/d1 0.01 at
-    # rank 2 = 0.0158, q0/d0 and q3/d0 0.02 (rank 1; ties by query id), then q4/d1 0.03 at
-    # rank 2 = 0.0473 and q5/d2 0.03 at rank 3 = 0.06. The 5th item is an audit draw.
+    # priority = P(the label flips the verdict) x the change of the job's mAP if it flips. At
+    # threshold 0.5 a "no" flips with P(yes), a "yes" with 1 - P(yes). Judge APs (judged
+    # relevant): q0 y n y n 5/6, q1 n y n y 1/2, q3 n y n y 1/2, q4 n y y n 7/12, q5 y n n y 3/4.
+    # q0/d0 (0.52 yes): flipped q0 is n n y n, AP 1/3: 0.48 x (5/6 - 1/3) / 6 = 0.04
+    # q1/d0 (0.49 no): flipped y y n y, AP 11/12: 0.49 x (11/12 - 1/2) / 6 = 0.034028
+    # q3/d0 (0.48 no): likewise 0.48 x (5/12) / 6 = 0.033333
+    # q4/d1 (0.53 yes): flipped n n y n, AP 1/3: 0.47 x (7/12 - 1/3) / 6 = 0.019583
+    # q5/d0 (0.80 yes): flipped n n n y, AP 1/4: 0.20 x (3/4 - 1/4) / 6 = 0.016667
+    # q4/d0 (0.12 no): flipped y y y n, AP 1: 0.12 x (1 - 7/12) / 6 = 0.008333
+    # (q2/d1, 0.51 yes, is borderline but moves nothing: q2 y n n n still has AP 1.)
+    # The 5th item is an audit draw.
     order = [(it["query_id"], it["docno"]) for it in q["items"]]
     picked = [o for o, it in zip(order, q["items"], strict=True) if not it["audit"]]
-    assert picked == [("q1", "d0"), ("q2", "d1"), ("q0", "d0"), ("q3", "d0"), ("q4", "d1"), ("q5", "d2")]
+    assert picked == [("q0", "d0"), ("q1", "d0"), ("q3", "d0"), ("q4", "d1"), ("q5", "d0"), ("q4", "d0")]
     assert [it["audit"] for it in q["items"]] == [False, False, False, False, True, False, False]
-    first = q["items"][0]
-    assert first["priority"] == pytest.approx(0.01)
-    assert q["items"][1]["priority"] == pytest.approx(0.01 * math.log2(3), abs=1e-6)
+    priorities = [it["priority"] for it in q["items"] if not it["audit"]]
+    assert priorities == pytest.approx(
+        [
+            0.48 * 0.5 / 6,
+            0.49 * 5 / 12 / 6,
+            0.48 * 5 / 12 / 6,
+            0.47 * 0.25 / 6,
+            0.2 * 0.5 / 6,
+            0.12 * 5 / 12 / 6,
+        ],
+        abs=1e-6,
+    )
+    everything = client.get(f"/v1/jobs/{job_id}/queue?limit=24").json()["items"]
+    assert [it["priority"] for it in everything if (it["query_id"], it["docno"]) == ("q2", "d1")] == [0.0]
+    first = next(it for it in q["items"] if (it["query_id"], it["docno"]) == ("q1", "d0"))
     assert first["query"] == "感冒吃什么药" and first["rank"] == 1 and first["index"] == 0
     assert first["text"] == "关于「感冒吃什么药」的第1段说明。[p=0.49]"
     assert first["verdict"] == "no" and first["p_yes"] == 0.49 and first["threshold"] == 0.5
     assert first["reason"] == "模型估计的相关概率为 0.49。" and first["template_id"] == "binary.zh.v2"
-    page2 = client.get(f"/v1/jobs/{job_id}/queue?offset=2&limit=2").json()
+    page2 = client.get(f"/v1/jobs/{job_id}/queue?offset=2&limit=2").json()  # a later page
     assert [(it["query_id"], it["docno"]) for it in page2["items"]] == order[2:4]
     # A labelled verdict leaves the queue.
     assert label(client, job_id, "q1", "d0", "y").status_code == 201

@@ -589,10 +589,12 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
         limit: int = Query(default=50, ge=1, le=1000),
     ) -> dict[str, Any]:
         """The job's (or comparison's) verdicts nobody has labelled yet, in review order:
-        P(yes) nearest the threshold first, weighted by rank (and, in a comparison, by
-        whether the passage is in one system's list and not another's); every fifth item is
-        an ``audit`` item drawn uniformly. Each item: query, passage text, rank, verdict,
-        grade, P(yes), threshold, reason, template, audit flag. ``signed_in``: the caller's
+        the largest expected change of the figures first (the chance a label flips the
+        verdict, from P(yes) against the threshold, times how much the flip moves the job's
+        mAP; in a comparison, the rank weight, doubled for a passage in one system's list
+        and not another's); every fifth item is an ``audit`` item drawn uniformly. Each
+        item: query, passage text, rank, verdict, grade, P(yes), threshold, reason,
+        template, audit flag. ``signed_in``: the caller's
         name when the server knows it (then labels are stored under it)."""
         job = done_job(job_id)
         items = await asyncio.to_thread(review.queue, job, offset + limit)
