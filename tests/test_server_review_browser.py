@@ -4,7 +4,8 @@ watches the job's mAP, the agreement panel and the queue change; a reload shows 
 kept; a second reviewer's different label shows as a conflict.
 
 The judge is a fake whose P(yes) is written in each passage (``tests/_review.py``), so the
-queue's order is known: the borderline verdicts (P(yes) 0.47-0.53 at ranks 1-2) come first.
+queue's order is known: its first four are borderline verdicts (P(yes) 0.48-0.53) whose
+flip moves the job's mAP, the fifth an audit draw.
 With ``JUDGE_DOCS_SCREENSHOT=1`` the screenshot is also written to ``docs/server-review.png``.
 """
 
