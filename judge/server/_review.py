@@ -42,7 +42,7 @@ from judge.batch import (
 )
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
-from judge.judging import QueueItem
+from judge.judging import QueueItem, threshold_of
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
 from judge.server import _engine
@@ -181,11 +181,6 @@ def passage_texts(path: Path, options: Mapping[str, Any], *, pool: bool) -> dict
     return out
 
 
-def threshold_of(record: Mapping[str, Any]) -> float | None:
-    value = (record.get("conventions") or {}).get("p_yes_threshold")
-    return None if value is None else float(value)
-
-
 def scale_of(job: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     for rec in records:
         if rec.get("mode"):
@@ -290,7 +285,7 @@ class Review:
     def _compute(self, job: Mapping[str, Any], files: JobFiles) -> JobData:
         records = read_records(files.records)
         scale = scale_of(job, records)
-        threshold = threshold_of(records[0]) if records else None
+        threshold = threshold_of(records[0]) if records else None  # the one its verdicts were decided at
         k = _k_of(job, records)
         keys = {(trec_token(r["id"]), str(d)) for r in records for d in r["docnos"]}
         latest = [x for x in self.store.latest(collection=self.collection) if x.key in keys]
@@ -309,7 +304,8 @@ class Review:
         labelled = outcome.records if outcome.applied else records
         stored = job.get("summary")
         summary: dict[str, Any] | None = None
-        borderline = _borderline(labelled, threshold)
+        margin = float((stored or {}).get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
+        borderline = _borderline(labelled, threshold, margin)
         if stored is not None and job["kind"] == "score":
             summary = dict(stored)
             if outcome.applied:
@@ -566,11 +562,12 @@ def _k_of(job: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[
     return [5, 10]
 
 
-def _borderline(records: Sequence[Mapping[str, Any]], threshold: float | None) -> int:
+def _borderline(records: Sequence[Mapping[str, Any]], threshold: float | None, margin: float) -> int:
+    """Verdicts within ``margin`` of the threshold (people's labels never are: P(yes) 1/0)."""
     if threshold is None or not records:
         return 0
     gt = int((records[0].get("conventions") or {}).get("grade_threshold", 2))
-    return len(borderline_verdicts(records, threshold, DEFAULT_BORDERLINE_MARGIN, gt))
+    return len(borderline_verdicts(records, threshold, margin, gt))
 
 
 # ------------------------------------------------------------------------------ routes
