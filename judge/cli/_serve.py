@@ -67,6 +67,26 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
+    p.add_argument(
+        "--labels-store",
+        default=None,
+        metavar="PATH",
+        help="label store (default: labels.sqlite beside --db)",
+    )
+    p.add_argument(
+        "--labels-level",
+        type=int,
+        default=None,
+        metavar="L",
+        help="graded labels on a binary job: grade >= L is relevant",
+    )
+    p.add_argument(
+        "--labels-yes-grade",
+        type=int,
+        default=None,
+        metavar="G",
+        help="binary labels on a graded job: a yes is grade G",
+    )
     p.add_argument("--max-jobs", type=int, default=1, help="jobs running at once (default 1)")
     p.add_argument("--queue-size", type=int, default=100, help="queued jobs before 429 (default 100)")
     p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
@@ -174,6 +194,9 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     for key in keys:
         register_secret(key)  # redacted from every error text
+    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
+        if grade is not None and not 1 <= grade <= 3:
+            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
     policy = call_policy(args)
     for value, flag in (
         (args.max_jobs, "--max-jobs"),
@@ -248,6 +271,9 @@ def run_serve(args: argparse.Namespace) -> int:
                 runtime=runtime,
                 defaults=defaults,
                 keys=KeyRing(keys),
+                labels_path=Path(args.labels_store) if args.labels_store else None,
+                labels_level=args.labels_level,
+                labels_yes_grade=args.labels_yes_grade,
                 max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                 max_passages=args.max_passages,
                 session_ttl_s=session_ttl_s,

@@ -43,6 +43,7 @@ from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
+from judge.server._review import Review, review_router
 from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
 from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
 from judge.server._sessions import (
@@ -80,6 +81,9 @@ class ServerConfig:
     runtime: Runtime
     defaults: dict[str, Any]
     keys: KeyRing
+    labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
+    labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
+    labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
     max_body_bytes: int = 64 * 1024 * 1024
     max_passages: int = 200
     sse_interval_s: float = 0.5
@@ -261,6 +265,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     manager = JobManager(db, rt, metrics)
     configs = _fastpath.ConfigCache(config_of, rt.backend)  # /v1/evaluate's, per option set
     keys = config.keys
+    review = Review.open(
+        config.labels_path or config.db_path.with_name("labels.sqlite"),
+        manager.job_dir,
+        level=config.labels_level,
+        yes_grade=config.labels_yes_grade,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -269,6 +279,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             yield
         finally:
+            review.close()
             await manager.stop()
             sessions.close()
             db.close()
@@ -379,6 +390,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(_NotFound)
     async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
         return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
+
+    app.include_router(review_router(review, job_or_404, STATIC_DIR))  # queue, labels, agreement
 
     # --- service -------------------------------------------------------------------------
     @app.get("/healthz", tags=["service"])
@@ -518,7 +531,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if manager.queue_full():
             shutil.rmtree(job_dir, ignore_errors=True)
             return queue_full()
-        options = _merge_options(config.defaults, given)
+        options = review.with_calibration(_merge_options(config.defaults, given), ctype == "application/json")
         check = await asyncio.to_thread(
             _bounds.validate_input,
             input_path,
@@ -659,7 +672,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str) -> dict[str, Any]:
         """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
-        return manager.view(job_or_404(job_id))
+        job = job_or_404(job_id)
+        return await asyncio.to_thread(review.view, job, manager.view(job))
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
     async def events(job_id: str, request: Request) -> StreamingResponse:
@@ -730,13 +744,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             name = "pool.qrels" if format == "qrels" else f"{system}.run"
             return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{name}"'})
         if format != "ndjson":
-            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag)
+            labelled = await asyncio.to_thread(review.export_records, job)
+            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag, labelled)
             return PlainTextResponse(
                 text, headers={"Content-Disposition": f'inline; filename="{job_id}.{format}"'}
             )
         source = _engine.POOL_JUDGED if job["kind"] == "compare" else _engine.OUTPUT_NAME
         lines, _ = _engine.complete_lines(job_dir / source)
-        lines = [x for x in lines if x.strip()]
+        lines = await asyncio.to_thread(review.lines, job, [x for x in lines if x.strip()])
         page = lines[offset : offset + limit]
         headers = {"X-Total-Count": str(len(lines))}
         if offset + limit < len(lines):
@@ -771,7 +786,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         )
         if detail is None:
             return _json_error(404, f"no finished query {query_id!r} in job {job_id!r}")  # type: ignore[return-value]
-        return detail
+        return await asyncio.to_thread(review.detail, job, detail)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
     async def cancel(job_id: str) -> JSONResponse:

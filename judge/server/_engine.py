@@ -185,10 +185,13 @@ class OutputTail:
         return moved
 
 
-def export_text(job_dir: Path, kind: str, tag: str = "judge") -> str:
+def export_text(
+    job_dir: Path, kind: str, tag: str = "judge", records: Sequence[Mapping[str, Any]] | None = None
+) -> str:
     """The job's output as a TREC file: ``qrels`` (the verdicts, as ``judge score
-    --export-qrels`` writes them) or ``run`` (the input ranking, as ``--export-run``)."""
-    records = list(iter_records(job_dir))
+    --export-qrels`` writes them) or ``run`` (the input ranking, as ``--export-run``).
+    ``records``: the job's records as shown (human labels applied); default: its output."""
+    records = list(iter_records(job_dir)) if records is None else list(records)
     with tempfile.TemporaryDirectory(dir=job_dir) as tmp:
         path = Path(tmp) / f"export.{kind}"
         if kind == "qrels":
@@ -447,6 +450,20 @@ def compare_export(job_dir: Path, kind: str, system: str | None) -> str | None:
     """``pool.qrels``, or ``runs/NAME.run`` of one system (None: not written yet / no such)."""
     path = job_dir / POOL_QRELS if kind == "qrels" else job_dir / "runs" / f"{system}.run"
     return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """``{system: {qid: [docno, ...]}}``: each system's ranking within the pooling depth, qids
+    as the label store names them (what a comparison's review queue weighs passages by)."""
+    inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
+    depth = options.get("depth")
+    return {
+        system.name: {
+            "_".join(qid.split()) or "_": list(sq.docnos[:depth] if depth else sq.docnos)
+            for qid, sq in system.queries.items()
+        }
+        for system in inputs.systems
+    }
 
 
 def write_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:

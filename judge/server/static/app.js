@@ -1,6 +1,7 @@
 // judge results viewer: plain JavaScript, no build step, nothing loaded from the network
-// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job) and
-// "/compare/<id>" (one comparison of systems: compare.js).
+// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job),
+// "/jobs/<id>/review" (the review queue: review.js) and "/compare/<id>" (one comparison of
+// systems: compare.js).
 "use strict";
 
 const $main = document.getElementById("main");
@@ -101,8 +102,10 @@ function summaryCards(job) {
   const s = job.summary;
   if (!s) return el("p", { class: "muted" }, "The summary appears when the job is done.");
   const j = s.judge || {};
+  const people = s.human_labels;  // verdicts decided by reviewers (review.js)
   const items = [stat("queries", s.queries), stat("passages", s.passages), stat("unjudged", s.unjudged),
-    stat("mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+    stat(people ? "mAP (judge + people)" : "mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+  if (people) items.push(stat("mAP (judge only)", fmt((s.judge_only || {}).map)), stat("decided by people", `${people.passages} (${people.changed} changed)`));
   for (const [k, v] of Object.entries(j.ndcg || {})) items.push(stat(`NDCG@${k}`, fmt(v)));
   for (const [k, v] of Object.entries(j.precision || {})) items.push(stat(`P@${k}`, fmt(v)));
   const gt = s.ground_truth;
@@ -129,7 +132,8 @@ function disagrees(r) {
 }
 
 function verdictCell(v) {
-  return el("span", { class: "v-" + v.verdict }, v.verdict);
+  const who = v.source === "human" ? el("small", { class: "muted", title: v.replaced ? `judge: ${v.replaced.verdict}` : null }, ` (${v.reviewer})`) : null;
+  return el("span", { class: "v-" + v.verdict }, v.verdict, who);
 }
 
 async function passagesRow(jobId, record, ncols) {
@@ -247,6 +251,7 @@ async function jobPage(jobId) {
   async function drawBody(job) {
     const records = await allResults(jobId);
     body.replaceChildren(el("h2", {}, "Summary"), summaryCards(job), histogram(records), queryTable(job, records));
+    if (job.status === "done") agreementSection(jobId).then((section) => body.insertBefore(section, body.children[2]));
   }
 
   const job = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
@@ -271,8 +276,10 @@ async function jobPage(jobId) {
 function route() {
   loadInfo();
   const m = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+  const r = location.pathname.match(/^\/jobs\/([^/]+)\/review\/?$/);
   const c = location.pathname.match(/^\/compare\/([^/]+)\/?$/);
   if (m) jobPage(decodeURIComponent(m[1]));
+  else if (r) reviewPage(decodeURIComponent(r[1]));
   else if (c) comparePage(decodeURIComponent(c[1]));
   else jobList();
 }
