@@ -129,6 +129,14 @@ def register(subparsers: Any) -> None:
         metavar="P",
         help="count verdicts whose P(yes) is within P of the threshold as borderline (default 0.02)",
     )
+    p.add_argument(
+        "--qrels-level",
+        type=int,
+        default=1,
+        metavar="L",
+        help="graded ground truth (qrels) against the yes/no verdicts (agreement): grade >= L is "
+        "relevant (default 1; stated in every record and the summary)",
+    )
     add_label_flags(p)
     p.add_argument(
         "--calibration",
@@ -180,6 +188,8 @@ def run_score(args: argparse.Namespace) -> int:
     policy = call_policy(args)
     if not 0.0 <= args.borderline_margin <= 1.0:
         raise InputError("must be within [0, 1]", field="--borderline-margin")
+    if not 1 <= args.qrels_level <= 3:
+        raise InputError(f"must be in 1..3, got {args.qrels_level}", field="--qrels-level")
     if args.max_passage_chars is not None and args.max_passage_chars < 1:
         raise InputError("must be >= 1", field="--max-passage-chars")
     if any(k < 1 for k in args.k):
@@ -253,6 +263,7 @@ def run_score(args: argparse.Namespace) -> int:
         extras=extras,
         executor=executor,
         borderline_margin=args.borderline_margin,
+        qrels_level=args.qrels_level,
         **label_options,
         settings={
             **engine,

@@ -687,6 +687,12 @@ def calibrated_config(
         cal = store.calibration(name)
     if cal is None:
         raise InputError(f"no calibration named {name!r} in the label store", field=field)
+    if config.language == "auto" and not config.template:
+        # A threshold holds for one template: the calibration's template judges every query.
+        from judge.judging import load_template
+
+        fitted = load_template(cal.template_id)
+        config = replace(config, language=fitted.language, template=cal.template_id)
     template = template_for(config)
     if cal.template_id != template.id or (cal.template_hash and cal.template_hash != template.hash):
         raise InputError(
