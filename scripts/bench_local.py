@@ -438,6 +438,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reason-batch", type=int, default=4, help="--default-job: reasons per batch (after)"
     )
+    parser.add_argument("--block", type=int, default=3, help="--default-job: queries per alternated block")
     args = parser.parse_args(argv)
     if args.default_job:
         return await default_job(args)
