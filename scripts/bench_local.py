@@ -18,13 +18,18 @@ per query so that a change in machine load favours no mode):
 ``--default-job`` instead measures the README's first command (``judge score`` with the
 embedded judge: probability mode plus a generated Chinese reason per passage) through the
 real batch runner, old against new side by side: ``before`` is the backend as it was
-(``LocalBackend(reuse_for_reason=False)``: the reason re-evaluates its prompt from the last
-aligned 32-token block), ``after`` the default (the reason continues the probability pass).
-Queries alternate between the two (order rotating per query). Printed: passages/s
-of each and their ratio, whether the verdicts and P(yes) values are identical, prompt tokens
-evaluated per second against llama.cpp's own prompt-processing rate on this machine (one
-512-token batch: the practical ceiling), and where the seconds go (probability passes vs
-reasons)::
+(``LocalBackend(reason_batch=1)``: one passage at a time, its reason generated right after
+its probability pass), ``after`` the default (``reason_batch=4``: four passages in flight,
+their reasons decoded together in one llama.cpp batch). Each variant runs at the
+concurrency ``judge score`` gives it (the backend's ``max_concurrency``). Blocks of
+``--block`` queries (default 3) alternate between the two, the order rotating per block; a
+block is one ``score_dataset`` call, so its queries overlap as in ``judge score``. Printed:
+passages/s (wall) and passages per CPU second of each and their ratios, whether the
+verdicts and P(yes) values are identical (bit for bit) and how many reasons are identical,
+prompt tokens evaluated per second against llama.cpp's own prompt-processing rate on this
+machine (one 512-token batch: the practical ceiling), where the seconds go (probability
+passes vs reasons; with batching a reason's seconds are its share of its batch), and the
+load average before and after::
 
     python scripts/bench_local.py --default-job --queries 14 --json out/bench_default_job.json
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import resource
 import statistics
@@ -252,10 +258,12 @@ class JobStats:
 
     name: str
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     passages: int = 0
     calls: dict[str, list[float]] = field(default_factory=lambda: {"probability": [], "reason": []})
     evaluated: dict[str, int] = field(default_factory=lambda: {"probability": 0, "reason": 0})
     generated: int = 0
+    batches: list[int] = field(default_factory=list)  # sizes of the batched reason decodes
     verdicts: dict[tuple[str, int], tuple[str, float | None, str]] = field(default_factory=dict)
 
 
@@ -275,6 +283,21 @@ def _instrument(backend: LocalBackend, sink: list[JobStats]) -> None:
         return completion
 
     backend._complete_blocking = wrapped  # type: ignore[method-assign]
+    inner_batch = backend._reasons_blocking
+
+    def wrapped_batch(batch: list[Any]) -> Any:
+        started = time.perf_counter()
+        completions = inner_batch(batch)
+        seconds = time.perf_counter() - started
+        if sink:
+            for pending, completion in zip(batch, completions, strict=True):
+                sink[0].calls["reason"].append(seconds / len(batch))
+                sink[0].evaluated["reason"] += len(pending.tokens) - len(pending.kept)
+                sink[0].generated += completion.usage.completion_tokens
+            sink[0].batches.append(len(batch))
+        return completions
+
+    backend._reasons_blocking = wrapped_batch  # type: ignore[method-assign]
 
 
 def _prompt_rate(backend: LocalBackend, n_tokens: int = 512) -> float:
@@ -304,35 +327,46 @@ async def default_job(args: argparse.Namespace) -> int:
     sink: list[JobStats] = []
     _instrument(backend, sink)
     variants = {"before": JobStats("before"), "after": JobStats("after")}
-    reuse = {"before": False, "after": True}
+    batch = {"before": 1, "after": args.reason_batch}
+    load_before = os.getloadavg()
     ceiling = _prompt_rate(backend)
     with tempfile.TemporaryDirectory() as tmp:
-        for turn, line in enumerate(rows):
+        blocks = [rows[i : i + args.block] for i in range(0, len(rows), args.block)]
+        for turn, block in enumerate(blocks):
             order = ["before", "after"] if turn % 2 == 0 else ["after", "before"]
-            src = Path(tmp) / f"q{turn}.jsonl"
-            src.write_text(line + "\n", encoding="utf-8")
+            src = Path(tmp) / f"b{turn}.jsonl"
+            src.write_text("".join(line + "\n" for line in block), encoding="utf-8")
             for name in order:
                 stats = variants[name]
-                backend.reuse_for_reason = reuse[name]
+                backend.reason_batch = backend.max_concurrency = batch[name]
                 backend.reset_cache()
                 sink[:] = [stats]
-                out = Path(tmp) / f"q{turn}.{name}.jsonl"
-                wrapped = ensure_resilient(backend, concurrency=1)  # as `judge score` does
-                options = BatchOptions(concurrency=1, progress="quiet", fsync=False)
-                started = time.perf_counter()
+                out = Path(tmp) / f"b{turn}.{name}.jsonl"
+                wrapped = ensure_resilient(backend)  # as `judge score` does
+                options = BatchOptions(
+                    concurrency=wrapped.max_concurrency or 1, progress="quiet", fsync=False
+                )
+                started, cpu = time.perf_counter(), time.process_time()
                 await score_dataset(src, out, wrapped, JudgeConfig(), store=None, options=options)
                 stats.seconds += time.perf_counter() - started
-                record = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
-                for v in record["verdicts"]:
-                    stats.verdicts[(record["id"], v["index"])] = (v["verdict"], v["p_yes"], v["reason"])
-                stats.passages += len(record["verdicts"])
+                stats.cpu_seconds += time.process_time() - cpu
+                for text in out.read_text(encoding="utf-8").splitlines():
+                    record = json.loads(text)
+                    for v in record["verdicts"]:
+                        stats.verdicts[(record["id"], v["index"])] = (v["verdict"], v["p_yes"], v["reason"])
+                    stats.passages += len(record["verdicts"])
     await backend.aclose()
     before, after = variants["before"], variants["after"]
     same_verdicts = all(before.verdicts[k][0] == after.verdicts[k][0] for k in before.verdicts)
     same_p_yes = all(before.verdicts[k][1] == after.verdicts[k][1] for k in before.verdicts)
     same_reasons = sum(before.verdicts[k][2] == after.verdicts[k][2] for k in before.verdicts)
     rows_out = []
+    load_after = os.getloadavg()
     print(f"default job on {before.passages} passages of {len(rows)} queries; threads {backend.n_threads}")
+    print(f"kernels: {backend.fingerprint.rsplit('cpu=', 1)[-1]}")
+    print(
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); {os.cpu_count()} CPUs"
+    )
     print(f"llama.cpp prompt processing (512-token batch): {ceiling:.1f} tokens/s")
     for s in (before, after):
         evaluated = s.evaluated["probability"] + s.evaluated["reason"]
@@ -342,6 +376,8 @@ async def default_job(args: argparse.Namespace) -> int:
             "passages": s.passages,
             "seconds": s.seconds,
             "passages_per_s": s.passages / s.seconds,
+            "cpu_seconds": s.cpu_seconds,
+            "passages_per_cpu_s": s.passages / s.cpu_seconds,
             "probability_seconds": sum(s.calls["probability"]),
             "reason_seconds": sum(s.calls["reason"]),
             "prompt_tokens_evaluated": s.evaluated,
@@ -349,19 +385,24 @@ async def default_job(args: argparse.Namespace) -> int:
             "prompt_tokens_per_s_of_probability_passes": s.evaluated["probability"]
             / sum(s.calls["probability"]),
             "evaluated_tokens_per_busy_s": evaluated / busy if busy else None,
+            "reason_batches": s.batches,
         }
         rows_out.append(row)
         print(
-            f"{s.name:<7} {row['passages_per_s']:.3f} passages/s ({s.seconds:.1f} s); probability passes "
+            f"{s.name:<7} {row['passages_per_s']:.3f} passages/s ({s.seconds:.1f} s wall, "
+            f"{s.cpu_seconds:.1f} s CPU, {row['passages_per_cpu_s']:.3f} passages/CPU s); probability passes "
             f"{row['probability_seconds']:.1f} s ({s.evaluated['probability']} tokens, "
             f"{row['prompt_tokens_per_s_of_probability_passes']:.1f} tok/s = "
             f"{row['prompt_tokens_per_s_of_probability_passes'] / ceiling:.0%} of llama.cpp's rate); "
             f"reasons {row['reason_seconds']:.1f} s ({s.evaluated['reason']} prompt tokens evaluated, "
             f"{s.generated} generated)"
+            + (f"; reason batches of {statistics.mean(s.batches):.1f} on average" if s.batches else "")
         )
     ratio = after.passages / after.seconds / (before.passages / before.seconds)
+    cpu_ratio = after.passages / after.cpu_seconds / (before.passages / before.cpu_seconds)
     print(
-        f"speed-up after/before: {ratio:.2f}x; verdicts identical: {same_verdicts}; "
+        f"speed-up after/before: {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU; "
+        f"verdicts identical: {same_verdicts}; "
         f"P(yes) bit-identical: {same_p_yes}; reasons identical: {same_reasons}/{before.passages}"
     )
     if args.json:
@@ -370,6 +411,9 @@ async def default_job(args: argparse.Namespace) -> int:
             "prompt_rate_512": ceiling,
             "variants": rows_out,
             "speedup": ratio,
+            "cpu_speedup": cpu_ratio,
+            "load_average_before_after": [load_before, load_after],
+            "reason_batch": args.reason_batch,
             "verdicts_identical": same_verdicts,
             "p_yes_identical": same_p_yes,
             "reasons_identical": same_reasons,
@@ -391,6 +435,10 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--default-job", action="store_true", help="README's first command, before vs after")
     parser.add_argument("--queries", type=int, default=14, help="--default-job: queries of the dataset")
+    parser.add_argument(
+        "--reason-batch", type=int, default=4, help="--default-job: reasons per batch (after)"
+    )
+    parser.add_argument("--block", type=int, default=3, help="--default-job: queries per alternated block")
     args = parser.parse_args(argv)
     if args.default_job:
         return await default_job(args)

@@ -365,3 +365,22 @@ async def test_retries_are_logged(caplog: pytest.LogCaptureFixture) -> None:
         await rb.complete(req())
     messages = [r.getMessage() for r in caplog.records if r.name == "judge.backends"]
     assert any("attempt 1 failed (TransientError: HTTP 503: busy); retrying in" in m for m in messages)
+
+
+def test_a_backend_that_queues_calls_on_one_model_gets_the_local_timeout() -> None:
+    """The embedded judge keeps several calls in flight (batched reasons) but they wait for
+    each other on one model: the long local timeout, not the remote API's."""
+    from judge.backends._resilient import LOCAL_TIMEOUT_S, REMOTE_TIMEOUT_S, default_timeout
+
+    class Remote:
+        max_concurrency: int | None = 8
+
+    class Queued(Remote):
+        queues_calls = True
+
+    class Single(Remote):
+        max_concurrency = 1
+
+    assert default_timeout(Remote()) == REMOTE_TIMEOUT_S  # type: ignore[arg-type]
+    assert default_timeout(Queued()) == LOCAL_TIMEOUT_S  # type: ignore[arg-type]
+    assert default_timeout(Single()) == LOCAL_TIMEOUT_S  # type: ignore[arg-type]

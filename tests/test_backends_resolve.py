@@ -156,4 +156,5 @@ def test_real_local_backend_resolves_lazily() -> None:
     pytest.importorskip("judge.backends._local")
     b = resolve_backend()
     assert b.name == "local:qwen2.5-coder-1.5b-q4km"
-    assert b.max_concurrency == 1
+    # one model; several calls in flight so that their reasons can be decoded together
+    assert b.max_concurrency == 4 and getattr(b, "queues_calls", False)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
+import re
+from pathlib import Path
 
 import pytest
 
+from judge.backends import ChatRequest, Completion, RuleBackend
+from judge.batch import BatchOptions, score_dataset
 from judge.batch._progress import (
     BarProgress,
     PlainProgress,
@@ -15,6 +21,7 @@ from judge.batch._progress import (
     format_line,
     make_progress,
 )
+from judge.judging import JudgeConfig
 
 
 def _snap(**kw: float) -> Snapshot:
@@ -88,3 +95,43 @@ def test_plain_progress_stays_quiet_while_nothing_moves() -> None:
     p.update(_snap())  # no query finished since: no new line
     p.update(_snap(queries_done=31))
     assert out.getvalue().count("\n") == 2
+
+
+def test_no_rate_before_a_query_of_this_run_has_finished() -> None:
+    line = format_line(_snap(queries_done=30, queries_this_run=0, passages_this_run=0))
+    assert "rate not measured yet" in line
+    assert "passages/s" not in line and "queries/s" not in line
+    assert "ETA ?" in line
+    assert not _snap(queries_this_run=0).measured
+    assert _snap().measured
+
+
+async def test_first_line_of_a_run_shows_no_rate_while_passages_are_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Passages started but no query finished: the first line must not invent a rate (it
+    used to divide the started passages by the first seconds: "3.8 passages/s")."""
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    inp = tmp_path / "d.jsonl"
+    rows = [{"id": f"q{i}", "query": "q", "retrieval_context": ["p RELEVANT", "p"]} for i in range(2)]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    keyword = RuleBackend.keyword()
+    seen_before_first_reply: list[str] = []
+
+    class Held(RuleBackend):
+        async def complete(self, request: ChatRequest) -> Completion:
+            if not seen_before_first_reply:
+                for _ in range(400):  # the runner's ticker prints every 0.5 s; bounded wait
+                    if err.getvalue():
+                        break
+                    await asyncio.sleep(0.05)
+                seen_before_first_reply.append(err.getvalue())
+            return await super().complete(request)
+
+    opts = BatchOptions(progress="plain", progress_interval_s=0.0, concurrency=1, fsync=False)
+    await score_dataset(inp, tmp_path / "o.jsonl", Held(keyword.rule), JudgeConfig(), options=opts)
+    first = seen_before_first_reply[0].splitlines()[0]
+    assert first.startswith("judge score: 0/2 queries (0%), rate not measured yet, ETA ?")
+    last = err.getvalue().splitlines()[-1]
+    assert re.search(r"2/2 queries \(100%\), [0-9.]+ queries/s, [0-9.]+ passages/s", last)

@@ -205,7 +205,8 @@ def test_params_name_the_model_and_output_settings(backend: LocalBackend) -> Non
     assert params["n_ctx"] == 4096 and params["eval_block"] == EVAL_BLOCK
     assert "n_threads" not in params
     assert backend.name == "local:qwen2.5-coder-1.5b-q4km"
-    assert backend.max_concurrency == 1 and backend.supports_probabilities
+    assert backend.max_concurrency == backend.reason_batch == 4 and backend.supports_probabilities
+    assert backend.queues_calls  # the long local timeout, though several calls are in flight
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ PREFIX = '{"verdict": "'
 
 
 def test_the_reason_continues_the_probability_pass_and_probabilities_stay_identical() -> None:
-    backend = LocalBackend()
+    backend = LocalBackend(reason_batch=1)  # sequential: the reason continues in the same context
     backend.load()
     probability = ChatRequest(MESSAGES, answer_prefix=PREFIX, candidates=("yes", "no"))
     first = asyncio.run(backend.complete(probability))

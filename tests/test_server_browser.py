@@ -9,15 +9,40 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
+
+
+def cjk_font() -> str | None:
+    """The first font fontconfig offers for Chinese (``fc-list :lang=zh``), or None (no
+    fontconfig, or no such font): without one chromium draws every Chinese character of the
+    viewer as an empty box, and the screenshots would show boxes."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        return None
+    try:
+        listed = subprocess.run(
+            [fc_list, ":lang=zh", "family"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fonts = [line.strip() for line in listed.splitlines() if line.strip()]
+    return fonts[0] if fonts else None
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium): apt-get install chromium"
+    ),
+    pytest.mark.skipif(
+        cjk_font() is None,
+        reason="needs a CJK font (fc-list :lang=zh finds none; Chinese would render as empty boxes): "
+        "apt-get install fonts-wqy-zenhei",
     ),
 ]
 pytest.importorskip("fastapi")

@@ -1,6 +1,6 @@
 """The embedded offline judge: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF) on llama-cpp-python.
 
-One model, one call at a time (``max_concurrency = 1``): :meth:`LocalBackend.complete` queues
+One model, one computation at a time: :meth:`LocalBackend.complete` queues
 on an :class:`asyncio.Lock` and runs the blocking llama.cpp work in a worker thread
 (``asyncio.to_thread``), so the event loop stays free. A call that times out (or is
 cancelled) returns at once, but its thread cannot be stopped: the lock is released only when
@@ -45,12 +45,28 @@ How a call runs
 * ``answer_prefix`` without ``candidates``: generation continues the prefilled reply and
   ``Completion.text`` is prefix + continuation; ``json_schema`` is not applied then (a
   grammar would have to describe only the continuation).
+* **Batched reasons** (``reason_batch`` > 1, default 4; ``max_concurrency`` is then
+  ``reason_batch``, so the batch runner keeps that many passages in flight). Each
+  probability pass keeps a copy of its sequence's KV cache (``llama_state_seq_get_data``).
+  A greedy generation whose prompt extends a kept prompt (the default job's reason: the
+  probability prompt plus the chosen answer) waits until every call in flight is such a
+  reason (or ``reason_batch`` of them wait), then all of them are decoded together in a
+  second llama.cpp context over the same weights: each kept KV copied into its own
+  sequence, the answer tokens evaluated, and one ``llama_decode`` per generated token for
+  all sequences at once. Generating one token costs about as much for four sequences as
+  for one on a CPU (the weights are read once), so the reasons cost a fraction of their
+  sequential time. The probability passes do not change at all (same context, same
+  aligned blocks: bit-identical P(yes), hence identical verdicts); a batched reason may
+  differ slightly in wording from a sequential one (other float rounding in the batched
+  kernels). A reason with no kept prompt, sampled (temperature > 0), or with a grammar
+  runs the sequential way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib.metadata
 import json
 import os
@@ -58,7 +74,8 @@ import re
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +117,8 @@ DEFAULT_NAME = "local:qwen2.5-coder-1.5b-q4km"
 EVAL_BLOCK = 32
 #: ``max_tokens`` when the request gives none (a verdict with a short reason needs < 200).
 DEFAULT_MAX_TOKENS = 512
+#: Reasons decoded together (see "Batched reasons"); 1 turns batching off.
+DEFAULT_REASON_BATCH = 4
 
 _SENTINEL = re.compile("\ue000(\\d+)\ue001")
 # Used only when the GGUF carries no chat template of its own.
@@ -142,7 +161,9 @@ class LocalBackend:
     # of a generation, ~10x faster here (scripts/bench_local.py), and its P(yes) threshold
     # is the decision rule tuned against human labels (docs/agreement.md).
     prefers_probabilities: bool = True
-    max_concurrency: int | None = 1
+    max_concurrency: int | None = 1  # per instance: ``reason_batch``
+    # Calls wait for each other on one model: the long default timeout (ResilientBackend).
+    queues_calls: bool = True
     # Runs on this machine: ResilientBackend counts its calls at cost 0.0 (no price table entry).
     free: bool = True
 
@@ -155,9 +176,12 @@ class LocalBackend:
         seed: int = 0,
         verbose: bool = False,
         reuse_for_reason: bool = True,
+        reason_batch: int = DEFAULT_REASON_BATCH,
     ) -> None:
         if n_ctx < 2 * EVAL_BLOCK:
             raise ConfigurationError(f"n_ctx must be at least {2 * EVAL_BLOCK}, got {n_ctx}")
+        if reason_batch < 1:
+            raise ConfigurationError(f"reason_batch must be at least 1, got {reason_batch}")
         if n_threads is not None and n_threads < 1:
             raise ConfigurationError(f"n_threads must be at least 1, got {n_threads}")
         self._path: Path | None = None
@@ -177,7 +201,19 @@ class LocalBackend:
         # False: a reason re-evaluates its prompt from the last aligned block (the old way;
         # scripts/bench_local.py --default-job compares the two)
         self.reuse_for_reason = reuse_for_reason
+        # Reasons decoded together; also the calls the batch runner keeps in flight.
+        self.reason_batch = reason_batch
+        self.max_concurrency = reason_batch
         self.last_call: LocalCallStats | None = None
+        # Batched reasons: KV copies of recent probability prompts, the reasons waiting,
+        # the calls inside complete(), the second context (created on the first batch).
+        self._kept: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        self._pending: list[_PendingReason] = []
+        self._inflight = 0
+        self._flushing = False
+        self._reason_ctx: Any = None
+        self._reason_batch_handle: Any = None
+        self._flush_task: asyncio.Future[None] | None = None
 
         self._llm: Llama | None = None
         self._formatter: Jinja2ChatFormatter | None = None
@@ -231,15 +267,23 @@ class LocalBackend:
         for it (its own timeout counting) instead of queueing a second worker thread behind
         the model; the abandoned result (or error) is dropped.
         """
-        lock = self._loop_lock()
-        await lock.acquire()
+        self._inflight += 1
         try:
-            work = asyncio.ensure_future(asyncio.to_thread(self._complete_blocking, request))
-        except BaseException:
-            lock.release()
-            raise
-        work.add_done_callback(partial(_release_after, lock))
-        return await asyncio.shield(work)
+            pending = self._batchable(request)
+            if pending is not None:
+                return await self._await_batched(pending)
+            lock = self._loop_lock()
+            await lock.acquire()
+            try:
+                work = asyncio.ensure_future(asyncio.to_thread(self._complete_blocking, request))
+            except BaseException:
+                lock.release()
+                raise
+            work.add_done_callback(partial(_release_after, lock))
+            return await asyncio.shield(work)
+        finally:
+            self._inflight -= 1
+            self._maybe_flush()
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -255,15 +299,18 @@ class LocalBackend:
         with self._call_lock, self._load_lock:
             if self._llm is not None:
                 self._llm.close()
+            self._free_reason_context()
             self._llm = None
             self._formatter = None
             self._cached_len = 0
             self._grammars.clear()
+            self._kept.clear()
 
     def reset_cache(self) -> None:
         """Forget the KV cache: the next call evaluates its whole prompt (benchmarks, tests)."""
         with self._call_lock:
             self._cached_len = 0
+            self._kept.clear()
             if self._llm is not None:
                 self._llm.reset()  # type: ignore[no-untyped-call]
 
@@ -404,6 +451,8 @@ class LocalBackend:
         reused = self._evaluate(llm, tokens)
         n_vocab = llm.n_vocab()
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
+        if self.reason_batch > 1:
+            self._keep(llm, tokens)
         probs = softmax(logits.astype(np.float64))
         token_probs = {
             c: float(sum(probs[t] for t in sorted(group))) for c, group in zip(candidates, ids, strict=True)
@@ -419,6 +468,202 @@ class LocalBackend:
             token_probs=token_probs,
             finish_reason=None,
         )
+
+    # --- batched reasons ----------------------------------------------------------------
+
+    def _keep(self, llm: Llama, tokens: list[int]) -> None:
+        """Copy sequence 0's KV cache (exactly ``tokens``, just evaluated) for a reason."""
+        import llama_cpp
+
+        size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(llm.ctx, buffer, size, 0)
+        if written != size:  # pragma: no cover - llama.cpp reports its own size
+            return
+        key = tuple(tokens)
+        self._kept[key] = bytes(buffer)
+        self._kept.move_to_end(key)
+        waiting = {pending.kept for pending in self._pending}
+        excess = max(0, len(self._kept) - 2 * self.reason_batch)
+        for old in [k for k in self._kept if k not in waiting][:excess]:  # oldest first
+            del self._kept[old]
+
+    def _batchable(self, request: ChatRequest) -> _PendingReason | None:
+        """A pending reason for ``request`` when it can join a batch: greedy, no grammar, a
+        prefilled answer, and its prompt extends a kept probability prompt."""
+        llm = self._llm
+        if (
+            self.reason_batch < 2
+            or llm is None
+            or request.candidates
+            or not request.answer_prefix
+            or request.json_schema is not None
+            or request.temperature > 0
+            or not self._kept
+        ):
+            return None
+        tokens = self._prompt_tokens(llm, request)
+        for kept in reversed(self._kept):
+            if len(kept) < len(tokens) and tuple(tokens[: len(kept)]) == kept:
+                self._check_context(len(tokens), 1)
+                max_tokens = min(request.max_tokens or DEFAULT_MAX_TOKENS, self.n_ctx - len(tokens))
+                future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+                return _PendingReason(request, tokens, kept, future, max_tokens)
+        return None
+
+    async def _await_batched(self, pending: _PendingReason) -> Completion:
+        self._pending.append(pending)
+        self._maybe_flush()
+        try:
+            return await asyncio.shield(pending.future)
+        except asyncio.CancelledError:
+            if pending in self._pending:  # not started: leave the queue
+                self._pending.remove(pending)
+            raise
+
+    def _maybe_flush(self) -> None:
+        """Start decoding the waiting reasons when every call in flight is one of them (no
+        probability pass left to join), or ``reason_batch`` of them wait."""
+        if self._flushing or not self._pending:
+            return
+        if len(self._pending) < min(self._inflight, self.reason_batch):
+            return
+        self._flushing = True
+        batch: list[_PendingReason] = []
+        budget = self.n_ctx
+        for pending in list(self._pending):
+            need = len(pending.tokens) + pending.max_tokens
+            if len(batch) == self.reason_batch or (batch and need > budget):
+                break
+            batch.append(pending)
+            budget -= need
+            self._pending.remove(pending)
+        self._flush_task = asyncio.ensure_future(self._flush(batch))
+
+    async def _flush(self, batch: list[_PendingReason]) -> None:
+        lock = self._loop_lock()
+        try:
+            await lock.acquire()
+            try:
+                results = await asyncio.to_thread(self._reasons_blocking, batch)
+            finally:
+                lock.release()
+            for pending, result in zip(batch, results, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(result)
+        except BaseException as exc:  # every waiting caller gets the error
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+                    pending.future.exception()  # a cancelled caller does not read it
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._flushing = False
+            self._maybe_flush()
+
+    def _reason_context(self, llm: Llama) -> Any:
+        """The second context (same weights, same settings as the model's own, one KV
+        cache shared by ``reason_batch`` sequences), created once."""
+        import llama_cpp
+
+        if self._reason_ctx is None:
+            params = type(llm.context_params).from_buffer_copy(llm.context_params)
+            params.n_seq_max = self.reason_batch
+            params.kv_unified = True
+            params.n_threads = params.n_threads_batch = self.n_threads
+            ctx = llama_cpp.llama_init_from_model(llm.model, params)
+            if not ctx:
+                raise PermanentError("llama.cpp could not create the context for batched reasons")
+            self._reason_ctx = ctx
+            self._reason_batch_handle = llama_cpp.llama_batch_init(max(512, self.reason_batch), 0, 1)
+        return self._reason_ctx
+
+    def _free_reason_context(self) -> None:
+        import llama_cpp
+
+        if self._reason_batch_handle is not None:
+            llama_cpp.llama_batch_free(self._reason_batch_handle)
+            self._reason_batch_handle = None
+        if self._reason_ctx is not None:
+            llama_cpp.llama_free(self._reason_ctx)
+            self._reason_ctx = None
+
+    def _reasons_blocking(self, batch: list[_PendingReason]) -> list[Completion]:
+        """Greedy generation for every reason of ``batch`` at once, one sequence each."""
+        import llama_cpp
+
+        llm = self._ensure_loaded()
+        with self._call_lock:
+            started = time.perf_counter()
+            ctx = self._reason_context(llm)
+            handle = self._reason_batch_handle
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+            for seq, pending in enumerate(batch):
+                state = self._kept.pop(pending.kept, None)
+                if state is None:  # evicted meanwhile: evaluate the prompt again
+                    raise PermanentError("a kept prompt was evicted")  # pragma: no cover
+                buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+                if llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), seq) == 0:
+                    raise PermanentError("llama.cpp refused a kept prompt's KV cache")
+            vocab = llama_cpp.llama_model_get_vocab(llm.model)
+            n_vocab = llm.n_vocab()
+            # First step: every sequence's answer tokens (after its kept prompt).
+            feed = [(seq, p.tokens[len(p.kept) :], len(p.kept)) for seq, p in enumerate(batch)]
+            active = list(range(len(batch)))
+            finish = ["length"] * len(batch)
+            while active:
+                rows: list[tuple[int, int]] = []  # (sequence, batch row of its logits)
+                n = 0
+                for seq, new, position in feed:
+                    for offset, token in enumerate(new):
+                        handle.token[n] = token
+                        handle.pos[n] = position + offset
+                        handle.n_seq_id[n] = 1
+                        handle.seq_id[n][0] = seq
+                        handle.logits[n] = offset == len(new) - 1
+                        n += 1
+                    rows.append((seq, n - 1))
+                handle.n_tokens = n
+                if llama_cpp.llama_decode(ctx, handle) != 0:
+                    raise PermanentError("llama.cpp could not decode the batched reasons")
+                feed = []
+                for seq, row in rows:
+                    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
+                    token = int(np.argmax(logits))
+                    pending = batch[seq]
+                    if llama_cpp.llama_vocab_is_eog(vocab, token):
+                        finish[seq] = "stop"
+                        active.remove(seq)
+                        continue
+                    pending.generated.append(token)
+                    if len(pending.generated) >= pending.max_tokens:
+                        active.remove(seq)
+                        continue
+                    feed.append((seq, [token], len(pending.tokens) + len(pending.generated) - 1))
+            seconds = time.perf_counter() - started
+            out = []
+            for seq, pending in enumerate(batch):
+                text = llm.detokenize(pending.generated, prev_tokens=pending.tokens).decode("utf-8", "ignore")
+                n_completion = len(pending.generated) + (finish[seq] == "stop")
+                stats = LocalCallStats(
+                    len(pending.tokens),
+                    len(pending.kept),
+                    len(pending.tokens) - len(pending.kept),
+                    n_completion,
+                    seconds / len(batch),
+                )
+                self.last_call = stats
+                out.append(
+                    Completion(
+                        text=(pending.request.answer_prefix or "") + text,
+                        usage=Usage(prompt_tokens=len(pending.tokens), completion_tokens=n_completion),
+                        model=self.model,
+                        latency_s=seconds,
+                        finish_reason=finish[seq],
+                    )
+                )
+            return out
 
     def _candidate_ids(self, llm: Llama, candidates: tuple[str, ...]) -> tuple[frozenset[int], ...]:
         known = self._candidate_tokens.get(candidates)
@@ -507,6 +752,19 @@ class LocalBackend:
             latency_s=seconds,
             finish_reason=choice.get("finish_reason"),
         )
+
+
+@dataclass(eq=False)
+class _PendingReason:
+    """A reason waiting for its batch: the request, its prompt tokens, the kept prompt
+    (a key of ``LocalBackend._kept``) it continues, and the future its caller awaits."""
+
+    request: ChatRequest
+    tokens: list[int]
+    kept: tuple[int, ...]
+    future: asyncio.Future[Completion]
+    max_tokens: int = 0
+    generated: list[int] = field(default_factory=list)
 
 
 def _release_after(lock: asyncio.Lock, work: asyncio.Future[Completion]) -> None:

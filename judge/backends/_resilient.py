@@ -332,9 +332,12 @@ LOCAL_TIMEOUT_S = 600.0
 
 def default_timeout(backend: Backend) -> float:
     """Per-call timeout when none is given: 60 s for remote APIs, 600 s for a backend that
-    serves one call at a time (the embedded model: calls wait for each other and the first
-    one assembles and loads the model)."""
-    return LOCAL_TIMEOUT_S if backend.max_concurrency == 1 else REMOTE_TIMEOUT_S
+    serves one call at a time or queues its calls on one model (``queues_calls``: the
+    embedded model, whose calls wait for each other and whose first call assembles and
+    loads the model)."""
+    if backend.max_concurrency == 1 or getattr(backend, "queues_calls", False):
+        return LOCAL_TIMEOUT_S
+    return REMOTE_TIMEOUT_S
 
 
 class ResilientBackend:

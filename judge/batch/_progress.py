@@ -17,7 +17,9 @@ ProgressMode = Literal["auto", "bar", "plain", "quiet"]
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Counters at one moment. ``queries_done`` includes queries finished by earlier runs."""
+    """Counters at one moment. ``queries_done`` includes queries finished by earlier runs;
+    ``passages_this_run`` counts the passages of the queries this run has finished (a
+    passage still being judged is not done), so the rates are measured ones."""
 
     queries_done: int
     queries_total: int
@@ -28,6 +30,11 @@ class Snapshot:
     unjudged: int
     rejected: int
     elapsed_s: float
+
+    @property
+    def measured(self) -> bool:
+        """Whether a rate has been measured yet: a query of this run has finished."""
+        return self.queries_this_run > 0 and self.elapsed_s > 0
 
     @property
     def qps(self) -> float:
@@ -54,11 +61,19 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def format_rates(snap: Snapshot) -> str:
+    """``"0.12 queries/s, 0.7 passages/s"``, or ``"rate not measured yet"`` before the first
+    query of this run has finished (a rate from passages merely started would be invented)."""
+    if not snap.measured:
+        return "rate not measured yet"
+    return f"{snap.qps:.2f} queries/s, {snap.pps:.1f} passages/s"
+
+
 def format_line(snap: Snapshot) -> str:
     pct = 100.0 * snap.queries_done / snap.queries_total if snap.queries_total else 100.0
     return (
         f"judge score: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
-        f"{snap.qps:.2f} queries/s, {snap.pps:.1f} passages/s, ETA {format_duration(snap.eta_s)}, "
+        f"{format_rates(snap)}, ETA {format_duration(snap.eta_s)}, "
         f"retries {snap.retries}, rate-limited {snap.rate_limited}, unjudged {snap.unjudged}, "
         f"rejected {snap.rejected}"
     )
@@ -133,8 +148,7 @@ class BarProgress:
             TextColumn("[bold]judge score"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[qps]:.2f} q/s"),
-            TextColumn("{task.fields[pps]:.1f} passages/s"),
+            TextColumn("{task.fields[rates]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -144,7 +158,7 @@ class BarProgress:
             transient=False,
         )
         self._task = self._progress.add_task(
-            "score", total=None, qps=0.0, pps=0.0, retries=0, rl=0, unjudged=0
+            "score", total=None, rates="rate not measured yet", retries=0, rl=0, unjudged=0
         )
 
     def start(self, total: int, done: int) -> None:
@@ -155,8 +169,7 @@ class BarProgress:
         self._progress.update(
             self._task,
             completed=snap.queries_done,
-            qps=snap.qps,
-            pps=snap.pps,
+            rates=format_rates(snap),
             retries=snap.retries,
             rl=snap.rate_limited,
             unjudged=snap.unjudged,

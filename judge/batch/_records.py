@@ -57,6 +57,12 @@ JUDGE_CONVENTIONS: dict[str, str] = {
     "ndcg_gain": "grade (binary: yes=1, no=0), linear gain, log2 discount",
     "ndcg_ideal": "judged list re-sorted by gain",
     "ap_denominator": "relevant among the judged retrieved passages",
+    "expected": (
+        "each metric's expectation when every judged passage is relevant with its P(yes), "
+        "independently (only with probabilities); no threshold decides it, so it is the figure "
+        "to compare across machines, builds and thresholds; the hard figures count the "
+        "verdicts as decided and are the ones ground_truth (hand labels) checks"
+    ),
 }
 
 GROUND_TRUTH_CONVENTIONS: dict[str, str] = {

@@ -307,6 +307,7 @@ class _Run:
         self._skipped = skipped
         self._dropped = dropped
         self.scored = 0
+        self.passages_done = 0  # passages of the queries finished this run (the rates)
         self.progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
         executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
         # Whose call counters the summary and progress read: an executor that judges
@@ -332,6 +333,7 @@ class _Run:
         self.done += 1
         if work.jobs:
             self.scored += 1
+            self.passages_done += len(work.jobs)
         self.progress.update(self.snapshot())
 
     def snapshot(self) -> Snapshot:
@@ -340,7 +342,7 @@ class _Run:
             queries_done=self.done + self._skipped(),
             queries_total=self.total - self._dropped(),
             queries_this_run=self.scored,
-            passages_this_run=stats.passages,
+            passages_this_run=self.passages_done,
             retries=_stat(self.accounting, "retries"),
             rate_limited=_stat(self.accounting, "rate_limited"),
             unjudged=stats.unjudged,

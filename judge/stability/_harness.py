@@ -6,8 +6,10 @@ What a stability run does
    and **no verdict cache** (``store=None``), through the batch driver
    (:class:`judge.batch.BatchDriver`, one planned query per run and query): the harness
    measures the judge, not the cache. Runs go in parallel when the backend allows it
-   (``backend.max_concurrency`` is None or > 1); with ``max_concurrency == 1`` (the
-   embedded model) they run one after the other. At most ``concurrency`` queries are in flight over all runs.
+   (``backend.max_concurrency`` is None or > 1; the embedded model's 4 calls in flight
+   share one model, whose probabilities do not depend on what ran before); with
+   ``max_concurrency == 1`` they run one after the other. At most ``concurrency`` queries
+   are in flight over all runs.
 2. Keep every run's verdicts (``runs/run-<i>.jsonl``: one line per query, the full
    :class:`JudgeResult`), written as soon as the run completes.
 3. Per run: mAP (mean AP), mean score, mean NDCG@k over the queries, and a bootstrap
