@@ -47,6 +47,11 @@ class ChatRequest:
     ``Completion.token_probs`` the probability of each candidate string being the next
     token after ``answer_prefix`` (renormalisation is left to the caller). Backends that
     cannot expose token probabilities raise :class:`UnsupportedError`.
+
+    ``meta``: what is being judged, by identifier (``query_id``, ``passage_id``; only those
+    known). Never sent to a provider and not part of :meth:`cache_params`: the verdict of an
+    LLM depends on the text, not on ids. Backends that answer from known labels (the qrels
+    backend) read it.
     """
 
     messages: tuple[Message, ...]
@@ -57,6 +62,7 @@ class ChatRequest:
     json_schema: dict[str, Any] | None = None
     answer_prefix: str | None = None
     candidates: tuple[str, ...] | None = None
+    meta: Mapping[str, str] | None = None
 
     def cache_params(self) -> dict[str, Any]:
         """The request fields that change the output, for cache keys."""

@@ -180,10 +180,17 @@ class _Asker:
     """Makes the calls for one judgment: generation, samples, probability mode and
     listwise judging (:mod:`judge.judging._listwise`) all go through :meth:`exchange`."""
 
-    def __init__(self, backend: Backend, template: PromptTemplate, config: JudgeConfig) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        template: PromptTemplate,
+        config: JudgeConfig,
+        meta: Mapping[str, str] | None = None,
+    ) -> None:
         self.backend = backend
         self.template = template
         self.config = config
+        self.meta = meta
 
     def request(self, messages: Sequence[Message], **overrides: Any) -> ChatRequest:
         cfg = self.config
@@ -194,6 +201,7 @@ class _Asker:
             "seed": cfg.seed,
             "max_tokens": cfg.max_tokens,
             "json_schema": self.template.json_schema,
+            "meta": self.meta,
         }
         fields.update(overrides)
         return ChatRequest(**fields)
@@ -420,6 +428,7 @@ async def judge_passage(
         store=store,
         passage_id=passage.id,
         truncated=passage.truncated,
+        query_id=passage.query_id,
     )
 
 
@@ -434,12 +443,15 @@ async def ask_verdict(
     store: VerdictStore | None,
     passage_id: str | None = None,
     truncated: bool = False,
+    query_id: str | None = None,
 ) -> PassageVerdict:
     """Ask for one verdict on rendered ``messages`` in ``config``'s decision mode
     (probability, vote over samples, or one generation with re-asks), build its
     :class:`PassageVerdict` and store it under ``key`` when judged (the store lookup is the
-    caller's: it knows how a hit is re-indexed)."""
-    asker = _Asker(backend, template, config)
+    caller's: it knows how a hit is re-indexed). ``passage_id``/``query_id`` travel to the
+    backend as the request's ``meta``."""
+    meta = {k: v for k, v in (("query_id", query_id), ("passage_id", passage_id)) if v is not None}
+    asker = _Asker(backend, template, config, meta or None)
     started = time.perf_counter()
     if config.probability:
         out = await asker.probability(messages)
