@@ -77,7 +77,29 @@ def register(subparsers: Any) -> None:
         default=1000,
         help="redraws of the pool from P(yes) for order_stability (default 1000; 0 skips)",
     )
-    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="bootstrap CI level; with --until-decided also the confidence each decision must hold with "
+        "(default 0.95)",
+    )
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="judge pooled pairs in rounds, those that most change a comparison first, and stop when every "
+        "decision (which system is better, significant or not) holds with --confidence",
+    )
+    p.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="with --until-decided: judge at most N pairs"
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --until-decided: pairs judged per round (default max(8, pool/25))",
+    )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
     add_judge_flags(p, defaults=False)
     p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
@@ -132,6 +154,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         field_map=parse_field_map(args.map),
         max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
         top_queries=args.top_queries,
+        until_decided=bool(args.until_decided),
+        budget=args.budget,
+        adaptive_batch=args.batch,
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
@@ -180,4 +205,12 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
             f"{pool.unjudged} unjudged), {pool.calls} LLM calls this run; report {out / 'report.html'}",
             file=sys.stderr,
         )
+        if report.adaptive is not None:
+            a = report.adaptive
+            print(
+                f"judge compare-systems: --until-decided judged {a.judged_pairs} of {a.pool_pairs} "
+                f"pooled pairs in {a.rounds} rounds; {a.decided} comparison(s) decided, "
+                f"{a.undecided} undecided ({a.stop})",
+                file=sys.stderr,
+            )
     return 0

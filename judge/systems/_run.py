@@ -20,8 +20,16 @@ from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
 from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
+from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
-from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._model import (
+    AdaptiveDecision,
+    AdaptiveSummary,
+    PoolSummary,
+    SystemComparison,
+    SystemsReport,
+    SystemSummary,
+)
 from judge.systems._pool import (
     Pool,
     PoolRun,
@@ -62,6 +70,9 @@ class SystemsOptions:
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
     redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
+    ``until_decided``: judge the pool adaptively until every comparison's decision holds
+    with ``confidence`` (see :mod:`judge.systems._adaptive`), at most ``budget`` pairs,
+    ``adaptive_batch`` per round, ``adaptive_draws`` Monte Carlo draws.
     """
 
     depth: int | None = None
@@ -77,6 +88,10 @@ class SystemsOptions:
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
     top_queries: int = 10
     top_passages: int = 5
+    until_decided: bool = False
+    budget: int | None = None
+    adaptive_batch: int | None = None
+    adaptive_draws: int = 200
 
     def check(self) -> None:
         if self.depth is not None and self.depth < 1:
@@ -91,6 +106,17 @@ class SystemsOptions:
             raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
         if self.max_passage_chars < 1:
             raise InputError("must be >= 1", field="--max-passage-chars")
+        if self.budget is not None and self.budget < 0:
+            raise InputError(f"must be >= 0, got {self.budget}", field="--budget")
+        if self.adaptive_batch is not None and self.adaptive_batch < 1:
+            raise InputError(f"must be >= 1, got {self.adaptive_batch}", field="--batch")
+        if self.adaptive_draws < 10:
+            raise InputError(f"must be >= 10, got {self.adaptive_draws}", field="adaptive_draws")
+        if (self.budget is not None or self.adaptive_batch is not None) and not self.until_decided:
+            raise InputError(
+                "is only used with --until-decided",
+                field="--budget" if self.budget is not None else "--batch",
+            )
 
 
 def _finite(x: float | None) -> float | None:
@@ -119,9 +145,11 @@ async def run_compare_systems(
     store: VerdictStore | None = None,
     options: SystemsOptions | None = None,
     pool_run: PoolRun | None = None,
+    prior: Mapping[tuple[str, str], float] | None = None,
 ) -> SystemsReport:
     """Pool, judge, score and compare ``systems`` (name -> dataset path; the first is the
-    baseline); write every file into ``report_dir``; return the report."""
+    baseline); write every file into ``report_dir``; return the report. ``prior``: P(yes)
+    per (query id, docno) from a cheap judge, the prior of ``until_decided``."""
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
     opts.check()
@@ -150,16 +178,43 @@ async def run_compare_systems(
         reporter.close()
     pool = build_pool(inputs, depth=opts.depth, human=human)
     judged_config = _pooled_config(config, backend, run.listwise)
-    verdicts = await judge_pool(
-        out / POOL_INPUT,
-        out / POOL_JUDGED,
-        pool_dataset_lines(pool, inputs),
-        backend,
-        config,
-        store=store,
-        run=replace(run, max_passage_chars=opts.max_passage_chars),
-    )
-    check_pool_complete(pool, verdicts)
+    adaptive: AdaptiveOutcome | None = None
+    if opts.until_decided:
+        adaptive = await judge_adaptively(
+            pool,
+            inputs,
+            measures,
+            out,
+            backend,
+            judged_config,
+            store=store,
+            run=replace(run, max_passage_chars=opts.max_passage_chars),
+            options=AdaptiveOptions(
+                confidence=opts.confidence,
+                budget=opts.budget,
+                batch=opts.adaptive_batch,
+                draws=opts.adaptive_draws,
+                prior=prior,
+            ),
+            level=_level(opts, judged_config),
+            seed=opts.seed,
+            resamples=opts.resamples,
+            depth=opts.depth,
+        )
+        verdicts = PoolVerdicts(
+            verdicts=adaptive.verdicts, mode=judged_config.mode, calls=adaptive.calls, summary=None
+        )
+    else:
+        verdicts = await judge_pool(
+            out / POOL_INPUT,
+            out / POOL_JUDGED,
+            pool_dataset_lines(pool, inputs),
+            backend,
+            config,
+            store=store,
+            run=replace(run, max_passage_chars=opts.max_passage_chars),
+        )
+        check_pool_complete(pool, verdicts)
     # CPU-bound (tests, resamples, files): off the event loop, so a server stays responsive.
     return await asyncio.to_thread(
         score_and_report,
@@ -171,7 +226,56 @@ async def run_compare_systems(
         measures=measures,
         options=opts,
         backend_name=backend.name,
+        adaptive=adaptive,
     )
+
+
+def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> AdaptiveSummary:
+    decided = sum(d is not None for d in outcome.decided_at)
+    undecided = len(outcome.decided_at) - decided
+    if not undecided:
+        stop = "decided"
+    elif outcome.budget_spent:
+        stop = "budget"
+    else:
+        stop = "pool exhausted"
+    return AdaptiveSummary(
+        confidence=options.confidence,
+        alpha=ALPHA,
+        budget=options.budget,
+        batch=outcome.batch,
+        draws=options.adaptive_draws,
+        rounds=outcome.rounds,
+        judged_pairs=outcome.judged_pairs,
+        pool_pairs=outcome.pool_pairs,
+        fraction=round(outcome.judged_pairs / outcome.pool_pairs, 4) if outcome.pool_pairs else None,
+        calls=outcome.calls,
+        decided=decided,
+        undecided=undecided,
+        stop=stop,
+        prior=outcome.prior,
+    )
+
+
+def _adaptive_decisions(
+    outcome: AdaptiveOutcome | None, names: Sequence[str], measures: Sequence[Any]
+) -> dict[tuple[str, str], AdaptiveDecision]:
+    if outcome is None:
+        return {}
+    keys = [(s, m.trec_name) for s in names[1:] for m in measures]
+    return {
+        key: AdaptiveDecision(
+            decided=at is not None,
+            decision=d.label,
+            sign=d.sign,
+            significant=d.significant,
+            confidence=round(d.confidence, 4),
+            expected_diff=d.expected_diff,
+            judged_pairs=at,
+            pool_pairs=outcome.pool_pairs,
+        )
+        for key, d, at in zip(keys, outcome.decisions, outcome.decided_at, strict=True)
+    }
 
 
 def score_and_report(
@@ -184,6 +288,7 @@ def score_and_report(
     measures: Sequence[Any],
     options: SystemsOptions,
     backend_name: str,
+    adaptive: AdaptiveOutcome | None = None,
 ) -> SystemsReport:
     """Everything after judging: pooled files, metrics, comparisons, report files."""
     mode = config.mode
@@ -246,6 +351,7 @@ def score_and_report(
         seed=options.seed,
         resamples=options.stability_resamples,
     )
+    decisions = _adaptive_decisions(adaptive, names, measures)
     comparisons = [
         SystemComparison(
             baseline=p.comparison.baseline,
@@ -265,6 +371,7 @@ def score_and_report(
             ties=p.ties,
             losses=p.losses,
             order_stability=stability[(p.comparison.system, p.comparison.measure)],
+            adaptive=decisions.get((p.comparison.system, p.comparison.measure)),
         )
         for p in paired
     ]
@@ -280,6 +387,12 @@ def score_and_report(
         calls=verdicts.calls,
         calls_saved=pool.pairs - pool.unique_pairs,
     )
+    if adaptive is not None and adaptive.judged_pairs < adaptive.pool_pairs:
+        warnings.append(
+            f"--until-decided judged {adaptive.judged_pairs} of {adaptive.pool_pairs} pooled pairs; "
+            "the others are left out of pool.qrels, so the means and tests above count them as not relevant; "
+            "each comparison's decision under the prior is in its 'adaptive' entry"
+        )
     if unjudged:
         warnings.append(
             f"{unjudged} pooled pair(s) are unjudged (left out of pool.qrels, so scored as not relevant); "
@@ -317,6 +430,16 @@ def score_and_report(
             "(graded: from its grade probabilities), seed "
             f"{options.seed}; share in which sign(diff) holds; null without probabilities"
         ),
+        **(
+            {
+                "adaptive": "pairs judged in rounds, the pair that most changes an undecided comparison's "
+                "difference first (Carterette et al. 2006 weights through the measure registry); "
+                f"stop when every decision (sign, Holm p < {ALPHA}) holds in >= {options.confidence:g} of "
+                f"{options.adaptive_draws} seeded draws of the pairs not judged from the prior"
+            }
+            if adaptive is not None
+            else {}
+        ),
         "reproduce": f"judge trec -l {level} -m {' -m '.join(m.trec_name for m in measures)} "
         "REPORT_DIR/pool.qrels REPORT_DIR/runs/NAME.run",
     }
@@ -327,6 +450,7 @@ def score_and_report(
         conventions=conventions,
         not_in_all_systems=not_in_all,
         warnings=warnings,
+        adaptive=_adaptive_summary(adaptive, options) if adaptive is not None else None,
     )
     data = ReportData(
         report=report,
@@ -381,6 +505,10 @@ async def acompare_systems(
     concurrency: int | None = None,
     retry_unjudged: bool = False,
     base_url: str | None = None,
+    until_decided: bool = False,
+    budget: int | None = None,
+    batch: int | None = None,
+    draws: int = 200,
 ) -> SystemsReport:
     """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
     from judge.backends import CallPolicy, make_backend
@@ -398,6 +526,10 @@ async def acompare_systems(
         stability_resamples=stability_resamples,
         confidence=confidence,
         strict=strict,
+        until_decided=until_decided,
+        budget=budget,
+        adaptive_batch=batch,
+        adaptive_draws=draws,
     )
     policy = CallPolicy(concurrency=concurrency)
     resolved = make_backend(backend, policy=policy, base_url=base_url)
@@ -436,7 +568,9 @@ def compare_systems(
     pool first), ``depth``, ``measures``, ``relevance_level``, ``cache`` (True: the default
     verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
-    ``retry_unjudged``, ``base_url``. Re-running resumes: judged pairs cost nothing.
+    ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
+    holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
+    ``draws``: Monte Carlo draws). Re-running resumes: judged pairs cost nothing.
     """
     from judge.backends._sync import run_sync
 
