@@ -247,6 +247,7 @@ def _dl19_systems(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.skipif(not DL19.is_dir(), reason=f"TREC DL 2019 data not found at {DL19} (../shared/data)")
+@pytest.mark.timeout(1800)  # four pools of 43 queries; minutes on a loaded 2-core machine
 def test_dl19_until_decided_reaches_the_full_pools_decisions_with_the_qrels_judge(tmp_path: Path) -> None:
     systems = _dl19_systems(tmp_path)
     spec = f"qrels:{DL19 / '2019qrels-pass.txt'}"

@@ -28,6 +28,7 @@ from judge.backends._base import (
     error_for_status,
     parse_retry_after,
 )
+from judge.backends._cascade import CascadeBackend
 from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_to_model
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
 from judge.backends._langchain import LangChainBackend
@@ -44,7 +45,7 @@ from judge.backends._resilient import (
     ensure_resilient,
     estimate_tokens,
 )
-from judge.backends._resolve import describe_backend, make_backend, resolve_backend
+from judge.backends._resolve import describe_backend, make_backend, resolve_backend, resolve_cascade
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -53,6 +54,7 @@ __all__ = [
     "BackendError",
     "BackendStats",
     "CallPolicy",
+    "CascadeBackend",
     "ChatRequest",
     "Completion",
     "ConfigError",
@@ -86,5 +88,6 @@ __all__ = [
     "redact",
     "register_secret",
     "resolve_backend",
+    "resolve_cascade",
     "schema_to_model",
 ]

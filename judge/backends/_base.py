@@ -106,6 +106,8 @@ class Completion:
     # many provider calls it took (1 = no retry).
     cost: float | None = None
     attempts: int = 1
+    # Set by a cascade of judges (CascadeBackend): the name of the judge whose answer this is.
+    decided_by: str | None = None
 
 
 def candidate_probs(top_logprobs: Iterable[tuple[str, float]], candidates: Iterable[str]) -> dict[str, float]:

@@ -46,6 +46,7 @@ __all__ = [
     "describe_backend",
     "make_backend",
     "resolve_backend",
+    "resolve_cascade",
 ]
 
 DEFAULT_QWEN_MODEL = "qwen-plus"
@@ -202,6 +203,24 @@ def _build(
         return _deepeval_class(model, options)
     except TypeError as exc:
         raise ConfigurationError(f"bad option for backend {prefix}:{model}: {exc}") from None
+
+
+def resolve_cascade(
+    specs: str, *, margin: float = 0.1, base_url: str | None = None, api_key: str | None = None
+) -> Backend:
+    """``CHEAP,EXPENSIVE`` (two backend specs) as one :class:`~judge.backends.CascadeBackend`
+    with ``margin``; each spec resolved by :func:`resolve_backend`. :func:`make_backend`
+    wraps the result as any backend."""
+    from judge.backends._cascade import CascadeBackend
+
+    parts = [p.strip() for p in specs.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise ConfigurationError(
+            f"expected CHEAP,EXPENSIVE (two backend specs), got {specs!r}", field="cascade"
+        )
+    cheap = resolve_backend(parts[0], base_url=base_url, api_key=api_key)
+    expensive = resolve_backend(parts[1], base_url=base_url, api_key=api_key)
+    return _remember(CascadeBackend(cheap, expensive, margin=margin), "--cascade given")
 
 
 def _local(model: str, options: dict[str, Any]) -> Backend:

@@ -102,6 +102,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
     add_judge_flags(p, defaults=False)
+    p.add_argument(
+        "--cascade",
+        default=None,
+        metavar="CHEAP,EXPENSIVE",
+        help="two backend specs: the cheap judge first, the expensive one only where the cheap P(yes) is "
+        "within --margin of the threshold (with --until-decided: the pairs the decisions still need)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.1,
+        help="with --cascade: the cheap judge's unsure band (default 0.1)",
+    )
     p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
     p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
     add_call_flags(p)
@@ -162,7 +175,16 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     # Resume in the pool's mode unless one is given (as judge score does).
     config = judge_config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
 
-    backend = open_backend(args.backend, args.base_url, policy)
+    spec: Any = args.backend
+    if args.cascade:
+        from judge.backends import resolve_cascade
+        from judge.cli._flags import flag_errors
+
+        if args.backend:
+            raise InputError("give either --backend or --cascade, not both", field="--cascade")
+        with flag_errors({"cascade": "--cascade", "margin": "--margin", "backend": "--cascade"}):
+            spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
+    backend = open_backend(spec, args.base_url, policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
     concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces

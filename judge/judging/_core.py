@@ -154,8 +154,10 @@ class _Outcome:
     retries: int = 0
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
+    decided_by: str | None = None
 
     def add_call(self, completion: Completion) -> None:
+        self.decided_by = completion.decided_by or self.decided_by
         self.attempts += 1
         self.retries += max(0, completion.attempts - 1)
         self.usage = self.usage + completion.usage
@@ -292,8 +294,18 @@ class _Asker:
         if prefix is None or candidates is None:  # template_for() already refuses this
             raise UnsupportedError(f"template {template.id} has no probability mode")
         out = _Outcome()
+        threshold = (
+            {"grade_threshold": str(cfg.grade_threshold)}
+            if template.mode == "graded"
+            else {"decision_threshold": repr(cfg.decision_threshold)}
+        )
         request = self.request(
-            messages, max_tokens=1, json_schema=None, answer_prefix=prefix, candidates=candidates
+            messages,
+            max_tokens=1,
+            json_schema=None,
+            answer_prefix=prefix,
+            candidates=candidates,
+            meta={**(self.meta or {}), **threshold},
         )
         try:
             completion = await self.backend.complete(request)
@@ -483,6 +495,7 @@ async def ask_verdict(
         raw=out.raw,
         error=out.error,
         truncated=truncated,
+        decided_by=out.decided_by,
     )
     if store is not None and key is not None and verdict.judged:
         await store.put(key, verdict)

@@ -78,8 +78,10 @@ class PassageVerdict(_Strict):
     candidate answers in probability mode. ``attempts`` counts the backend calls made for
     this passage (re-asks and samples included), ``reasks`` the calls made because a reply
     was invalid, ``retries`` the provider-level retries (timeouts, 5xx, 429) the resilient
-    wrapper made underneath them. ``cached`` says this verdict came from the verdict store (its tokens, cost
-    and latency are those of the original judgment and are not counted again in usage).
+    wrapper made underneath them. ``decided_by``: with a cascade of judges, the judge whose
+    answer this is (None otherwise). ``cached`` says this verdict came from the verdict store
+    (its tokens, cost and latency are those of the original judgment and are not counted
+    again in usage).
     """
 
     index: int
@@ -104,6 +106,7 @@ class PassageVerdict(_Strict):
     raw: str | None = None
     error: str | None = None
     truncated: bool = False
+    decided_by: str | None = None
 
     @property
     def judged(self) -> bool:

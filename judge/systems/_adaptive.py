@@ -214,6 +214,28 @@ def _ranking(state: npt.NDArray[np.int64], ranks: npt.NDArray[np.intp], qid: str
     return JudgedRanking(qid=qid, grades=ranked, qrels=state[present])
 
 
+def _evaluate_states(
+    problem: Problem, system: int, states: Sequence[tuple[int, npt.NDArray[np.int64]]]
+) -> npt.NDArray[np.float64]:
+    """``[measure, k]`` values of ``system`` on each (query index, state); each distinct
+    state of a query is evaluated once."""
+    index: dict[tuple[int, bytes], int] = {}
+    rankings: list[JudgedRanking] = []
+    where: list[int] = []
+    for qi, state in states:
+        key = (qi, state.tobytes())
+        at = index.get(key)
+        if at is None:
+            at = index[key] = len(rankings)
+            rankings.append(_ranking(state, problem.queries[qi].ranks[system], f"{at:09d}"))
+        where.append(at)
+    if not rankings:
+        return np.zeros((len(problem.measures), 0))
+    ev = evaluate(problem.measures, rankings, relevance_level=problem.level)
+    cols = np.stack([ev.query_scores(m) for m in problem.measures], axis=0)
+    return np.asarray(cols[:, np.array(where, dtype=np.intp)], dtype=np.float64)
+
+
 def score_states(
     problem: Problem, states: Sequence[npt.NDArray[np.int64]], draws: int
 ) -> npt.NDArray[np.float64]:
@@ -221,19 +243,12 @@ def score_states(
     the measure registry (:func:`judge.metrics.evaluate`, as ``judge trec`` scores)."""
     n_s, n_m, n_q = len(problem.systems), len(problem.measures), len(problem.queries)
     values = np.zeros((n_s, n_m, draws, n_q))
+    flat = [(qi, rows[r]) for qi, rows in enumerate(states) for r in range(rows.shape[0])]
     for s in range(n_s):
-        rankings: list[JudgedRanking] = []
-        where: list[tuple[int, int]] = []  # (query, rows)
-        for qi, (q, rows) in enumerate(zip(problem.queries, states, strict=True)):
-            for r in range(rows.shape[0]):
-                rankings.append(_ranking(rows[r], q.ranks[s], f"{len(rankings):09d}"))
-            where.append((qi, rows.shape[0]))
-        if not rankings:
-            continue
-        ev = evaluate(problem.measures, rankings, relevance_level=problem.level)
-        cols = np.stack([ev.query_scores(m) for m in problem.measures], axis=0)  # [measure, ranking]
+        cols = _evaluate_states(problem, s, flat)
         at = 0
-        for qi, n_rows in where:
+        for qi, rows in enumerate(states):
+            n_rows = rows.shape[0]
             block = cols[:, at : at + n_rows]
             values[s, :, :, qi] = block if n_rows == draws else np.repeat(block, draws, axis=1)
             at += n_rows
@@ -330,7 +345,7 @@ def pair_priorities(
     states: Sequence[npt.NDArray[np.int64]],
     decisions: Sequence[Decision],
     *,
-    bases: int = 4,
+    bases: int = 3,
 ) -> list[tuple[float, int, int]]:
     """``(priority, query index, docno index)`` of every unknown pair, highest first (ties:
     query order, then docno order). Over ``bases`` drawn states, each unknown pair is set
@@ -352,15 +367,8 @@ def pair_priorities(
                     jobs.append((qi, int(j), value, state))
     if not jobs or not open_c:
         return [(0.0, qi, int(j)) for qi, q in enumerate(problem.queries) for j in q.unknown()]
-    n_m = len(problem.measures)
-    vals = np.zeros((len(problem.systems), n_m, len(jobs)))
-    for s in range(len(problem.systems)):
-        rankings = [
-            _ranking(state, problem.queries[qi].ranks[s], f"{k:09d}")
-            for k, (qi, _, _, state) in enumerate(jobs)
-        ]
-        ev = evaluate(problem.measures, rankings, relevance_level=problem.level)
-        vals[s] = np.stack([ev.query_scores(m) for m in problem.measures], axis=0)
+    states_of_jobs = [(qi, state) for qi, _, _, state in jobs]
+    vals = np.stack([_evaluate_states(problem, s, states_of_jobs) for s in range(len(problem.systems))])
     weights: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
     counts: dict[tuple[int, int], int] = {}
     k = 0

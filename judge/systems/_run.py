@@ -17,7 +17,7 @@ from typing import Any
 from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
-from judge.judging import JudgeConfig, Mode, VerdictStore, resolve_config, template_for
+from judge.judging import JudgeConfig, Mode, PassageVerdict, VerdictStore, resolve_config, template_for
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
@@ -130,6 +130,21 @@ def _pooled_config(config: JudgeConfig, backend: Backend, listwise: bool) -> Jud
     return resolve_config(config, backend)
 
 
+def _cascade_of(backend: Backend) -> tuple[Backend, Backend] | None:
+    """(cheap, expensive) of a cascade backend, each under the wrapper's call policy."""
+    from judge.backends import CascadeBackend, ResilientBackend
+
+    inner = backend.inner if isinstance(backend, ResilientBackend) else backend
+    if not isinstance(inner, CascadeBackend):
+        return None
+    if isinstance(backend, ResilientBackend):
+        return (
+            ResilientBackend(inner.cheap, policy=backend.policy),
+            ResilientBackend(inner.expensive, policy=backend.policy),
+        )
+    return inner.cheap, inner.expensive
+
+
 def _level(options: SystemsOptions, config: JudgeConfig) -> int:
     if options.relevance_level is not None:
         return options.relevance_level
@@ -180,13 +195,39 @@ async def run_compare_systems(
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
+        judge_with, adaptive_config = backend, judged_config
+        cheap_verdicts: dict[str, dict[str, PassageVerdict]] = {}
+        cheap_calls = 0
+        cascade = _cascade_of(backend)
+        if cascade is not None and prior is None:
+            # The cheap judge on the whole pool gives every pair its P(yes); the expensive
+            # judge gets only the pairs the decisions still need.
+            cheap, judge_with = cascade
+            cheap_config = resolve_config(replace(judged_config, probability=True), cheap)
+            got = await judge_pool(
+                out / "cheap" / POOL_INPUT,
+                out / "cheap" / POOL_JUDGED,
+                pool_dataset_lines(pool, inputs),
+                cheap,
+                cheap_config,
+                store=store,
+                run=replace(run, max_passage_chars=opts.max_passage_chars, listwise=False),
+            )
+            cheap_verdicts, cheap_calls = got.verdicts, got.calls
+            prior = {
+                (qid, d): float(v.p_yes)
+                for qid, vs in got.verdicts.items()
+                for d, v in vs.items()
+                if v.judged and v.p_yes is not None
+            }
+            adaptive_config = resolve_config(config, judge_with)
         adaptive = await judge_adaptively(
             pool,
             inputs,
             measures,
             out,
-            backend,
-            judged_config,
+            judge_with,
+            adaptive_config,
             store=store,
             run=replace(run, max_passage_chars=opts.max_passage_chars),
             options=AdaptiveOptions(
@@ -201,9 +242,11 @@ async def run_compare_systems(
             resamples=opts.resamples,
             depth=opts.depth,
         )
-        verdicts = PoolVerdicts(
-            verdicts=adaptive.verdicts, mode=judged_config.mode, calls=adaptive.calls, summary=None
-        )
+        merged = {qid: dict(vs) for qid, vs in cheap_verdicts.items()}
+        for qid, vs in adaptive.verdicts.items():
+            merged.setdefault(qid, {}).update(vs)
+        adaptive.calls += cheap_calls
+        verdicts = PoolVerdicts(verdicts=merged, mode=judged_config.mode, calls=adaptive.calls, summary=None)
     else:
         verdicts = await judge_pool(
             out / POOL_INPUT,
@@ -509,9 +552,16 @@ async def acompare_systems(
     budget: int | None = None,
     batch: int | None = None,
     draws: int = 200,
+    cascade: str | None = None,
+    margin: float = 0.1,
 ) -> SystemsReport:
     """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
-    from judge.backends import CallPolicy, make_backend
+    from judge.backends import CallPolicy, make_backend, resolve_cascade
+
+    if cascade is not None:
+        if backend is not None:
+            raise InputError("give either backend or cascade, not both", field="cascade")
+        backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
 
     base = config if config is not None else JudgeConfig()
     if mode is not None and mode != base.mode:
@@ -549,7 +599,7 @@ async def acompare_systems(
     finally:
         if own_store and store is not None:
             await store.aclose()  # type: ignore[attr-defined]
-        if backend is None or isinstance(backend, str):
+        if backend is None or isinstance(backend, str) or cascade is not None:
             await resolved.aclose()
 
 
@@ -570,7 +620,10 @@ def compare_systems(
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
     ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
     holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
-    ``draws``: Monte Carlo draws). Re-running resumes: judged pairs cost nothing.
+    ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
+    judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
+    threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
+    resumes: judged pairs cost nothing.
     """
     from judge.backends._sync import run_sync
 
