@@ -132,6 +132,9 @@ class CompareOptions(JudgeOptions):
     map: dict[str, str] = Field(default_factory=dict)
     top_queries: int = Field(default=10, ge=0, le=1000)
     top_passages: int = Field(default=5, ge=1, le=100)
+    until_decided: bool = False
+    budget: int | None = Field(default=None, ge=0, le=100_000_000)
+    batch: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("measures")
     @classmethod
