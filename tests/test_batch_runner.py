@@ -388,7 +388,8 @@ async def test_listwise_reply_missing_a_passage_falls_back_to_pointwise(tmp_path
     inp = _dataset(tmp_path / "d.jsonl", ROWS[:1])
     backend = _listwise_rule(skip=2)
     opts = BatchOptions(progress="quiet", fsync=False, listwise=True)
-    out = await score_dataset(inp, tmp_path / "l.jsonl", backend, JudgeConfig(max_reasks=1), options=opts)
+    config = JudgeConfig(language="zh", max_reasks=1)
+    out = await score_dataset(inp, tmp_path / "l.jsonl", backend, config, options=opts)
     # One listwise call, one re-ask (still missing #2), then passage 2 alone.
     assert len(backend.requests) == 3
     (rec,) = recover_output(tmp_path / "l.jsonl")

@@ -27,6 +27,7 @@ from judge.judging import (
     JudgeConfig,
     Passage,
     PassageVerdict,
+    bind_language,
     judge_passage,
     judge_query,
     load_template,
@@ -496,11 +497,15 @@ def test_usage_counts_tokens_from_completions() -> None:
 def test_resolve_config_picks_probability_mode_where_the_backend_prefers_it() -> None:
     local_like = ScriptedBackend([], prefers_probabilities=True)
     remote_like = ScriptedBackend([])
-    auto = resolve_config(JudgeConfig(), local_like)
+    auto = resolve_config(JudgeConfig(language="zh"), local_like)
     # The embedded-model default: probability mode, the template's calibrated threshold,
     # and a generated reason (explain) so every verdict still has its Chinese reason.
     assert (auto.probability, auto.explain, auto.p_yes_threshold) == (True, True, 0.575)
-    plain = resolve_config(JudgeConfig(), remote_like)
+    # language auto: the threshold is the template's of the language each query is bound to.
+    per_query = resolve_config(JudgeConfig(), local_like)
+    assert (per_query.probability, per_query.p_yes_threshold) == (True, None)
+    assert bind_language(per_query, "感冒可以吃布洛芬吗？") == auto
+    plain = resolve_config(JudgeConfig(language="zh"), remote_like)
     assert (plain.probability, plain.explain, plain.p_yes_threshold) == (False, False, 0.575)
     # Explicit settings win; explicit probability mode stays the fast path (no reason).
     fast = resolve_config(JudgeConfig(probability=True), remote_like)

@@ -15,6 +15,7 @@ from judge.metrics._expected import (
     borderline_count,
     expected_average_precision,
     expected_gain_ndcg,
+    expected_ndcg,
     poisson_binomial,
 )
 
@@ -159,3 +160,66 @@ def test_expected_metrics_of_verdicts() -> None:
     ]
     out = expected_metrics(graded, "graded", (5,))
     assert out is not None and out["ndcg"]["5"] == pytest.approx(1.0)
+
+
+def _brute_force_endcg(dist: np.ndarray, k: int | None, ideal: tuple[int, ...] = ()) -> float:
+    """E[NDCG@k] by enumerating every labeling (label-free ideal of the labeling + ideal)."""
+    total = 0.0
+    for labels in itertools.product(range(dist.shape[1]), repeat=dist.shape[0]):
+        weight = float(np.prod([dist[i, g] for i, g in enumerate(labels)]))
+        if weight:
+            total += weight * ndcg(np.array(labels), ideal=np.array([*labels, *ideal]), k=k)
+    return total
+
+
+def test_expected_ndcg_three_passages_by_hand() -> None:
+    # p = (0.5, 0.5, 0.5): 8 equally likely labelings; d2 = 1/log2(3), d3 = 1/2. NDCG of each
+    # (ideal = the labeling sorted): 000 -> 0, 100 110 111 -> 1, 010 -> d2, 001 -> d3,
+    # 101 -> (1 + d3) / (1 + d2), 011 -> (d2 + d3) / (1 + d2).
+    d2, d3 = 1 / np.log2(3), 0.5
+    by_hand = (3 + d2 + d3 + (1 + d3) / (1 + d2) + (d2 + d3) / (1 + d2)) / 8
+    e = expected_ndcg([0.5, 0.5, 0.5], 3)
+    assert e.method == "exact" and e.stderr == 0.0
+    assert e.value == pytest.approx(by_hand, abs=1e-12)  # 0.7148...
+    # The NDCG of the expected gains calls every ordering of equal probabilities perfect.
+    assert expected_gain_ndcg([0.5, 0.5, 0.5], 3) == pytest.approx(1.0)
+    # @1: only labelings with rank 1 relevant score (1), and a lone relevant passage below
+    # rank 1 scores 0 at cutoff 1: E = P(r1) = 0.5.
+    assert expected_ndcg([0.5, 0.5, 0.5], 1).value == pytest.approx(0.5, abs=1e-12)
+    # Graded, by hand: rank 1 certainly grade 1, rank 2 grade 3 or 0 with 1/2 each.
+    # 3 present: DCG = 1 + 3 d2, IDCG = 3 + d2; absent: 1.
+    graded = np.array([[0, 1, 0, 0], [0.5, 0, 0, 0.5]])
+    assert expected_ndcg(graded, 2).value == pytest.approx(((1 + 3 * d2) / (3 + d2) + 1) / 2, abs=1e-12)
+
+
+def test_expected_ndcg_matches_enumeration_and_hard_ndcg() -> None:
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 4, 6):
+        p = rng.uniform(0, 1, n)
+        binary = np.stack([1 - p, p], axis=1)
+        graded = rng.dirichlet(np.ones(4), size=n)
+        for k in (1, 3, 10, None):
+            assert expected_ndcg(p, k).value == pytest.approx(_brute_force_endcg(binary, k), abs=1e-12)
+            assert expected_ndcg(graded, k).value == pytest.approx(_brute_force_endcg(graded, k), abs=1e-12)
+            extra = expected_ndcg(graded, k, ideal=(3, 1)).value
+            assert extra == pytest.approx(_brute_force_endcg(graded, k, (3, 1)), abs=1e-12)
+    # 0/1 probabilities are the hard label-free NDCG; empty is 0
+    rel = [1, 0, 0, 1, 1, 0]
+    assert expected_ndcg(rel, 5).value == pytest.approx(ndcg(np.array(rel), k=5), abs=1e-15)
+    assert expected_ndcg([], 5).value == 0.0
+    with pytest.raises(ValueError):
+        expected_ndcg([0.2, 1.5], 5)
+
+
+def test_monte_carlo_is_within_its_stated_error_of_the_exact_value() -> None:
+    rng = np.random.default_rng(5)
+    graded = rng.dirichlet(np.ones(4), size=8)
+    exact = expected_ndcg(graded, 5, method="exact")
+    mc = expected_ndcg(graded, 5, method="monte_carlo", samples=4000, seed=1)
+    assert mc.method == "monte_carlo" and (mc.samples, mc.seed) == (4000, 1) and mc.stderr > 0
+    assert abs(mc.value - exact.value) <= 4 * mc.stderr
+    # seeded: the same estimate again
+    assert expected_ndcg(graded, 5, method="monte_carlo", samples=4000, seed=1) == mc
+    # the automatic choice falls back to Monte Carlo only beyond the exact limit
+    assert expected_ndcg(rng.dirichlet(np.ones(4), size=60), None).method == "monte_carlo"
+    assert expected_ndcg(rng.uniform(size=200), None).method == "exact"

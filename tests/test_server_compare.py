@@ -127,7 +127,10 @@ def test_compare_job_end_to_end_equals_compare_systems(tmp_path: Path) -> None:
         paths[name] = tmp_path / f"{name}.jsonl"
         paths[name].write_bytes(ndjson(recs))
     ref_fake = Counting()
-    ref = judge.compare_systems(paths, tmp_path / "ref", backend=ref_fake.backend, cache=False, **OPTIONS)
+    zh = judge.JudgeConfig(language="zh")  # the test server's default language
+    ref = judge.compare_systems(
+        paths, tmp_path / "ref", backend=ref_fake.backend, config=zh, cache=False, **OPTIONS
+    )
     assert _strip(report) == _strip(ref.to_json())
     assert len(ref_fake.asked) == n
     mapc = next(c for c in report["comparisons"] if c["measure"] == "map")

@@ -190,7 +190,8 @@ def test_html_is_self_contained_and_holds_the_per_query_section(
     assert "yes" in text and "no" in text  # verdict badges
     md = (out / "report.md").read_text(encoding="utf-8")
     # 8 queries all won: randomization p ~ 2/2^8, Holm over 5 comparisons still < 0.05.
-    assert "all4 is better than one on map: +0.7500" in md and "wins 8, ties 0, losses 0" in md
+    assert "all4 is better than one on map (Holm-adjusted over 5 comparisons p=" in md
+    assert "diff +0.7500; randomization test p=" in md and "wins 8, ties 0, losses 0" in md
 
 
 def test_exit_codes_strict_and_missing_file(

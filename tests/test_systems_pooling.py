@@ -187,11 +187,12 @@ def test_human_qrels_fill_the_pool_and_only_holes_are_judged(tmp_path: Path) -> 
     # retrieved by nobody; q9 is not in any system.
     human.write_text("q1 0 h1 2\nq1 0 h2 0\nq1 0 u 1\nq9 0 z 1\n", encoding="utf-8")
     fake = _keyword()
-    report = _run(tmp_path, {"A": a, "B": b}, backend=fake, qrels=human)
+    # Graded labels meet the binary judge at a stated level: grade >= 1 is relevant.
+    report = _run(tmp_path, {"A": a, "B": b}, backend=fake, qrels=human, qrels_level=1)
     assert sorted(_asked(fake)) == [f"q1 的段落 x {REL}", "q1 的段落 y"]
     assert (report.pool.human_labels, report.pool.judged, report.pool.calls) == (2, 2, 2)
     assert read_qrels(tmp_path / "report" / "pool.qrels").to_dict() == {
-        "q1": {"h1": 2, "h2": 0, "u": 1, "x": 1, "y": 0}
+        "q1": {"h1": 1, "h2": 0, "u": 1, "x": 1, "y": 0}
     }
     # Relevant: h1, x, u (3). A = [h1 x]: AP (1 + 1) / 3; B = [h2 y]: 0.
     assert report.systems["A"].measures["map"] == pytest.approx(2 / 3)

@@ -219,7 +219,8 @@ def test_bad_calibration_entries_are_refused(text: str, field: str) -> None:
 
 
 def test_default_templates_are_the_tuned_ones() -> None:
-    assert JudgeConfig().template_id() == "binary.zh.v2"
+    assert JudgeConfig(language="zh").template_id() == "binary.zh.v2"
+    assert JudgeConfig().template_ids() == {"zh": "binary.zh.v2", "en": "binary.en.v2"}
     assert JudgeConfig(language="en").template_id() == "binary.en.v2"
-    assert JudgeConfig(mode="graded").template_id() == "graded.zh.v1"
+    assert JudgeConfig(mode="graded", language="zh").template_id() == "graded.zh.v1"
     assert JudgeConfig(mode="graded", language="en").template_id() == "graded.en.v2"

@@ -34,17 +34,21 @@ import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from judge.backends._base import Backend, PermanentError
 from judge.batch._executor import Executor, PassageJob
-from judge.judging import JudgeConfig, Passage, VerdictStore, verdict_cache_key
+from judge.judging import JudgeConfig, Passage, VerdictStore, bind_language, verdict_cache_key
 from judge.judging._core import cached_verdict
 from judge.judging._listwise import _template as listwise_template_of
 from judge.judging._models import PassageVerdict
 
-KeyFn = Callable[[str, str], str]
-"""``(query, passage_text) -> store key``."""
+
+class KeyFn(Protocol):
+    """``(query, passage_text, config=None) -> store key``; ``config``: the query's bound
+    config (``language="auto"`` made concrete) when it differs from the run's."""
+
+    def __call__(self, query: str, text: str, config: JudgeConfig | None = None) -> str: ...
 
 
 @dataclass
@@ -63,6 +67,9 @@ class QueryWork:
     jobs: Sequence[PassageJob]
     known: Sequence[PassageVerdict | None] | None = None
     payload: Any = None
+    language: str | None = None
+    """``language="auto"``: the language the query is judged in (set by the driver from the
+    query and its passages, or by the planner from the query's record); None otherwise."""
 
     @classmethod
     def fresh(cls, query: str, passages: Iterable[Passage], payload: Any = None) -> QueryWork:
@@ -100,10 +107,12 @@ def cache_keys(
 ) -> KeyFn:
     """The store key of a passage for runs with ``backend`` and (resolved) ``config``:
     :func:`judge.judging.verdict_cache_key`, with the listwise template when ``listwise``."""
-    template = listwise_template_of(config, listwise_template) if listwise else None
+    run_config = config
 
-    def key(query: str, text: str) -> str:
-        return verdict_cache_key(backend, config, query, text, template=template)
+    def key(query: str, text: str, config: JudgeConfig | None = None) -> str:
+        cfg = config if config is not None else bind_language(run_config, query, [text])
+        template = listwise_template_of(cfg, listwise_template) if listwise else None
+        return verdict_cache_key(backend, cfg, query, text, template=template)
 
     return key
 
@@ -226,6 +235,17 @@ class BatchDriver:
                 done.set_result(None)
             slots.release()
 
+    def config_of(self, work: QueryWork) -> JudgeConfig:
+        """The config ``work`` is judged with: ``language="auto"`` bound once per query (to
+        ``work.language`` when the planner knows it, else from the query and the passages
+        to judge), recorded in ``work.language``."""
+        config = bind_language(
+            self.config, work.query, (job.passage.text for job in work.jobs), language=work.language
+        )
+        if config is not self.config:
+            work.language = config.language
+        return config
+
     async def judge(self, work: QueryWork) -> list[PassageVerdict]:
         """The verdicts of one work (store hits, then the executor for the misses), in
         rank order; judged verdicts of the misses are stored as they arrive."""
@@ -233,10 +253,12 @@ class BatchDriver:
         misses: list[PassageJob] = []
         keys: dict[int, str] = {}
         stats = self.stats
+        config = self.config_of(work)
+        bound = config if config is not self.config else None
         for job in work.jobs:
             stats.passages += 1
             if self.store is not None and self.keys is not None:
-                key = self.keys(work.query, job.passage.text)
+                key = self.keys(work.query, job.passage.text, bound)
                 hit = await self.store.get(key)
                 if hit is not None:
                     found[job.index] = cached_verdict(hit, job.index, job.passage)
@@ -256,7 +278,7 @@ class BatchDriver:
             judged = await self.executor.judge(
                 work.query,
                 misses,
-                self.config,
+                config,
                 listwise=self.listwise,
                 listwise_template=self.listwise_template,
                 on_verdict=on_verdict,

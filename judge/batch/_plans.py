@@ -134,7 +134,9 @@ class RetryPlan:
                 raise ValueError("the query is missing or empty")
         except (KeyError, TypeError, ValueError) as exc:
             raise _Unusable(field_name, f"cannot re-ask this record's unjudged passages: {exc}") from exc
-        return QueryWork(query, jobs, known, RetryItem(record, entries))
+        # The language the query was judged in (``auto``): its re-asked passages keep it.
+        language = (record.get("conventions") or {}).get("language")
+        return QueryWork(query, jobs, known, RetryItem(record, entries), language=language)
 
     def __iter__(self) -> Iterator[QueryWork]:
         for line, record in iter_output(self.path, repair=False):

@@ -35,14 +35,21 @@ from judge.metrics import (
     JudgedList,
     Measure,
     NamedMeasure,
+    ScaleMapping,
     judge_measure,
     parse_named_measures,
+    resolve_mapping,
+    scale_of_labels,
     truth_measure,
     truth_values,
 )
 from judge.metrics._redundancy import REDUNDANCY_CONVENTIONS, redundancy_by_k
 
 RECORD_VERSION = 1
+
+#: ``--qrels-level``: where a graded ground truth meets the judge's yes/no (agreement), a
+#: grade >= this level is relevant (stated in every record and the summary).
+DEFAULT_QRELS_LEVEL = 1
 
 JUDGE_CONVENTIONS: dict[str, str] = {
     "unjudged": "dropped from the ranking (never scored as irrelevant)",
@@ -113,22 +120,41 @@ def ground_truth_metrics(
     return out
 
 
+def truth_mapping(truth: Mapping[str, int], level: int = DEFAULT_QRELS_LEVEL) -> ScaleMapping:
+    """How the ground truth meets the judge's yes/no verdicts: graded labels (any grade > 1)
+    made binary at ``level`` (grade >= level is relevant), 0/1 labels as they are."""
+    source = scale_of_labels(g for g in truth.values() if g >= 0)
+    return resolve_mapping(
+        source, "binary", level=level, source_name="the ground truth", level_field="--qrels-level"
+    )
+
+
 def agreement_counts(
-    verdicts: Sequence[PassageVerdict], docnos: Sequence[str], truth: Mapping[str, int]
+    verdicts: Sequence[PassageVerdict],
+    docnos: Sequence[str],
+    truth: Mapping[str, int],
+    level: int = DEFAULT_QRELS_LEVEL,
 ) -> dict[str, int]:
-    """Judge-vs-ground-truth counts on judged passages: tp, fp, fn, tn."""
+    """Judge-vs-ground-truth counts on judged passages: tp, fp, fn, tn; a ground-truth grade
+    is relevant as :func:`truth_mapping` says (grade >= ``level``)."""
+    mapping = truth_mapping(truth, level)
     c = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
     for v, d in zip(verdicts, docnos, strict=True):
         if not v.judged:
             continue
         judge_rel = v.verdict == "yes"
-        true_rel = truth.get(d, 0) >= 1
+        true_rel = mapping.apply(truth.get(d, 0)) >= 1
         c[("t" if judge_rel == true_rel else "f") + ("p" if judge_rel else "n")] += 1
     return c
 
 
 def build_record(
-    rec: DatasetRecord, result: JudgeResult, k: Sequence[int], *, measures: Sequence[str] = ()
+    rec: DatasetRecord,
+    result: JudgeResult,
+    k: Sequence[int],
+    *,
+    measures: Sequence[str] = (),
+    qrels_level: int = DEFAULT_QRELS_LEVEL,
 ) -> dict[str, Any]:
     """The output line for one scored query."""
     docnos = [p.docno for p in rec.passages]
@@ -148,11 +174,16 @@ def build_record(
         "unjudged_passages": unjudged_passages,
         "redundancy": {c: _round(x) for c, x in redundancy_by_k([p.text for p in rec.passages], k).items()},
     }
-    return finish_record(out, result, k, measures=measures)
+    return finish_record(out, result, k, measures=measures, qrels_level=qrels_level)
 
 
 def finish_record(
-    base: dict[str, Any], result: JudgeResult, k: Sequence[int], *, measures: Sequence[str] = ()
+    base: dict[str, Any],
+    result: JudgeResult,
+    k: Sequence[int],
+    *,
+    measures: Sequence[str] = (),
+    qrels_level: int = DEFAULT_QRELS_LEVEL,
 ) -> dict[str, Any]:
     """Fill a record's result fields from ``result`` (used for new and re-judged queries).
 
@@ -186,7 +217,8 @@ def finish_record(
     truth = _truth_of(out)
     if truth is not None:
         gt = ground_truth_metrics(out["docnos"], truth, k, measures=measures)
-        gt["agreement"] = agreement_counts(verdicts, out["docnos"], truth)
+        gt["agreement"] = agreement_counts(verdicts, out["docnos"], truth, qrels_level)
+        gt["agreement_rule"] = truth_mapping(truth, qrels_level).describe()
         out["ground_truth"] = gt
     else:
         out["ground_truth"] = None
@@ -300,6 +332,9 @@ def summarize_records(
             "precision": {c: _mean((r.get("precision") or {}).get(c) for r in records) for c in ks},
             "expected": mean_expected((_expected_of(r, k) for r in records), k),
         },
+        "languages": dict(
+            sorted(Counter(str((r.get("conventions") or {}).get("language", "?")) for r in records).items())
+        ),
         "score_distribution": {"bins": bins, "counts": hist},
         "verdicts": dict(sorted(verdict_counts.items())),
         "grades": dict(sorted(grade_counts.items())) if grade_counts else None,
@@ -340,7 +375,14 @@ def summarize_records(
                 "accuracy": round((agree["tp"] + agree["tn"]) / total, 6) if total else None,
             },
         }
-        summary["conventions"]["ground_truth"] = GROUND_TRUTH_CONVENTIONS
+        rules = sorted(
+            {str(r["ground_truth"].get("agreement_rule", "grade >= 1 is relevant")) for r in gt_records}
+        )
+        summary["conventions"]["ground_truth"] = {
+            **GROUND_TRUTH_CONVENTIONS,
+            "judge_agreement": "the judge's yes/no against the ground truth put on the binary scale: "
+            + "; ".join(rules),
+        }
     else:
         summary["ground_truth"] = None
     summary.update(summarize_extras(records, k))

@@ -51,7 +51,7 @@ from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extras import extras_record
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
-from judge.batch._records import build_record, finish_record, summarize_records
+from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
 from judge.io._errors import InputError
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -60,7 +60,8 @@ from judge.io._jsonl import (
     count_lines,
     iter_dataset,
 )
-from judge.judging import JudgeConfig, VerdictStore, resolve_config, summarize
+from judge.judging import JudgeConfig, VerdictStore, bind_language, resolve_config, summarize
+from judge.judging._config import LANGUAGE_RULE
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.judging._extras import ExtraOptions
 from judge.judging._models import PassageVerdict
@@ -100,6 +101,8 @@ class BatchOptions:
     extras: ExtraOptions | None = None
     # verdicts this close to the P(yes) threshold are counted as "borderline" in the summary
     borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
+    # a graded ground truth meets the yes/no verdicts (agreement) at grade >= qrels_level
+    qrels_level: int = DEFAULT_QRELS_LEVEL
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -239,7 +242,12 @@ def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> 
     return {
         "backend": backend_name,
         "judge": config.cache_params()
-        | {"max_reasks": config.max_reasks, "template_id": config.template_id()},
+        | {
+            "max_reasks": config.max_reasks,
+            "template_id": config.template_id() if config.language != "auto" or config.template else None,
+            "template_ids": config.template_ids(),
+        }
+        | ({"language_rule": LANGUAGE_RULE} if config.language == "auto" else {}),
         "k": list(opts.k),
         "concurrency": opts.concurrency,
         "judging": "listwise" if opts.listwise else "pointwise",
@@ -326,9 +334,18 @@ class _Run:
             elapsed_s=stats.elapsed_s,
         )
 
-    def result(self, query: str, verdicts: list[PassageVerdict]) -> Any:
+    def config_of(self, work: QueryWork) -> JudgeConfig:
+        """The query's own config (``language="auto"`` bound as the driver bound it)."""
+        return bind_language(self.config, work.query, language=work.language)
+
+    def result(self, work: QueryWork, verdicts: list[PassageVerdict]) -> Any:
         return summarize(
-            query, verdicts, self.config, self.backend.name, k=tuple(self.opts.k), measures=self.opts.measures
+            work.query,
+            verdicts,
+            self.config_of(work),
+            self.backend.name,
+            k=tuple(self.opts.k),
+            measures=self.opts.measures,
         )
 
     async def drive(
@@ -396,15 +413,19 @@ def _determinism_echo(
 ) -> dict[str, Any]:
     """``backend_fingerprint`` and the ``borderline`` count (probability-mode verdicts within
     ``opts.borderline_margin`` of the threshold: the ones another machine may flip)."""
-    borderline = (
-        len(
-            borderline_verdicts(
-                records, config.decision_threshold, opts.borderline_margin, config.grade_threshold
-            )
+    borderline = 0
+    if config.probability:
+        # Each query against its own threshold (``auto``: its language's template's).
+        by_threshold: dict[float, list[Mapping[str, Any]]] = {}
+        for record in records:
+            threshold = (record.get("conventions") or {}).get("p_yes_threshold")
+            if threshold is None:
+                threshold = bind_language(config, "", language="zh").decision_threshold
+            by_threshold.setdefault(float(threshold), []).append(record)
+        borderline = sum(
+            len(borderline_verdicts(group, t, opts.borderline_margin, config.grade_threshold))
+            for t, group in by_threshold.items()
         )
-        if config.probability
-        else 0
-    )
     return {
         "backend_fingerprint": backend_fingerprint(backend),
         "borderline": borderline,
@@ -480,9 +501,12 @@ async def score_dataset(
             async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
                 rec: DatasetRecord = work.payload
                 result, extra = await extras_record(
-                    backend, config, store, rec, run.result(rec.query, verdicts), opts.extras, opts.k
+                    backend, run.config_of(work), store, rec, run.result(work, verdicts), opts.extras, opts.k
                 )
-                record = build_record(rec, result, opts.k, measures=opts.measures) | extra
+                record = (
+                    build_record(rec, result, opts.k, measures=opts.measures, qrels_level=opts.qrels_level)
+                    | extra
+                )
                 record["backend_fingerprint"] = backend_fingerprint(backend)
                 await writer.awrite(record)
 
@@ -544,7 +568,11 @@ async def retry_unjudged(
                         if not verdicts[job.index].judged
                     ]
                     record = finish_record(
-                        base, run.result(work.query, verdicts), opts.k, measures=opts.measures
+                        base,
+                        run.result(work, verdicts),
+                        opts.k,
+                        measures=opts.measures,
+                        qrels_level=opts.qrels_level,
                     )
                     record["backend_fingerprint"] = backend_fingerprint(backend)
                     await writer.awrite(record)

@@ -28,9 +28,10 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
     )
     p.add_argument(
         "--language",
-        choices=("zh", "en"),
-        default="zh" if defaults else None,
-        help="template language (default zh)",
+        choices=("auto", "zh", "en"),
+        default="auto" if defaults else None,
+        help="template language (default auto: per query, zh when >= 20%% of the letters of the query "
+        "and its passages are CJK ideographs, else en; the template chosen is recorded per verdict)",
     )
     p.add_argument("--template", default=None, help="template id or .toml path")
     add_decision_flags(p)

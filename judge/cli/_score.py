@@ -128,6 +128,14 @@ def register(subparsers: Any) -> None:
         metavar="P",
         help="count verdicts whose P(yes) is within P of the threshold as borderline (default 0.02)",
     )
+    p.add_argument(
+        "--qrels-level",
+        type=int,
+        default=1,
+        metavar="L",
+        help="graded ground truth (qrels) against the yes/no verdicts (agreement): grade >= L is "
+        "relevant (default 1; stated in every record and the summary)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -171,6 +179,8 @@ def run_score(args: argparse.Namespace) -> int:
     policy = call_policy(args)
     if not 0.0 <= args.borderline_margin <= 1.0:
         raise InputError("must be within [0, 1]", field="--borderline-margin")
+    if not 1 <= args.qrels_level <= 3:
+        raise InputError(f"must be in 1..3, got {args.qrels_level}", field="--qrels-level")
     if args.max_passage_chars is not None and args.max_passage_chars < 1:
         raise InputError("must be >= 1", field="--max-passage-chars")
     if any(k < 1 for k in args.k):
@@ -237,6 +247,7 @@ def run_score(args: argparse.Namespace) -> int:
         extras=extras,
         executor=executor,
         borderline_margin=args.borderline_margin,
+        qrels_level=args.qrels_level,
         settings={
             **engine,
             "rpm": args.rpm,

@@ -52,6 +52,21 @@ def register(subparsers: Any) -> None:
         "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
     )
     p.add_argument(
+        "--qrels-level",
+        type=int,
+        default=None,
+        metavar="L",
+        help="graded --qrels with a binary judge: grade >= L counts as relevant (default: -l when "
+        "given, else the run is refused; the level is stated in the report)",
+    )
+    p.add_argument(
+        "--qrels-yes-grade",
+        type=int,
+        default=None,
+        metavar="G",
+        help="0/1 --qrels with a graded judge (--mode graded): the grade a 1 stands for",
+    )
+    p.add_argument(
         "--depth", type=int, default=None, metavar="N", help="pool only each system's top N passages"
     )
     p.add_argument(
@@ -67,7 +82,8 @@ def register(subparsers: Any) -> None:
         dest="level",
         type=int,
         default=None,
-        help="minimum grade counted relevant (default 1; graded mode: the judge's grade threshold, 2)",
+        help="minimum grade counted relevant (default 1; graded mode: the judge's grade threshold, 2); "
+        "with a binary judge and graded --qrels, the default --qrels-level",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed of every test and resample (default 0)")
     p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
@@ -148,6 +164,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.systems import PoolRun, SystemsOptions, run_compare_systems
     from judge.systems._inputs import parse_system_args
     from judge.systems._pool import existing_mode
+    from judge.systems._run import read_human_labels
 
     systems = parse_system_args(args.systems)
     policy = call_policy(args)
@@ -159,6 +176,8 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         measures=tuple(args.measures) if args.measures else None,
         relevance_level=args.level,
         qrels=Path(args.qrels) if args.qrels else None,
+        qrels_level=args.qrels_level,
+        qrels_yes_grade=args.qrels_yes_grade,
         seed=args.seed,
         resamples=args.resamples,
         stability_resamples=args.stability_resamples,
@@ -174,6 +193,8 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
     config = judge_config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
+    # Human labels and the judge on one scale, or exit 2 before a backend is opened.
+    read_human_labels(options, config)
 
     spec: Any = args.backend
     if args.cascade:

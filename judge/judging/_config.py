@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -9,7 +10,41 @@ from judge.backends._base import ConfigError
 from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
 
-Language = Literal["zh", "en"]
+Language = Literal["zh", "en", "auto"]
+BoundLanguage = Literal["zh", "en"]
+LANGUAGES: tuple[BoundLanguage, ...] = ("zh", "en")
+
+#: ``language="auto"``: a query is Chinese when at least this share of the letters of the
+#: query and its passages are CJK ideographs, else English.
+CJK_SHARE = 0.2
+LANGUAGE_RULE = (
+    f"auto: per query, zh when >= {CJK_SHARE:.0%} of the letters (str.isalpha) of the query and its "
+    "passages are CJK ideographs, else en"
+)
+
+
+def _is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0xF900 <= code <= 0xFAFF
+        or 0x20000 <= code <= 0x2FA1F
+    )
+
+
+def language_of(texts: Iterable[str]) -> BoundLanguage:
+    """``zh`` when at least :data:`CJK_SHARE` of the letters in ``texts`` are CJK ideographs,
+    else ``en`` (no letter at all: ``en``)."""
+    letters = 0
+    cjk = 0
+    for text in texts:
+        for ch in text:
+            if ch.isalpha():
+                letters += 1
+                if _is_cjk(ch):
+                    cjk += 1
+    return "zh" if letters and cjk >= CJK_SHARE * letters else "en"
 
 
 @dataclass(frozen=True)
@@ -19,6 +54,9 @@ class JudgeConfig:
     ``mode``: ``binary`` (yes/no) or ``graded`` (0-3; verdict yes iff grade >= ``grade_threshold``).
     ``language``: picks the built-in default template for the mode (:func:`default_template_id`,
     e.g. ``binary.zh.v2``); ``template`` overrides it with another id or a ``.toml`` path.
+    ``auto`` (the default) picks ``zh`` or ``en`` once per query from its text and its
+    passages' (:func:`language_of`, :data:`LANGUAGE_RULE`); :func:`bind_language` makes the
+    per-query config every verdict, cache key and template of that query uses.
     ``probability``: one forward pass per passage; the verdict comes from the probabilities of
     the candidate answer tokens (needs ``backend.supports_probabilities``). ``None`` (the
     default) decides per backend: on where the backend prefers it (``prefers_probabilities``:
@@ -50,7 +88,7 @@ class JudgeConfig:
     """
 
     mode: Mode = "binary"
-    language: Language = "zh"
+    language: Language = "auto"
     probability: bool | None = None
     p_yes_threshold: float | None = None
     grade_threshold: int = 2
@@ -69,8 +107,8 @@ class JudgeConfig:
 
         if self.mode not in ("binary", "graded"):
             raise bad("mode", f"must be 'binary' or 'graded', not {self.mode!r}")
-        if self.language not in ("zh", "en"):
-            raise bad("language", f"must be 'zh' or 'en', not {self.language!r}")
+        if self.language not in ("zh", "en", "auto"):
+            raise bad("language", f"must be 'zh', 'en' or 'auto', not {self.language!r}")
         if self.p_yes_threshold is not None and not 0.0 <= self.p_yes_threshold <= 1.0:
             raise bad("p_yes_threshold", f"must be in [0, 1], not {self.p_yes_threshold}")
         if isinstance(self.grade_threshold, bool) or not isinstance(self.grade_threshold, int):
@@ -106,7 +144,38 @@ class JudgeConfig:
         return self.p_yes_threshold
 
     def template_id(self) -> str:
-        return self.template or default_template_id(self.mode, self.language)
+        if self.template:
+            return self.template
+        if self.language == "auto":
+            raise ConfigError(
+                "language is 'auto': the template is chosen per query (bind_language)", field="language"
+            )
+        return default_template_id(self.mode, self.language)
+
+    def template_ids(self) -> dict[str, str]:
+        """The verdict template of each language this config may use (one for a bound or
+        explicit-template config; ``zh`` and ``en`` for ``auto``)."""
+        if self.language != "auto" or self.template:
+            return {self.language: self.template_id()}
+        return {lang: default_template_id(self.mode, lang) for lang in LANGUAGES}
+
+
+def bind_language(
+    config: JudgeConfig, query: str, texts: Iterable[str] = (), *, language: str | None = None
+) -> JudgeConfig:
+    """The config one query is judged with: ``language="auto"`` bound to ``language`` when
+    given (e.g. the one recorded for the query), else to :func:`language_of` the query and
+    ``texts``; a resolved config's automatic threshold then becomes that template's. Any
+    other config comes back unchanged."""
+    if config.language != "auto":
+        return config
+    lang: BoundLanguage = (
+        "zh" if language == "zh" else "en" if language == "en" else language_of([query, *texts])
+    )
+    bound = replace(config, language=lang)
+    if bound.probability is not None and bound.p_yes_threshold is None:
+        bound = replace(bound, p_yes_threshold=load_template(bound.template_id()).decision_threshold)
+    return bound
 
 
 def resolve_config(config: JudgeConfig, backend: object) -> JudgeConfig:
@@ -115,21 +184,33 @@ def resolve_config(config: JudgeConfig, backend: object) -> JudgeConfig:
     Every verdict, cache key and summary uses the resolved config, so an output file says
     which decision rule was actually applied."""
     probability, explain, threshold = config.probability, config.explain, config.p_yes_threshold
-    if probability is not None and explain is not None and threshold is not None:
+    auto = config.language == "auto" and not config.template
+    if probability is not None and explain is not None and (threshold is not None or auto):
         return config
-    template = load_template(config.template_id())
+    templates = [load_template(t) for t in config.template_ids().values()]
     if probability is None:
         probability = (
             bool(getattr(backend, "prefers_probabilities", False))
             and bool(getattr(backend, "supports_probabilities", False))
-            and template.supports_probability
+            and all(t.supports_probability for t in templates)
             and config.samples == 1
         )
         if explain is None:
             explain = probability
-    if threshold is None:
-        threshold = template.decision_threshold
+    if threshold is None and not auto:
+        # ``auto``: each query's template gives its threshold when the language is bound.
+        threshold = templates[0].decision_threshold
     return replace(config, probability=probability, explain=bool(explain), p_yes_threshold=threshold)
+
+
+def check_templates(config: JudgeConfig) -> None:
+    """Fail fast on a bad template: every template ``config`` may use (both languages for
+    ``auto``), checked as :func:`template_for` checks one."""
+    if config.language != "auto" or config.template:
+        template_for(config)
+        return
+    for lang in LANGUAGES:
+        template_for(replace(config, language=lang))
 
 
 def template_for(config: JudgeConfig) -> PromptTemplate:

@@ -49,6 +49,8 @@ from judge.judging._config import (
     JudgeConfig,
     Passage,
     VerdictStore,
+    bind_language,
+    check_templates,
     resolve_config,
     summary_template_for,
     template_for,
@@ -95,6 +97,7 @@ def verdict_cache_key(
     separators=(",", ":"), default=str)`` of ``{"v", "backend", "model", "backend_params",
     "config", "template_id", "template_hash", "query", "passage"}``; everything but the
     query and the passage is serialised once per (backend, params, config, template)."""
+    config = bind_language(config, query, [passage_text])  # callers judging a query bind it first
     tpl = template if template is not None else template_for(config)
     params = _dumps(backend.params())
     head, tail = _key_frame(backend.name, params, config, backend.model, tpl.id, tpl.hash)
@@ -419,8 +422,9 @@ async def judge_passage(
     config: JudgeConfig,
     store: VerdictStore | None = None,
 ) -> PassageVerdict:
-    """One passage's verdict (see the module docstring for the flow)."""
-    config = resolve_config(config, backend)
+    """One passage's verdict (see the module docstring for the flow). ``language="auto"``
+    that no caller bound for the whole query is bound from this query and passage."""
+    config = bind_language(resolve_config(config, backend), query, [passage.text])
     _check_probability(backend, config)
     template = template_for(config)
     key: str | None = None
@@ -561,9 +565,11 @@ async def judge_query(
     if not isinstance(query, str) or not query.strip():
         raise InputError("the query is empty", field="query")
     items = [_as_passage(p) for p in passages]
-    config = resolve_config(config, backend)
+    check_templates(config)  # fail fast on a bad template, before any call
+    # ``auto``: one language for the whole query, from the query and all its passages.
+    config = bind_language(resolve_config(config, backend), query, [p.text for p in items])
     _check_probability(backend, config)
-    template_for(config)  # fail fast on a bad template, before any call
+    template_for(config)
     jobs = [partial(judge_passage, backend, query, p, i, config, store) for i, p in enumerate(items)]
     verdicts = await _bounded(getattr(backend, "max_concurrency", None), jobs)
     result = summarize(query, verdicts, config, backend.name, k=k, qrels=qrels)

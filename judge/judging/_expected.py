@@ -7,7 +7,10 @@ the inputs from :class:`PassageVerdict` objects or their JSON dicts (output reco
 * relevance probability: ``p_yes`` (binary probability mode: P(yes); graded: P(grade >=
   grade_threshold); sampled generation: the share of yes samples); a judged verdict without
   one counts as 1.0 (yes) or 0.0 (no);
-* expected gain for NDCG: binary ``p_yes``; graded ``expected_grade`` (else the grade);
+* expected NDCG (E[NDCG@k], :func:`judge.metrics.expected_ndcg`): each passage's grade is
+  drawn from ``probs`` (graded, all of "0".."3" present), else binary ``p_yes`` (graded
+  without per-grade probabilities: the verdict's grade, fixed); exact, or seeded Monte Carlo
+  with its standard error in ``ndcg_stderr`` (``ndcg_method`` says which);
 * a query has expected metrics only when at least one judged verdict carries ``p_yes`` or
   ``expected_grade`` (otherwise ``None``: they would only repeat the hard metrics).
 
@@ -20,11 +23,14 @@ flip (docs/embedded_determinism.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from judge.judging._models import PassageVerdict
-from judge.metrics._expected import expected_average_precision, expected_gain_ndcg
+from judge.metrics._expected import expected_average_precision, expected_ndcg
 
 __all__ = [
     "DEFAULT_BORDERLINE_MARGIN",
@@ -33,6 +39,11 @@ __all__ = [
     "is_borderline",
     "mean_expected",
 ]
+
+NDCG_DEFINITION = (
+    "E[NDCG@k] under independent relevance drawn from each verdict's P(yes) (graded: its grade "
+    "probabilities); label-free ideal of each drawn labeling; exact, or seeded Monte Carlo with ndcg_stderr"
+)
 
 #: ``--borderline-margin``: P(yes) this close to the threshold counts as borderline.
 DEFAULT_BORDERLINE_MARGIN = 0.02
@@ -55,28 +66,43 @@ def _p(v: VerdictLike) -> float:
     return 1.0 if _get(v, "verdict") == "yes" else 0.0
 
 
-def _gain(v: VerdictLike, mode: str) -> float:
+def _grade_row(v: VerdictLike, mode: str) -> list[float]:
+    """P(grade = 0..3) of one judged verdict (see the module docstring)."""
     if mode == "graded":
-        eg = _get(v, "expected_grade")
-        if eg is not None:
-            return max(0.0, float(eg))
+        probs = _get(v, "probs")
+        if isinstance(probs, Mapping) and all(str(g) in probs for g in range(4)):
+            row = [max(0.0, float(probs[str(g)])) for g in range(4)]
+            if sum(row) > 0.0:
+                return row
         grade = _get(v, "grade")
-        return float(grade) if grade is not None else 0.0
-    return _p(v)
+        g = min(3, max(0, int(grade))) if grade is not None else (3 if _get(v, "verdict") == "yes" else 0)
+        return [1.0 if i == g else 0.0 for i in range(4)]
+    p = _p(v)
+    return [1.0 - p, p]
 
 
 def expected_metrics(verdicts: Sequence[VerdictLike], mode: str, k: Sequence[int]) -> dict[str, Any] | None:
-    """``{"map": E[AP], "ndcg": {"5": ..., "10": ...}}`` of one query (``map`` is the
-    query's expected AP, so that the mean over records is the expected mAP); None when no
-    judged verdict carries a probability."""
+    """``{"map": E[AP], "ndcg": {"5": E[NDCG@5], ...}, "ndcg_stderr": {...}, "ndcg_method":
+    ...}`` of one query (``map`` is the query's expected AP, so that the mean over records is
+    the expected mAP); None when no judged verdict carries a probability."""
     judged = _judged(verdicts)
     if not any(_get(v, "p_yes") is not None or _get(v, "expected_grade") is not None for v in judged):
         return None
     probs = [_p(v) for v in judged]
-    gains = [_gain(v, mode) for v in judged]
+    dist = np.array([_grade_row(v, mode) for v in judged], dtype=np.float64).reshape(len(judged), -1)
+    ndcg: dict[str, float] = {}
+    stderr: dict[str, float] = {}
+    methods: set[str] = set()
+    for c in k:
+        e = expected_ndcg(dist, c)
+        ndcg[str(c)] = round(e.value, 6)
+        stderr[str(c)] = round(e.stderr, 6)
+        methods.add("exact" if e.method == "exact" else f"monte_carlo(samples={e.samples}, seed={e.seed})")
     return {
         "map": round(expected_average_precision(probs), 6),
-        "ndcg": {str(c): round(expected_gain_ndcg(gains, c), 6) for c in k},
+        "ndcg": ndcg,
+        "ndcg_stderr": stderr,
+        "ndcg_method": ", ".join(sorted(methods)) if methods else "exact",
     }
 
 
@@ -92,9 +118,20 @@ def mean_expected(blocks: Iterable[Mapping[str, Any] | None], k: Sequence[int]) 
     def values(c: int) -> list[float]:
         return [float(b["ndcg"][str(c)]) for b in present if b.get("ndcg", {}).get(str(c)) is not None]
 
+    def stderr(c: int) -> float | None:
+        # the standard error of a mean of independent per-query estimates
+        errors = [
+            float((b.get("ndcg_stderr") or {}).get(str(c)) or 0.0)
+            for b in present
+            if str(c) in b.get("ndcg", {})
+        ]
+        return round(math.sqrt(sum(e * e for e in errors)) / len(errors), 6) if errors else None
+
     return {
         "map": mean([float(b["map"]) for b in present if b.get("map") is not None]),
         "ndcg": {str(c): mean(values(c)) for c in k},
+        "ndcg_stderr": {str(c): stderr(c) for c in k},
+        "ndcg_definition": NDCG_DEFINITION,
         "queries": len(present),
     }
 

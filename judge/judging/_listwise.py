@@ -40,7 +40,7 @@ from typing import Any
 
 from judge.backends._base import Backend, PermanentError, TransientError, Usage
 from judge.io._errors import InputError
-from judge.judging._config import JudgeConfig, Passage, VerdictStore
+from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
 from judge.judging._core import _Asker, _defuse, _Outcome, judge_passage
 from judge.judging._models import PassageVerdict, TokenUsage
 from judge.judging._parse import (
@@ -49,7 +49,7 @@ from judge.judging._parse import (
     grade_from_object,
     verdict_from_object,
 )
-from judge.judging._templates import PromptTemplate, TemplateError, load_template
+from judge.judging._templates import PromptTemplate, TemplateError, list_templates, load_template
 
 __all__ = [
     "ITEM_TOKENS",
@@ -91,12 +91,12 @@ class ListwiseResult:
 
 
 def listwise_template_id(config: JudgeConfig) -> str:
-    """The built-in listwise template for ``config``'s mode and language."""
-    return (
-        f"listwise.{config.language}.v1"
-        if config.mode == "binary"
-        else f"listwise_graded.{config.language}.v1"
-    )
+    """The built-in listwise template for ``config``'s mode and language; the Chinese one
+    where the language has none (listwise templates exist in Chinese only; the template a
+    verdict was judged with is recorded in it)."""
+    stem = "listwise" if config.mode == "binary" else "listwise_graded"
+    own = f"{stem}.{config.language}.v1"
+    return own if own in {t.id for t in list_templates()} else f"{stem}.zh.v1"
 
 
 def _template(config: JudgeConfig, template: str | None) -> PromptTemplate:
@@ -240,6 +240,7 @@ async def judge_listwise(
     if not isinstance(query, str) or not query.strip():
         raise InputError("the query is empty", field="query")
     items = [p if isinstance(p, Passage) else Passage(text=p) for p in passages]
+    config = bind_language(config, query, [p.text for p in items])  # auto: this query's language
     tpl = _template(config, template)
     if not items:
         return ListwiseResult(verdicts=[], pointwise=(), listwise_calls=0)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from judge.backends._base import Backend, ChatRequest, Message, TransientError, Usage
 from judge.io._errors import InputError
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
-from judge.judging._config import JudgeConfig, Passage, VerdictStore
+from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
 from judge.judging._core import _call_cost
 from judge.judging._dimension_models import (
     CallUsage,
@@ -291,6 +291,7 @@ async def contextual_recall(
     if not cutoffs or cutoffs[0] < 1:
         raise ValueError("k must hold positive cutoffs")
     items = _as_passages(passages)
+    config = bind_language(config, query, [p.text for p in items])  # auto: this query's language
     claim_set = await extract_claims(
         backend, query, reference, config, store=store, template=claims_template, max_claims=max_claims
     )

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from judge.backends._base import Backend
 from judge.io._sites import SitePriors
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
-from judge.judging._config import JudgeConfig, VerdictStore
+from judge.judging._config import JudgeConfig, VerdictStore, bind_language
 from judge.judging._dimension_models import SiteGrade, SourceQuality
 from judge.judging._models import PassageVerdict
 from judge.judging._templates import load_template
@@ -83,6 +83,7 @@ async def grade_sites(
             todo.append(site)
     if not todo or backend is None:
         return grades, []
+    config = bind_language(config, "", todo)  # auto: from the sites' names (新华网 -> zh)
     cfg = aux_config(config, "graded", template or source_template_id(config.language), backend)
     tpl = load_template(cfg.template_id())
 
@@ -119,6 +120,7 @@ async def source_quality(
     if relevance is not None and len(relevance) != len(sites):
         raise ValueError("relevance must hold one verdict per passage")
     known_sites = [s for s in sites if s]
+    config = bind_language(config, "", known_sites)  # auto: from the sites' names (新华网 -> zh)
     site_grades, asked = await grade_sites(
         backend, known_sites, config, priors=priors, store=store, template=template
     )

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from judge.judging._config import JudgeConfig, resolve_config, template_for
+from judge.judging._config import JudgeConfig, bind_language, resolve_config, template_for
 from judge.judging._models import JudgeResult, Mode, PassageVerdict, UsageSummary
 from judge.metrics import JudgedList, NamedMeasure, judge_measure, parse_named_measures
 
@@ -130,6 +130,7 @@ def conventions_of(config: JudgeConfig, *, qrels_given: bool) -> dict[str, str |
         "samples": config.samples,
         "template_id": template.id,
         "template_hash": template.hash,
+        "language": config.language,
     }
     if config.samples > 1:
         conventions["vote_ties"] = "lower grade" if config.mode == "graded" else "no"
@@ -159,6 +160,10 @@ def summarize(
     """
     cutoffs = check_k(k)
     named = parse_named_measures(measures)
+    if config.language == "auto":  # the language the verdicts' template says, else the query's
+        by_template = {tid: lang for lang, tid in config.template_ids().items()}
+        used = next((by_template[v.template_id] for v in verdicts if v.template_id in by_template), None)
+        config = bind_language(config, query, language=used)
     listed = judged_list(verdicts, config.mode, qrels=qrels, grade_threshold=config.grade_threshold)
     ndcgs: dict[int, float] = {}
     if listed.judged:

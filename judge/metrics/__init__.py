@@ -87,6 +87,7 @@ from judge.metrics._significance import (
     holm_adjust,
     paired_t_test,
     percentile_bootstrap_mean,
+    permutation_interval,
     permutation_test,
 )
 
@@ -143,6 +144,7 @@ __all__ = [
     "parse_measures",
     "parse_named_measures",
     "percentile_bootstrap_mean",
+    "permutation_interval",
     "permutation_test",
     "precision_at_k",
     "r_precision",

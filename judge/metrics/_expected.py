@@ -24,11 +24,22 @@ dropped first, as for the hard metrics):
   O(n^3) time, O(n^2) memory for n passages (a 100-passage list costs milliseconds).
   Note that E[AP] is *not* AP computed with p as fractional relevance (the expectation of a
   ratio is not the ratio of expectations); with all p in {0, 1} it equals the hard AP.
-* **Expected-gain NDCG@k** (:func:`expected_gain_ndcg`): NDCG@k (linear gain, log2
-  discount) with the expected gain of each passage — P(yes) in binary mode, the expected
-  grade ``sum g * P(g)`` in graded mode — and the ideal DCG from the same expected gains
-  sorted (the label-free ideal of the hard judge NDCG; ``ideal=`` may add ground-truth
-  gains). This is the NDCG of the expected gains, a smooth surrogate, not E[NDCG].
+* **Expected NDCG@k** (:func:`expected_ndcg`): ``E[NDCG@k(g)]`` where each passage's
+  grade ``g_i`` is drawn independently from its distribution (binary: ``Bernoulli(p_i)``;
+  graded: ``P(grade = 0..3)``) and NDCG is the label-free judge NDCG of that labeling (linear
+  gain, log2 discount, ideal = the same labeling sorted, plus optional fixed ``ideal`` grades
+  such as unretrieved qrels; 0 when the ideal DCG is 0). By linearity
+  ``E[NDCG@k] = sum_{i<=k} d_i sum_g P_i(g) g E[1 / IDCG@k(C_{-i} + e_g)]``, where ``d_i`` is
+  the discount of rank i and ``C_{-i}`` the counts of each positive grade among the other
+  passages. IDCG@k only needs each count capped at k, so ``C_{-i}`` has at most
+  ``(k+1)^G`` states (G positive grades: 1 binary, 3 graded) and its distribution comes from
+  a dynamic programme over the other passages: **exact**, O(k n (k+1)^G) (binary lists of
+  any length; graded lists while that stays below :data:`EXACT_LIMIT`). Beyond that, a
+  **seeded Monte Carlo** estimate over ``samples`` labelings with its standard error
+  (:class:`Expectation`). Unlike the NDCG of the expected gains (:func:`expected_gain_ndcg`,
+  kept for reference), which divides by the ideal ordering of those same soft gains and so
+  scores every ordering near 1 when the probabilities are alike, this is the NDCG one would
+  observe on average if the labels were drawn from the judge's probabilities.
 
 With 0/1 probabilities both reduce to the hard judge metrics (a test checks it).
 """
@@ -36,6 +47,8 @@ With 0/1 probabilities both reduce to the hard judge metrics (a test checks it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,11 +56,19 @@ import numpy.typing as npt
 from judge.metrics._ranking import ndcg
 
 __all__ = [
+    "EXACT_LIMIT",
+    "Expectation",
     "borderline_count",
     "expected_average_precision",
     "expected_gain_ndcg",
+    "expected_ndcg",
     "poisson_binomial",
 ]
+
+#: Largest ``k * n * states`` the exact expected NDCG computes; beyond it, Monte Carlo.
+EXACT_LIMIT = 20_000_000
+#: Monte Carlo labelings drawn by default (standard error about 0.3 / sqrt(samples)).
+DEFAULT_SAMPLES = 4096
 
 
 def _probabilities(p: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -126,3 +147,150 @@ def borderline_count(p: npt.ArrayLike, threshold: float, margin: float) -> int:
     if margin < 0:
         raise ValueError("the borderline margin must be >= 0")
     return int(np.count_nonzero(np.abs(probs - threshold) <= margin + 1e-12))
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """An expected value: ``value``, its standard error ``stderr`` (0.0 when ``method`` is
+    ``exact``), and for Monte Carlo the ``samples`` and ``seed`` that reproduce it."""
+
+    value: float
+    stderr: float
+    method: Literal["exact", "monte_carlo"]
+    samples: int = 0
+    seed: int | None = None
+
+
+def _grade_distribution(dist: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """``(n,)`` P(relevant) -> ``(n, 2)``; ``(n, G+1)`` P(grade = 0..G) rows renormalised."""
+    arr = np.asarray(dist, dtype=np.float64)
+    if arr.ndim == 1:
+        p = _probabilities(arr)
+        return np.stack([1.0 - p, p], axis=1)
+    if arr.ndim != 2 or arr.shape[1] < 2 or arr.shape[1] > 4:
+        raise ValueError(f"grade distributions must be (n,) or (n, 2..4), got shape {arr.shape}")
+    if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < 0.0):
+        raise ValueError("grade probabilities must be finite and >= 0")
+    totals = arr.sum(axis=1, keepdims=True)
+    if arr.size and np.any(totals <= 0.0):
+        raise ValueError("every passage needs a grade distribution with positive mass")
+    return arr / np.where(totals > 0, totals, 1.0)
+
+
+def _discounts(n: int) -> npt.NDArray[np.float64]:
+    return 1.0 / np.log2(np.arange(2, n + 2, dtype=np.float64))
+
+
+def _idcg_table(cap: int, grades: int, k: int) -> npt.NDArray[np.float64]:
+    """IDCG@k for every capped count vector: index ``(c_G, ..., c_1)`` (each 0..cap)."""
+    disc = _discounts(k)
+    shape = (cap + 1,) * grades
+    table = np.zeros(shape, dtype=np.float64)
+    for idx in np.ndindex(*shape):
+        slot = 0
+        total = 0.0
+        for pos, count in enumerate(idx):  # highest grade first
+            g = grades - pos
+            take = min(count, k - slot)
+            if take > 0:
+                total += g * float(disc[slot : slot + take].sum())
+                slot += take
+        table[idx] = total
+    return table
+
+
+def _add_grade(state: npt.NDArray[np.float64], g: int, grades: int, cap: int) -> npt.NDArray[np.float64]:
+    """The count distribution after adding one passage of grade ``g`` (> 0), capped."""
+    axis = grades - g
+    out = np.zeros_like(state)
+    src = [slice(None)] * grades
+    dst = [slice(None)] * grades
+    src[axis], dst[axis] = slice(0, cap), slice(1, cap + 1)
+    out[tuple(dst)] += state[tuple(src)]
+    src[axis], dst[axis] = slice(cap, cap + 1), slice(cap, cap + 1)
+    out[tuple(dst)] += state[tuple(src)]
+    return out
+
+
+def _exact_ndcg(dist: npt.NDArray[np.float64], k: int, ideal: Sequence[int], grades: int) -> float:
+    n = dist.shape[0]
+    cap = k
+    base = np.zeros((cap + 1,) * grades, dtype=np.float64)
+    start = [0] * grades
+    for g in ideal:
+        if g > 0:
+            axis = grades - min(int(g), grades)
+            start[axis] = min(start[axis] + 1, cap)
+    base[tuple(start)] = 1.0
+    table = _idcg_table(cap, grades, k)
+    inverse = np.where(table > 0, 1.0 / np.where(table > 0, table, 1.0), 0.0)
+    disc = _discounts(min(k, n))
+    total = 0.0
+    for i in range(min(k, n)):
+        state = base
+        for j in range(n):
+            if j == i:
+                continue
+            step = state * dist[j, 0]
+            for g in range(1, grades + 1):
+                if dist[j, g] > 0.0:
+                    step = step + dist[j, g] * _add_grade(state, g, grades, cap)
+            state = step
+        inner = 0.0
+        for g in range(1, grades + 1):
+            if dist[i, g] > 0.0:
+                inner += dist[i, g] * g * float((_add_grade(state, g, grades, cap) * inverse).sum())
+        total += float(disc[i]) * inner
+    return float(min(1.0, max(0.0, total)))
+
+
+def _monte_carlo_ndcg(
+    dist: npt.NDArray[np.float64], k: int, ideal: Sequence[int], samples: int, seed: int
+) -> tuple[float, float]:
+    n = dist.shape[0]
+    rng = np.random.default_rng(seed)
+    cdf = np.cumsum(dist, axis=1)
+    u = rng.random((samples, n))
+    drawn = np.minimum((u[:, :, None] >= cdf[None, :, :]).sum(axis=2), dist.shape[1] - 1)
+    extra = np.array([g for g in ideal if g > 0], dtype=np.int64)
+    disc = _discounts(k)
+    top = min(k, n)
+    dcg = (drawn[:, :top] * disc[:top]).sum(axis=1)
+    pool = np.concatenate([drawn, np.broadcast_to(extra, (samples, extra.size))], axis=1)
+    best = -np.sort(-pool, axis=1)[:, :k]
+    idcg = (best * disc[: best.shape[1]]).sum(axis=1)
+    values = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(samples)) if samples > 1 else 0.0
+
+
+def expected_ndcg(
+    dist: npt.ArrayLike,
+    k: int | None = None,
+    *,
+    ideal: Sequence[int] = (),
+    method: Literal["auto", "exact", "monte_carlo"] = "auto",
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> Expectation:
+    """E[NDCG@k] under independent relevance drawn from ``dist`` (see the module docstring).
+
+    ``dist``: P(relevant) per passage in rank order (``(n,)``), or P(grade = 0..G) per
+    passage (``(n, G+1)``, G <= 3). ``ideal``: fixed grades that join the ideal ranking only
+    (e.g. unretrieved qrels). ``method="auto"``: exact when ``k * n * (k+1)^G <=``
+    :data:`EXACT_LIMIT`, else Monte Carlo over ``samples`` labelings seeded with ``seed``.
+    0.0 for an empty list."""
+    probs = _grade_distribution(dist)
+    n = probs.shape[0]
+    if k is not None and k < 1:
+        raise ValueError("k must be >= 1")
+    if n == 0:
+        return Expectation(0.0, 0.0, "exact")
+    cut = n + len(ideal) if k is None else k
+    grades = probs.shape[1] - 1
+    cost = min(cut, n) * n * (min(cut, n + len(ideal)) + 1) ** grades
+    if method == "exact" or (method == "auto" and cost <= EXACT_LIMIT):
+        return Expectation(_exact_ndcg(probs, min(cut, n + len(ideal)), ideal, grades), 0.0, "exact")
+    if samples < 2:
+        raise ValueError("Monte Carlo needs at least 2 samples")
+    value, stderr = _monte_carlo_ndcg(probs, cut, ideal, samples, seed)
+    return Expectation(value, stderr, "monte_carlo", samples=samples, seed=seed)

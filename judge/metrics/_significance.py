@@ -3,6 +3,10 @@
 * :func:`permutation_test` — two-sided paired randomization test (random sign flips of the
   per-query differences), seeded, ``p = (b + 1) / (R + 1)`` where ``b`` counts resampled
   mean differences at least as extreme as the observed one.
+* :func:`permutation_interval` — the interval of that same test: the shifts ``delta`` of the
+  mean difference it does not reject (the sign flips of ``d - delta``, same seed and
+  resamples, ``p(delta) >= 1 - confidence``). It excludes 0 exactly when the test's p-value
+  is below ``1 - confidence``, so an interval and a p-value shown together cannot disagree.
 * :func:`paired_t_test` — ``scipy.stats.ttest_rel``.
 * :func:`bootstrap_ci` — percentile bootstrap CI of the mean difference (``scipy.stats.bootstrap``).
 * :func:`holm` — Holm's step-down adjustment of a family of p-values.
@@ -30,6 +34,7 @@ __all__ = [
     "holm",
     "holm_adjust",
     "paired_t_test",
+    "permutation_interval",
     "permutation_test",
 ]
 
@@ -109,6 +114,88 @@ def permutation_test(
         extreme += int(np.count_nonzero(np.abs(means) >= threshold))
         done += rows
     return PairedTest(statistic=observed, p_value=(extreme + 1) / (resamples + 1))
+
+
+def _flipped_means(
+    d: npt.NDArray[np.float64], resamples: int, seed: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per resample, ``mean(s * d)`` and ``mean(s)`` for the sign vectors ``s`` that
+    :func:`permutation_test` draws (same seed, same blocks: the same signs)."""
+    n = d.shape[0]
+    rng = np.random.default_rng(seed)
+    block = max(1, min(resamples, _MAX_BLOCK // n))
+    means: list[npt.NDArray[np.float64]] = []
+    signs_mean: list[npt.NDArray[np.float64]] = []
+    done = 0
+    while done < resamples:
+        rows = min(block, resamples - done)
+        signs = np.where(rng.random((rows, n)) < 0.5, -1.0, 1.0)
+        means.append((signs @ d) / n)
+        signs_mean.append(signs.sum(axis=1) / n)
+        done += rows
+    return np.concatenate(means), np.concatenate(signs_mean)
+
+
+def permutation_interval(
+    a: npt.ArrayLike,
+    b: npt.ArrayLike,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The ``confidence`` interval of mean(b - a) that inverts :func:`permutation_test`.
+
+    ``delta`` is inside when the sign-flip test of ``d - delta`` (the same sign vectors:
+    same ``seed`` and ``resamples``) gives ``p(delta) >= 1 - confidence``. Each bound is found
+    by bisection between a shift the test rejects and one it does not, starting from 0 on
+    the side 0 lies on, so 0 is outside exactly when ``permutation_test``'s p-value is below
+    ``1 - confidence``. A bound is infinite when no shift is rejected on that side (few
+    queries: with n pairs the smallest attainable p is about ``2 ** (1 - n)``)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    d = _pair(a, b)
+    alpha = 1.0 - confidence
+    observed = float(d.mean())
+    flipped, signs = _flipped_means(d, resamples, seed)
+    scale = max(float(np.abs(d).max()), 1e-12)
+
+    def p_of(delta: float) -> float:
+        shifted = d - delta
+        tolerance = 1e-12 * max(float(np.abs(shifted).mean()), 1e-300)
+        threshold = abs(observed - delta) - tolerance
+        means = flipped - delta * signs if delta != 0.0 else flipped
+        return (int(np.count_nonzero(np.abs(means) >= threshold)) + 1) / (resamples + 1)
+
+    def bound(direction: float) -> float:
+        inside = observed  # p = 1 at the observed mean
+        if direction * (0.0 - observed) > 0 and p_of(0.0) < alpha:
+            outside = 0.0  # 0 lies this way and is rejected: the bound is between
+        else:
+            start = 0.0 if direction * (0.0 - observed) > 0 else observed
+            inside = start
+            step = scale
+            outside = start + direction * step
+            for _ in range(60):
+                if p_of(outside) < alpha:
+                    break
+                inside, step = outside, step * 2.0
+                outside = start + direction * step
+            else:
+                return direction * math.inf
+        for _ in range(100):
+            mid = (inside + outside) / 2.0
+            if mid in (inside, outside) or abs(outside - inside) <= 1e-12 * scale:
+                break
+            if p_of(mid) >= alpha:
+                inside = mid
+            else:
+                outside = mid
+        return inside
+
+    return bound(-1.0), bound(1.0)
 
 
 def paired_t_test(a: npt.ArrayLike, b: npt.ArrayLike) -> PairedTest:

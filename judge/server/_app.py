@@ -518,7 +518,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         each system's results in ``judge score``'s input format, the first system the
         baseline. ``options``: the judging ones (``mode``, ``language``, ``template``, ...;
         unset: the server's defaults) and ``depth``, ``measures``, ``relevance_level``,
-        ``qrels`` (TREC qrels text: human labels judged first), ``seed``, ``resamples``,
+        ``qrels`` (TREC qrels text: human labels judged first), ``qrels_level`` (graded
+        labels with a binary judge: grade >= L is relevant; default an explicit
+        ``relevance_level``, else 422), ``qrels_yes_grade``, ``seed``, ``resamples``,
         ``stability_resamples``, ``confidence``, ``strict``, ``listwise``, ``map``,
         ``max_passage_chars``, ``top_queries``, ``top_passages``. Bad lines are rejected
         naming the system, line and field (the rest runs; ``strict`` refuses with 422).

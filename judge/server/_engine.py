@@ -36,8 +36,10 @@ from judge.judging import JudgeConfig, VerdictStore
 from judge.store import atomic_write_text
 from judge.systems import PoolRun, SystemsOptions, SystemsReport, run_compare_systems
 from judge.systems._inputs import Inputs, read_systems
+from judge.systems._labels import map_human
 from judge.systems._pool import build_pool, pool_dataset_lines, read_pool_verdicts
 from judge.systems._render import ReportData, _differing_queries
+from judge.systems._run import pool_scale
 from judge.systems._scoring import evaluate_files, parse_measures, system_verdicts
 
 INPUT_NAME = "input.jsonl"
@@ -295,6 +297,26 @@ def _read_inputs(job_dir: Path, options: Mapping[str, Any], reporter: _Collect) 
     )
 
 
+_SCALE_FIELDS = {
+    "--qrels-level": "qrels_level",
+    "--qrels-yes-grade": "qrels_yes_grade",
+    "-l": "relevance_level",
+}
+
+
+def _on_pool_scale(job_dir: Path, options: Mapping[str, Any], human: Any) -> Any:
+    """The human labels on the judge's scale, as compare-systems will put them; an
+    :class:`InputError` naming ``options.FIELD`` when the scales cannot meet."""
+    config = JudgeConfig(mode=options.get("mode") or "binary")
+    try:
+        return map_human(human, pool_scale(systems_options(job_dir, options), config, human))
+    except InputError as err:
+        message = err.message
+        for flag, name in _SCALE_FIELDS.items():
+            message = message.replace(flag, f"options.{name}")
+        raise InputError(message, field=f"options.{_SCALE_FIELDS.get(err.field or '', err.field)}") from None
+
+
 def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
     """Read the saved systems (and human labels) once, as compare-systems will: the pool's
     queries and passages still to judge, and the rejected lines naming system, line, field.
@@ -310,6 +332,7 @@ def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
             with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in collect.records)
         raise
+    human = _on_pool_scale(job_dir, options, human)
     pool = build_pool(inputs, depth=options.get("depth"), human=human)
     lines = pool_dataset_lines(pool, inputs)
     with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
@@ -332,6 +355,8 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
         measures=tuple(options["measures"]) if options.get("measures") else None,
         relevance_level=options.get("relevance_level"),
         qrels=job_dir / HUMAN_QRELS if (job_dir / HUMAN_QRELS).exists() else None,
+        qrels_level=options.get("qrels_level"),
+        qrels_yes_grade=options.get("qrels_yes_grade"),
         seed=int(options.get("seed") or 0),
         resamples=int(options.get("resamples") or 10_000),
         stability_resamples=int(options.get("stability_resamples", 1000)),
@@ -463,11 +488,14 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
     report = SystemsReport.model_validate(json.loads((job_dir / REPORT_FILES["json"]).read_text("utf-8")))
     conv = report.conventions
     inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
-    pool = build_pool(inputs, depth=options.get("depth"), human=_human(job_dir))
+    pool = build_pool(
+        inputs, depth=options.get("depth"), human=_on_pool_scale(job_dir, options, _human(job_dir))
+    )
     verdicts = read_pool_verdicts(job_dir / POOL_JUDGED)
     measures = parse_measures(conv.get("measures"))
     level = int(conv["relevance_level"])
     mode = str(conv.get("mode") or "binary")
+    thresholds: dict[str, float] = dict(conv.get("p_yes_thresholds") or {})
     qrels_path = job_dir / POOL_QRELS
     evaluations = {
         s.name: evaluate_files(qrels_path, job_dir / "runs" / f"{s.name}.run", measures, level)
@@ -486,6 +514,7 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
         mode=mode,
         top_queries=int(options.get("top_queries", 10)),
         top_passages=top_passages,
+        thresholds=thresholds,
     )
     primary, rows = _differing_queries(data)
     queries = []
@@ -511,6 +540,8 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
                         "verdict": v.verdict,
                         "grade": v.grade,
                         "p_yes": v.p_yes,
+                        # the threshold that P(yes) was compared with (binary probability mode)
+                        "p_yes_threshold": thresholds.get(v.template_id),
                         "reason": v.reason if v.judged else (v.error or ""),
                         "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
                     }

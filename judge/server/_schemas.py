@@ -29,7 +29,7 @@ class JudgeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["binary", "graded"] | None = None
-    language: Literal["zh", "en"] | None = None
+    language: Literal["auto", "zh", "en"] | None = None
     template: str | None = None
     probability: bool | None = None
     p_yes_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -121,6 +121,8 @@ class CompareOptions(JudgeOptions):
     measures: list[str] | None = Field(default=None, min_length=1, max_length=50)
     relevance_level: int | None = Field(default=None, ge=0, le=100)
     qrels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    qrels_level: int | None = Field(default=None, ge=1, le=3)
+    qrels_yes_grade: int | None = Field(default=None, ge=1, le=3)
     seed: int = 0
     resamples: int = Field(default=10_000, ge=1, le=1_000_000)
     stability_resamples: int = Field(default=1000, ge=0, le=100_000)

@@ -56,7 +56,7 @@ from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
-from judge.judging._config import template_for
+from judge.judging._config import LANGUAGES, bind_language, check_templates
 from judge.judging._core import _check_probability
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, is_borderline
 from judge.judging._models import PassageVerdict
@@ -266,7 +266,7 @@ class _Runs:
         self.results[run_index][q] = summarize(
             work.query,
             verdicts,
-            self.config,
+            bind_language(self.config, work.query, language=work.language),
             self.backend.name,
             k=self.options.k,
             qrels=None,  # IDCG from the judged list: the harness measures the judge alone
@@ -315,7 +315,7 @@ async def run_stability(
         raise InputError("the dataset has no queries", path=dataset or None)
     config = resolve_config(config, backend)  # the report echoes the settings in force
     _check_probability(backend, config)
-    template_for(config)  # fail fast on a bad template, before any call
+    check_templates(config)  # fail fast on a bad template, before any call
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
@@ -618,17 +618,29 @@ def _noise(
     return data, per_run
 
 
+def _thresholds(config: JudgeConfig) -> float | list[float]:
+    """The decision threshold of ``config`` (``auto``: of each language's template)."""
+    if config.p_yes_threshold is not None:
+        return config.p_yes_threshold
+    values = sorted({bind_language(config, "", language=lang).decision_threshold for lang in LANGUAGES})
+    return values[0] if len(values) == 1 else values
+
+
 def _borderline(
     runs: Sequence[RunResult], records: Sequence[DatasetRecord], config: JudgeConfig, margin: float
 ) -> dict[str, Any]:
     """Verdicts within ``margin`` of the decision threshold in any run: identical runs on
     one machine cannot show it, but these are the verdicts another machine's float kernels
     may flip (docs/embedded_determinism.md)."""
-    threshold = config.p_yes_threshold if config.p_yes_threshold is not None else 0.5
     listed: dict[tuple[int, int], dict[str, Any]] = {}
+    thresholds: set[float] = set()
     if config.probability:
         for run in runs:
             for q, (record, result) in enumerate(zip(records, run.results, strict=True)):
+                # each query against its own threshold (``auto``: its language's template's)
+                given = result.conventions.get("p_yes_threshold", config.p_yes_threshold)
+                threshold = float(given) if given is not None else 0.5
+                thresholds.add(threshold)
                 for v in result.verdicts:
                     if (q, v.index) in listed:
                         continue
@@ -642,7 +654,14 @@ def _borderline(
                         }
     return {
         "margin": margin,
-        "threshold": threshold,
+        # one threshold, or (language auto) each language's template's
+        "threshold": (
+            next(iter(thresholds))
+            if len(thresholds) == 1
+            else sorted(thresholds)
+            if thresholds
+            else _thresholds(config)
+        ),
         "count": len(listed),
         "note": "liable to flip on a machine whose llama.cpp kernels round differently",
         "verdicts": [listed[key] for key in sorted(listed)],

@@ -8,7 +8,7 @@ the config file's directory. Keys (only ``dataset`` is required):
 ``backend``            backend spec (default: the default backend, i.e. the embedded judge)
 ``base_url``           server URL for OpenAI-compatible backends
 ``mode``               ``binary`` (default) or ``graded``
-``language``           template language, ``zh`` (default) or ``en``
+``language``           template language, ``auto`` (default: per query), ``zh`` or ``en``
 ``template``           template id or .toml path
 ``probability``        verdicts from answer-token probabilities (default false)
 ``samples``            majority vote over n samples per passage (default 1)
@@ -177,7 +177,7 @@ def load_nightly_config(path: str | Path) -> NightlyConfig:
     try:
         judge = JudgeConfig(
             mode=obj.get("mode", "binary"),
-            language=obj.get("language", "zh"),
+            language=obj.get("language", "auto"),
             template=obj.get("template"),
             probability=obj.get("probability"),
             samples=obj.get("samples", 1),

@@ -193,7 +193,7 @@ def _determinism_lines(d: dict[str, Any]) -> list[str]:
     if border and border.get("count"):
         lines.append(
             f"  {border['count']} borderline verdicts (P(yes) within {border['margin']:g} of "
-            f"{border['threshold']:g}): liable to flip on another machine (see expected mAP)"
+            f"{_threshold_text(border['threshold'])}): liable to flip on another machine (see expected mAP)"
         )
     if d.get("backend_fingerprint"):
         lines.append(f"  backend fingerprint: {d['backend_fingerprint']}")
@@ -308,7 +308,7 @@ def render_markdown(report: StabilityReport) -> str:
     if border is not None:
         out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
         out.append(
-            f"P(yes) within {border['margin']:g} of the threshold {border['threshold']:g}: "
+            f"P(yes) within {border['margin']:g} of the threshold {_threshold_text(border['threshold'])}: "
             f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
             "round differently and may flip these (the expected mAP does not depend on them)."
         )
@@ -364,3 +364,10 @@ def write_report(report: StabilityReport, out_dir: str | Path) -> dict[str, Path
     )
     atomic_write_text(paths["markdown"], render_markdown(report))
     return paths
+
+
+def _threshold_text(threshold: float | list[float]) -> str:
+    """One threshold, or (language auto) each language's template's."""
+    if isinstance(threshold, list):
+        return " / ".join(f"{t:g}" for t in threshold) + " (per query language)"
+    return f"{threshold:g}"

@@ -92,8 +92,12 @@ class AdaptiveSummary(_Model):
 class SystemComparison(_Model):
     """``system`` against ``baseline`` on ``measure`` over the ``n`` queries both answered
     and every system has: means, ``diff`` (system - baseline), the seeded paired
-    randomization test (``p_value``) and its Holm adjustment over every comparison
-    (``p_holm``), the paired t-test (``t_test_p``), a bootstrap CI of ``diff``, per-query
+    randomization test (``p_value``) with the interval of that same test
+    (``randomization_ci_low`` / ``_high``: the shifts it does not reject, so it excludes 0
+    exactly when ``p_value`` < 1 - confidence; None when unbounded) and its Holm adjustment
+    over every comparison (``p_holm``), the paired t-test (``t_test_p``), a percentile
+    bootstrap CI of ``diff`` (``ci_low`` / ``ci_high``; another method, which can disagree
+    with the test near the boundary), per-query
     wins / ties / losses of ``system``, and ``order_stability`` (share of P(yes) resamples
     of the pool in which the sign of ``diff`` holds; None without probabilities)."""
 
@@ -110,6 +114,8 @@ class SystemComparison(_Model):
     t_test_p_holm: float | None
     ci_low: float
     ci_high: float
+    randomization_ci_low: float | None = None
+    randomization_ci_high: float | None = None
     wins: int
     ties: int
     losses: int

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 import numpy as np
@@ -44,6 +44,8 @@ class ReportData:
     mode: str
     top_queries: int = 10
     top_passages: int = 5
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    """The P(yes) threshold each verdict template decided with (binary probability mode)."""
 
     @property
     def primary(self) -> str | None:
@@ -70,16 +72,72 @@ def _signed(x: float) -> str:
     return f"{x:+.4f}"
 
 
-def _verdict_sentence(c: SystemComparison) -> str:
-    """``B vs A on map: +0.2500 (95% CI ...), p=..., Holm ...; wins/ties/losses``."""
-    stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
-    significant = c.p_holm is not None and c.p_holm < 0.05
+def _scale_sentence(r: SystemsReport) -> str:
+    """How human labels and the judge met, and what order stability redraws."""
+    conv = r.conventions
+    scale = conv.get("scale", "binary")
+    mapping = conv.get("human_labels_mapping")
+    text = f"Scale: {scale} (the judge's); relevance level {conv.get('relevance_level')}."
+    if isinstance(mapping, dict):
+        source = conv.get("qrels_level_source")
+        text += f" Human labels ({mapping.get('source')}): {mapping.get('rule')}" + (
+            f" ({source})." if source else "."
+        )
+    return text + (
+        f" Order stability redraws only the judge's verdicts: {r.pool.human_labels} pair(s) fixed by people."
+    )
+
+
+def _alpha(r: SystemsReport) -> float:
+    confidence = r.conventions.get("confidence", 0.95)
+    return round(1.0 - float(confidence), 10) if isinstance(confidence, int | float) else 0.05
+
+
+def _significant(c: SystemComparison, alpha: float) -> bool:
+    return c.p_holm is not None and c.p_holm < alpha
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    lo = "-inf" if low is None else _f(low)
+    hi = "+inf" if high is None else _f(high)
+    return f"{lo} to {hi}"
+
+
+def _test_interval(c: SystemComparison) -> str:
+    return _interval(c.randomization_ci_low, c.randomization_ci_high)
+
+
+def _verdict_sentence(c: SystemComparison, alpha: float = 0.05, comparisons: int = 1) -> str:
+    """One sentence whose interval, p-value and verdict come from the same test: the
+    randomization test's p with that test's own interval, then its Holm adjustment (the
+    verdict); the bootstrap CI is named as such, and a disagreement with the test is said."""
+    level = f"{(1 - alpha) * 100:g}%"
+    significant = _significant(c, alpha)
     verdict = (
         ("better than" if c.diff > 0 else "worse than") if significant else "not significantly different from"
     )
+    stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
+    boot_excludes = c.ci_low > 0 or c.ci_high < 0
+    test_rejects = c.p_value < alpha
+    note = ""
+    if boot_excludes and not test_rejects:
+        note = (
+            " (the bootstrap CI excludes 0 but the randomization test does not reject: "
+            "the verdict follows the test)"
+        )
+    elif test_rejects and not boot_excludes:
+        note = (
+            " (the randomization test rejects but the bootstrap CI includes 0: the verdict follows the test)"
+        )
+    holm = (
+        f"Holm-adjusted over {comparisons} comparisons p={_p(c.p_holm)}"
+        if comparisons > 1
+        else f"Holm p={_p(c.p_holm)}"
+    )
     return (
-        f"{c.system} is {verdict} {c.baseline} on {c.measure}: {_signed(c.diff)} "
-        f"(CI {_f(c.ci_low)} to {_f(c.ci_high)}), p={_p(c.p_value)}, Holm p={_p(c.p_holm)}; "
+        f"{c.system} is {verdict} {c.baseline} on {c.measure} ({holm}): diff {_signed(c.diff)}; "
+        f"randomization test p={_p(c.p_value)}, its {level} interval {_test_interval(c)}; "
+        f"bootstrap {level} CI {_f(c.ci_low)} to {_f(c.ci_high)}{note}; "
         f"wins {c.wins}, ties {c.ties}, losses {c.losses} over {c.n} queries{stable}"
     )
 
@@ -152,9 +210,10 @@ def render_markdown(data: ReportData) -> str:
     measure_names = [m.trec_name for m in data.measures]
     lines = ["# Systems comparison (judge compare-systems)", ""]
     primary = data.primary
+    alpha = _alpha(r)
     for c in r.comparisons:
         if c.measure == primary:
-            lines.append(f"- {_verdict_sentence(c)}")
+            lines.append(f"- {_verdict_sentence(c, alpha, len(r.comparisons))}")
     if r.comparisons:
         lines.append("")
     p = r.pool
@@ -164,6 +223,8 @@ def render_markdown(data: ReportData) -> str:
         f"{p.queries} queries; {p.pairs} (query, passage) pairs over all systems, {p.unique_pairs} unique: "
         f"{p.human_labels} from human labels, {p.judged} judged, {p.unjudged} unjudged. "
         f"LLM calls this run: {p.calls}; pooling saved {p.calls_saved} judgments.",
+        "",
+        _scale_sentence(r),
         "",
         "## Systems",
         "",
@@ -189,8 +250,10 @@ def render_markdown(data: ReportData) -> str:
         "",
     ]
     if r.comparisons:
-        header = ["system", "measure", "n", "baseline", "system mean", "diff", "95% CI", "p", "p (Holm)",
-                  "t-test p", "W/T/L", "order stability"]  # fmt: skip
+        level = f"{(1 - alpha) * 100:g}%"
+        header = ["system", "measure", "n", "baseline", "system mean", "diff", "randomization p",
+                  f"randomization {level} interval", "p (Holm)", f"bootstrap {level} CI", "t-test p", "W/T/L",
+                  "order stability"]  # fmt: skip
         rows = [
             [
                 c.system,
@@ -199,9 +262,10 @@ def render_markdown(data: ReportData) -> str:
                 _f(c.baseline_mean),
                 _f(c.system_mean),
                 _signed(c.diff),
-                f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                 _p(c.p_value),
+                _test_interval(c),
                 _p(c.p_holm),
+                f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                 _p(c.t_test_p),
                 f"{c.wins}/{c.ties}/{c.losses}",
                 _f(c.order_stability, 3),
@@ -375,7 +439,24 @@ pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.85em}
 """
 
 
-def _badge(v: PassageVerdict, mode: str) -> str:
+def p_yes_text(p: float, threshold: float | None, mode: str) -> str:
+    """P(yes) beside what it was compared with: ``p=0.80 < 0.834`` (binary probability mode:
+    yes iff p >= threshold), ``P(yes)=0.80, grade by argmax`` (graded), ``p=0.67`` alone
+    when no threshold decided (a share of votes). Digits are added until p and the threshold
+    print differently, so the sign shown is never contradicted by the rounding."""
+    if mode == "graded":
+        return f"P(yes)={p:.2f}, grade by argmax"
+    if threshold is None:
+        return f"p={p:.2f}"
+    digits = 2
+    while digits < 6 and f"{p:.{digits}f}" == f"{threshold:.{digits}f}" and p != threshold:
+        digits += 1
+    sign = "≥" if p >= threshold else "<"
+    return f"p={p:.{digits}f} {sign} {threshold:g}"
+
+
+def _badge(v: PassageVerdict, mode: str, thresholds: Mapping[str, float] | None = None) -> str:
+    thresholds = thresholds or {}
     if v.backend == "human":
         return (
             f'<span class="badge yes human">human {v.grade}</span>'
@@ -387,8 +468,8 @@ def _badge(v: PassageVerdict, mode: str) -> str:
             return '<span class="badge unpooled">not pooled</span>'
         return '<span class="badge unjudged">unjudged</span>'
     grade = f" {v.grade}" if mode == "graded" and v.grade is not None else ""
-    prob = f" p={v.p_yes:.2f}" if v.p_yes is not None else ""
-    return f'<span class="badge {v.verdict}">{v.verdict}{grade}{prob}</span>'
+    prob = f" {p_yes_text(v.p_yes, thresholds.get(v.template_id), mode)}" if v.p_yes is not None else ""
+    return f'<span class="badge {v.verdict}">{v.verdict}{grade}{escape(prob)}</span>'
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -448,7 +529,7 @@ def _query_block(data: ReportData, qid: str, values: Mapping[str, float], primar
             text = data.inputs.passages[qid][docno].text
             reason = v.reason if v.judged else (v.error or "")
             items.append(
-                f'<li>{_badge(v, data.mode)}<span class="muted">{escape(docno)}</span>'
+                f'<li>{_badge(v, data.mode, data.thresholds)}<span class="muted">{escape(docno)}</span>'
                 f'<div class="text">{escape(_snippet(text))}</div>'
                 + (f'<div class="reason">{escape(reason)}</div>' if reason else "")
                 + "</li>"
@@ -471,7 +552,13 @@ def render_html(data: ReportData) -> str:
     parts: list[str] = []
     title = "Systems comparison: " + ", ".join(r.systems)
     parts.append(f"<h1>{escape(title)}</h1>")
-    sentences = [f"<li>{escape(_verdict_sentence(c))}</li>" for c in r.comparisons if c.measure == primary]
+    alpha = _alpha(r)
+    level = f"{(1 - alpha) * 100:g}%"
+    sentences = [
+        f"<li>{escape(_verdict_sentence(c, alpha, len(r.comparisons)))}</li>"
+        for c in r.comparisons
+        if c.measure == primary
+    ]
     if sentences:
         parts.append(f'<ul class="summary" id="summary">{"".join(sentences)}</ul>')
     p = r.pool
@@ -481,6 +568,7 @@ def render_html(data: ReportData) -> str:
         f"<b>{p.unique_pairs}</b> unique: {p.human_labels} from human labels, {p.judged} judged, "
         f"{p.unjudged} unjudged. LLM calls this run: <b>{p.calls}</b>; pooling saved "
         f"{p.calls_saved} judgments.</p>"
+        f'<p class="muted">{escape(_scale_sentence(r))}</p>'
     )
     rows = [
         [
@@ -504,7 +592,7 @@ def render_html(data: ReportData) -> str:
     if r.comparisons:
         rows = []
         for c in r.comparisons:
-            sig = c.p_holm is not None and c.p_holm < 0.05
+            sig = _significant(c, alpha)
             cls = ("win" if c.diff > 0 else "loss") if sig else ""
             rows.append(
                 [
@@ -514,9 +602,10 @@ def render_html(data: ReportData) -> str:
                     _f(c.baseline_mean),
                     _f(c.system_mean),
                     f'<span class="{cls}">{_signed(c.diff)}</span>',
-                    f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                     _p(c.p_value),
+                    _test_interval(c),
                     f'<span class="{"sig" if sig else ""}">{_p(c.p_holm)}</span>',
+                    f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                     _p(c.t_test_p),
                     f"{c.wins} / {c.ties} / {c.losses}",
                     _f(c.order_stability, 3),
@@ -531,9 +620,10 @@ def render_html(data: ReportData) -> str:
                     "baseline",
                     "system",
                     "diff",
-                    "CI of diff",
-                    "p",
+                    "randomization p",
+                    f"randomization {level} interval",
                     "p (Holm)",
+                    f"bootstrap {level} CI",
                     "t-test p",
                     "wins / ties / losses",
                     "order stability",

@@ -17,11 +17,22 @@ from typing import Any
 from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
-from judge.judging import JudgeConfig, Mode, PassageVerdict, VerdictStore, resolve_config, template_for
-from judge.metrics import Evaluation
+from judge.io._trec import Qrels
+from judge.judging import (
+    JudgeConfig,
+    Mode,
+    PassageVerdict,
+    VerdictStore,
+    load_template,
+    resolve_config,
+    template_for,
+)
+from judge.judging._config import LANGUAGE_RULE, bind_language
+from judge.metrics import Evaluation, ScaleError
 from judge.store import atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
+from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
 from judge.systems._model import (
     AdaptiveDecision,
     AdaptiveSummary,
@@ -66,7 +77,10 @@ class SystemsOptions:
     ``depth``: pool only each system's top N (None: all). ``measures``: registry measures
     (default map, ndcg_cut_10, P_5, recall_10, recip_rank). ``relevance_level``: minimum
     grade counted relevant (default 1 in binary mode, the judge's grade threshold in
-    graded mode). ``qrels``: human labels filling the pool first. ``seed``,
+    graded mode). ``qrels``: human labels filling the pool first, put on the judge's scale
+    by ``qrels_level`` (graded labels, binary judge: grade >= L is relevant; default: an
+    explicit ``relevance_level``) or ``qrels_yes_grade`` (binary labels, graded judge: the
+    grade a labelled "relevant" stands for); see :mod:`judge.systems._labels`. ``seed``,
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
     redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
@@ -79,6 +93,8 @@ class SystemsOptions:
     measures: tuple[str, ...] | None = None
     relevance_level: int | None = None
     qrels: Path | None = None
+    qrels_level: int | None = None
+    qrels_yes_grade: int | None = None
     seed: int = 0
     resamples: int = 10_000
     stability_resamples: int = 1000
@@ -117,6 +133,10 @@ class SystemsOptions:
                 "is only used with --until-decided",
                 field="--budget" if self.budget is not None else "--batch",
             )
+        if self.qrels_level is not None and not 1 <= self.qrels_level <= 3:
+            raise InputError(f"must be in 1..3, got {self.qrels_level}", field="--qrels-level")
+        if self.qrels_yes_grade is not None and not 1 <= self.qrels_yes_grade <= 3:
+            raise InputError(f"must be in 1..3, got {self.qrels_yes_grade}", field="--qrels-yes-grade")
 
 
 def _finite(x: float | None) -> float | None:
@@ -145,10 +165,74 @@ def _cascade_of(backend: Backend) -> tuple[Backend, Backend] | None:
     return inner.cheap, inner.expensive
 
 
-def _level(options: SystemsOptions, config: JudgeConfig) -> int:
-    if options.relevance_level is not None:
-        return options.relevance_level
-    return config.grade_threshold if config.mode == "graded" else 1
+def template_languages(config: JudgeConfig, verdicts: PoolVerdicts) -> dict[str, Any]:
+    """The conventions about templates: the one template (``template_id``/``template_hash``),
+    or with ``language="auto"`` each language's template, the rule, and how many pooled
+    queries each language judged (read from the templates their verdicts record)."""
+    if config.language != "auto" or config.template:
+        template = template_for(config)
+        return {"language": config.language, "template_id": template.id, "template_hash": template.hash}
+    ids = config.template_ids()
+    by_id = {tid: lang for lang, tid in ids.items()}
+    counts = dict.fromkeys(ids, 0)
+    for by_docno in verdicts.verdicts.values():
+        used = next((v.template_id for v in by_docno.values() if v.template_id in by_id), None)
+        if used is not None:
+            counts[by_id[used]] += 1
+    return {
+        "language": "auto",
+        "language_rule": LANGUAGE_RULE,
+        "template_id": None,
+        "template_hash": None,
+        "template_ids": ids,
+        "template_hashes": {lang: load_template(tid).hash for lang, tid in ids.items()},
+        "languages": counts,
+    }
+
+
+def p_yes_thresholds(config: JudgeConfig) -> dict[str, float]:
+    """Template id -> the P(yes) threshold its verdicts were decided with (binary
+    probability mode; empty otherwise)."""
+    if not config.probability or config.mode != "binary":
+        return {}
+    if config.language != "auto" or config.template:
+        return {template_for(config).id: config.decision_threshold}
+    out: dict[str, float] = {}
+    for lang in ("zh", "en"):
+        bound = bind_language(config, "", language=lang)
+        out[template_for(bound).id] = bound.decision_threshold
+    return out
+
+
+def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:
+    """The pool's scale and relevance level for ``config``'s judge and the human labels, or
+    :class:`InputError` (exit 2, naming both scales and the flag that resolves the mismatch)."""
+    try:
+        return resolve_pool_scale(
+            config.mode,
+            human,
+            relevance_level=options.relevance_level,
+            qrels_level=options.qrels_level,
+            qrels_yes_grade=options.qrels_yes_grade,
+            grade_threshold=config.grade_threshold,
+        )
+    except ScaleError as err:
+        raise InputError(
+            err.message,
+            path=str(options.qrels) if options.qrels is not None and err.field != "-l" else None,
+            field=err.field,
+        ) from None
+
+
+def read_human_labels(options: SystemsOptions, config: JudgeConfig) -> tuple[Qrels | None, PoolScale]:
+    """``--qrels`` read and put on the judge's scale (None without labels), with the scale."""
+    human = None
+    if options.qrels is not None:
+        if not Path(options.qrels).exists():
+            raise InputError("no such file", path=str(options.qrels), field="--qrels")
+        human = read_qrels(options.qrels)
+    scale = pool_scale(options, config, human)
+    return map_human(human, scale), scale
 
 
 async def run_compare_systems(
@@ -174,11 +258,7 @@ async def run_compare_systems(
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
-    human = None
-    if opts.qrels is not None:
-        if not Path(opts.qrels).exists():
-            raise InputError("no such file", path=str(opts.qrels), field="--qrels")
-        human = read_qrels(opts.qrels)
+    human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
     reporter = RejectsReporter(out / "input.rejects.jsonl", command="judge compare-systems")
     try:
@@ -237,7 +317,7 @@ async def run_compare_systems(
                 draws=opts.adaptive_draws,
                 prior=prior,
             ),
-            level=_level(opts, judged_config),
+            level=scale.level,
             seed=opts.seed,
             resamples=opts.resamples,
             depth=opts.depth,
@@ -270,6 +350,7 @@ async def run_compare_systems(
         options=opts,
         backend_name=backend.name,
         adaptive=adaptive,
+        scale=scale,
     )
 
 
@@ -332,10 +413,14 @@ def score_and_report(
     options: SystemsOptions,
     backend_name: str,
     adaptive: AdaptiveOutcome | None = None,
+    scale: PoolScale | None = None,
 ) -> SystemsReport:
-    """Everything after judging: pooled files, metrics, comparisons, report files."""
+    """Everything after judging: pooled files, metrics, comparisons, report files.
+    ``scale``: how the labels met (None: resolved here from ``options``, no human labels)."""
     mode = config.mode
-    level = _level(options, config)
+    if scale is None:
+        scale = pool_scale(options, config, None)
+    level = scale.level
     qrels = pool_qrels(pool, verdicts, mode)
     qrels_path, run_paths = write_pool_files(out, inputs, qrels)
     names = [s.name for s in inputs.systems]
@@ -410,6 +495,8 @@ def score_and_report(
             t_test_p_holm=_finite(p.comparison.p_t_test_holm),
             ci_low=p.comparison.ci_low,
             ci_high=p.comparison.ci_high,
+            randomization_ci_low=_finite(p.test_interval[0]),
+            randomization_ci_high=_finite(p.test_interval[1]),
             wins=p.wins,
             ties=p.ties,
             losses=p.losses,
@@ -418,7 +505,8 @@ def score_and_report(
         )
         for p in paired
     ]
-    template = template_for(config)
+    languages = template_languages(config, verdicts)
+    thresholds = p_yes_thresholds(config)
     unjudged = verdicts.unjudged()
     pool_summary = PoolSummary(
         queries=len(pool.queries),
@@ -445,8 +533,15 @@ def score_and_report(
         "baseline": names[0],
         "mode": mode,
         "backend": backend_name,
-        "template_id": template.id,
-        "template_hash": template.hash,
+        **languages,
+        "decision": (
+            "yes iff P(yes) >= the template's threshold (p_yes_thresholds)"
+            if thresholds
+            else "graded: grade by argmax of the grade probabilities"
+            if config.probability
+            else "generated verdicts"
+        ),
+        "p_yes_thresholds": thresholds,
         "pooling": "union of every system's passages"
         if options.depth is None
         else f"union of every system's top {options.depth} passages",
@@ -454,6 +549,7 @@ def score_and_report(
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
+        **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
         "measure_params": {m.trec_name: m.params for m in measures},
         **trec_conventions(level),
@@ -465,13 +561,21 @@ def score_and_report(
         "resamples": options.resamples,
         "permutation_test": "two-sided paired randomization (sign flipping), p=(b+1)/(R+1)",
         "t_test": "scipy.stats.ttest_rel (two-sided)",
-        "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline)",
+        "confidence": options.confidence,
+        "randomization_interval": f"{options.confidence:g} interval of the randomization test itself: "
+        "the shifts of the mean difference it does not reject (same sign flips and seed); "
+        "excludes 0 exactly when "
+        f"p < {1 - options.confidence:.2g}; null bound = unbounded (too few queries)",
+        "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline); "
+        "another method than the test: near the boundary it may exclude 0 while the test does not reject",
+        "significance": f"Holm-adjusted randomization p < {1 - options.confidence:.2g}",
         "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (systems x measures)",
         "wins": "queries where the system scores higher than the baseline (ties: equal)",
         "order_stability": (
-            f"{options.stability_resamples} redraws of every pooled verdict from its P(yes) "
+            f"{options.stability_resamples} redraws of every pooled judge verdict from its P(yes) "
             "(graded: from its grade probabilities), seed "
-            f"{options.seed}; share in which sign(diff) holds; null without probabilities"
+            f"{options.seed}; share in which sign(diff) holds; null without probabilities; "
+            f"the {pool.human_labels} pooled pair(s) fixed by human labels are never redrawn"
         ),
         **(
             {
@@ -507,6 +611,7 @@ def score_and_report(
         mode=mode,
         top_queries=options.top_queries,
         top_passages=options.top_passages,
+        thresholds=thresholds,
     )
     atomic_write_text(out / "report.json", report.to_json_text())
     atomic_write_text(out / "report.md", render_markdown(data))
@@ -539,6 +644,8 @@ async def acompare_systems(
     depth: int | None = None,
     measures: Sequence[str] | None = None,
     relevance_level: int | None = None,
+    qrels_level: int | None = None,
+    qrels_yes_grade: int | None = None,
     cache: VerdictStore | str | os.PathLike[str] | bool = True,
     seed: int = 0,
     resamples: int = 10_000,
@@ -571,6 +678,8 @@ async def acompare_systems(
         measures=tuple(measures) if measures is not None else None,
         relevance_level=relevance_level,
         qrels=Path(qrels) if qrels is not None else None,
+        qrels_level=qrels_level,
+        qrels_yes_grade=qrels_yes_grade,
         seed=seed,
         resamples=resamples,
         stability_resamples=stability_resamples,
@@ -615,7 +724,10 @@ def compare_systems(
     ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
     ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
     report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
-    pool first), ``depth``, ``measures``, ``relevance_level``, ``cache`` (True: the default
+    pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is relevant;
+    default an explicit ``relevance_level``, else refused), ``qrels_yes_grade`` (0/1 labels
+    with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    ``relevance_level``, ``cache`` (True: the default
     verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
     ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision

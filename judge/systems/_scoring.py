@@ -38,6 +38,7 @@ from judge.metrics import (
     holm_adjust,
     parse_measure_args,
     percentile_bootstrap_mean,
+    permutation_interval,
 )
 from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._pool import Pool, PoolVerdicts
@@ -56,10 +57,13 @@ def parse_measures(texts: Sequence[str] | None) -> tuple[Measure, ...]:
     for m in measures:
         if m.aggregate not in ("mean", "sum") or m.is_string:
             raise InputError(f"{m.trec_name} has no per-query mean to compare", field="-m")
-    if not texts:  # the issue's order for the defaults
-        order = {name: i for i, name in enumerate(DEFAULT_MEASURES)}
-        measures = tuple(sorted(measures, key=lambda m: order.get(m.trec_name, len(order))))
-    return measures
+    # Report columns follow the order asked for (-m order; the defaults in their listed
+    # order); the measures one argument expands to (a nickname) keep trec_eval's order.
+    order: dict[str, int] = {}
+    for text in texts or DEFAULT_MEASURES:
+        for m in parse_measure_args([text]):
+            order.setdefault(m.trec_name, len(order))
+    return tuple(sorted(measures, key=lambda m: order.get(m.trec_name, len(order))))
 
 
 # ---------------------------------------------------------------------------- pooled files
@@ -215,6 +219,7 @@ class Paired:
     comparison: Comparison
     qids: tuple[str, ...]
     differences: npt.NDArray[np.float64]
+    test_interval: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def wins(self) -> int:
@@ -246,7 +251,8 @@ def compare_systems_paired(
     confidence: float,
     warnings: list[str],
 ) -> list[Paired]:
-    """Every system against the first on every measure, Holm-adjusted over all of them."""
+    """Every system against the first on every measure, Holm-adjusted over all of them, each
+    with the interval of its randomization test (:func:`judge.metrics.permutation_interval`)."""
     base_name = names[0]
     base = evaluations[base_name]
     out: list[Paired] = []
@@ -276,9 +282,10 @@ def compare_systems_paired(
                 seed=seed,
                 confidence=confidence,
             )
-            out.append(Paired(comparison, tuple(common), b - a))
+            interval = permutation_interval(a, b, confidence=confidence, resamples=resamples, seed=seed)
+            out.append(Paired(comparison, tuple(common), b - a, interval))
     adjusted = holm_adjust([p.comparison for p in out])
-    return [Paired(c, p.qids, p.differences) for c, p in zip(adjusted, out, strict=True)]
+    return [Paired(c, p.qids, p.differences, p.test_interval) for c, p in zip(adjusted, out, strict=True)]
 
 
 def mean_ci(

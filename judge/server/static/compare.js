@@ -12,7 +12,21 @@ function pval(p) {
 
 function signed(x) { return x === null || x === undefined ? "–" : (x >= 0 ? "+" : "") + x.toFixed(4); }
 
-function significant(c) { return c.p_holm !== null && c.p_holm !== undefined && c.p_holm < 0.05; }
+function alphaOf(report) { const c = report && report.conventions && report.conventions.confidence; return typeof c === "number" ? 1 - c : 0.05; }
+let ALPHA = 0.05;
+function significant(c) { return c.p_holm !== null && c.p_holm !== undefined && c.p_holm < ALPHA; }
+function interval(lo, hi) { return `${lo === null || lo === undefined ? "-inf" : fmt(lo)} to ${hi === null || hi === undefined ? "+inf" : fmt(hi)}`; }
+// The randomization test's p with that test's own interval; the bootstrap CI named as such,
+// and a disagreement between them said in words.
+function testWords(c) {
+  const level = `${Math.round((1 - ALPHA) * 1000) / 10}%`;
+  const bootExcludes = c.ci_low > 0 || c.ci_high < 0;
+  const rejects = c.p_value < ALPHA;
+  const note = bootExcludes && !rejects ? " (the bootstrap CI excludes 0 but the randomization test does not reject: the verdict follows the test)"
+    : rejects && !bootExcludes ? " (the randomization test rejects but the bootstrap CI includes 0: the verdict follows the test)" : "";
+  return `randomization test p=${pval(c.p_value)}, its ${level} interval ${interval(c.randomization_ci_low, c.randomization_ci_high)}; ` +
+    `bootstrap ${level} CI ${fmt(c.ci_low)} to ${fmt(c.ci_high)}${note}`;
+}
 
 function primaryOf(report) {
   const ms = report.conventions.measures || [];
@@ -32,8 +46,8 @@ function verdictCard(report) {
     const word = significant(c) ? (c.diff > 0 ? "better than" : "worse than") : "not significantly different from";
     const stab = c.order_stability === null ? "" : ` · order stability ${c.order_stability.toFixed(3)}`;
     return el("li", { class: significant(c) ? (c.diff > 0 ? "win" : "loss") : "tie" },
-      el("strong", {}, c.system), ` is ${word} `, el("strong", {}, c.baseline), ` on ${primary}: `,
-      `${signed(c.diff)} (${fmt(c.ci_low)} to ${fmt(c.ci_high)}), p=${pval(c.p_value)}, Holm p=${pval(c.p_holm)}; `,
+      el("strong", {}, c.system), ` is ${word} `, el("strong", {}, c.baseline), ` on ${primary} (Holm p=${pval(c.p_holm)}): `,
+      `diff ${signed(c.diff)}; ${testWords(c)}; `,
       `wins ${c.wins} / ties ${c.ties} / losses ${c.losses}${stab}`);
   });
   return el("div", { class: "card verdict" },
@@ -84,23 +98,32 @@ function meansTable(report) {
 }
 
 function comparisonsTable(report) {
-  const cols = ["system", "vs", "measure", "baseline", "system mean", "diff", "CI of diff", "p (randomization)", "p (Holm)", "p (t-test)", "wins", "ties", "losses", "order stability"];
+  const cols = ["system", "vs", "measure", "baseline", "system mean", "diff", "p (randomization)", "interval of that test", "p (Holm)", "bootstrap CI", "p (t-test)", "wins", "ties", "losses", "order stability"];
   const rows = report.comparisons.map((c) => el("tr", { class: significant(c) ? "sig" : null, "data-system": c.system, "data-measure": c.measure },
     el("td", {}, c.system), el("td", {}, c.baseline), el("td", {}, c.measure),
     el("td", { class: "num" }, fmt(c.baseline_mean)), el("td", { class: "num" }, fmt(c.system_mean)),
     el("td", { class: "num " + (c.diff > 0 ? "pos" : c.diff < 0 ? "neg" : "") }, signed(c.diff)),
-    el("td", { class: "num" }, `${fmt(c.ci_low)} – ${fmt(c.ci_high)}`),
-    el("td", { class: "num" }, pval(c.p_value)), el("td", { class: "num holm" }, pval(c.p_holm)), el("td", { class: "num" }, pval(c.t_test_p)),
+    el("td", { class: "num" }, pval(c.p_value)), el("td", { class: "num" }, interval(c.randomization_ci_low, c.randomization_ci_high)),
+    el("td", { class: "num holm" }, pval(c.p_holm)), el("td", { class: "num" }, `${fmt(c.ci_low)} – ${fmt(c.ci_high)}`), el("td", { class: "num" }, pval(c.t_test_p)),
     el("td", { class: "num" }, c.wins), el("td", { class: "num" }, c.ties), el("td", { class: "num" }, c.losses),
     el("td", { class: "num" }, c.order_stability === null ? "–" : c.order_stability.toFixed(3))));
   return el("table", { id: "comparisons" }, el("thead", {}, el("tr", {}, cols.map((h) => el("th", {}, h)))), el("tbody", {}, rows));
+}
+
+// P(yes) beside the threshold it was compared with (yes iff p >= threshold), with digits
+// enough that the printed p and threshold never contradict the sign.
+function pYesText(p, t) {
+  if (t === null || t === undefined) return `p=${p.toFixed(2)}`;
+  let d = 2;
+  while (d < 6 && p !== t && p.toFixed(d) === t.toFixed(d)) d += 1;
+  return `p=${p.toFixed(d)} ${p >= t ? "≥" : "<"} ${t}`;
 }
 
 function verdictBadge(p) {
   if (p.source === "none") return el("span", { class: "badge unpooled" }, "not pooled");
   if (p.verdict === "unjudged") return el("span", { class: "badge unjudged" }, "unjudged");
   const extra = [p.source === "human" ? "human" : null, p.grade !== null && p.grade !== undefined ? `grade ${p.grade}` : null,
-    p.p_yes !== null && p.p_yes !== undefined ? `p=${p.p_yes.toFixed(2)}` : null].filter(Boolean).join(" · ");
+    p.p_yes !== null && p.p_yes !== undefined ? pYesText(p.p_yes, p.p_yes_threshold) : null].filter(Boolean).join(" · ");
   return el("span", { class: "badge " + p.verdict }, p.verdict, extra ? el("small", {}, " " + extra) : null);
 }
 
@@ -158,6 +181,7 @@ async function comparePage(jobId) {
       return;
     }
     const [report, diff] = await Promise.all([(await api(`${base}/report`)).json(), (await api(`${base}/differences`)).json()]);
+    ALPHA = alphaOf(report);
     const primary = primaryOf(report);
     const extra = [];
     if (report.not_in_all_systems.length)
