@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
 
@@ -137,6 +137,12 @@ class CompareOptions(JudgeOptions):
     until_decided: bool = False
     budget: int | None = Field(default=None, ge=0, le=100_000_000)
     batch: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _adaptive(self) -> CompareOptions:
+        if (self.budget is not None or self.batch is not None) and not self.until_decided:
+            raise ValueError("budget and batch are only used with until_decided")
+        return self
 
     @field_validator("measures")
     @classmethod

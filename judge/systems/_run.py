@@ -327,6 +327,13 @@ async def run_compare_systems(
             merged.setdefault(qid, {}).update(vs)
         adaptive.calls += cheap_calls
         verdicts = PoolVerdicts(verdicts=merged, mode=judged_config.mode, calls=adaptive.calls, summary=None)
+        # pool.judged.jsonl: every record the rounds wrote (the cheap pass first), so readers of
+        # the pool (the server's results, read_pool_verdicts) see what was judged.
+        sources = [out / "cheap" / POOL_JUDGED] if cheap_verdicts else []
+        sources += [out / "adaptive" / f"round-{i:03d}.judged.jsonl" for i in range(1, adaptive.rounds + 1)]
+        atomic_write_text(
+            out / POOL_JUDGED, "".join(p.read_text(encoding="utf-8") for p in sources if p.exists())
+        )
     else:
         verdicts = await judge_pool(
             out / POOL_INPUT,
