@@ -3,9 +3,13 @@
 
 1. ``/v1/evaluate`` under load: ``--clients`` (default 50) concurrent clients, each sending
    ``--requests`` (default 20) one-query requests of 5 passages to a server whose judge is
-   a deterministic fake answering at once (``fake_backend`` below, ``--no-cache`` so every
-   passage is judged): latency p50 / p99, errors, requests/s. What this measures is the
-   service's own overhead (HTTP, validation, the judging core, JSON), not an LLM.
+   a deterministic fake answering at once (``fake_backend`` below; every request has its own
+   query, so every passage is judged and its verdict written to a fresh verdict cache, which
+   is checked at the end; ``--no-cache`` runs without one): latency p50 / p99, errors,
+   requests/s. What this measures is the service's own overhead (HTTP, validation, the
+   judging core, the cache, JSON), not an LLM. ``--code DIR`` (repeatable) runs the server
+   from other checkouts too (e.g. a ``git worktree`` of main), alternated ``--rounds``
+   times in one run, and prints each one's median and its ratio to the first.
 2. A 3,000-passage job (300 queries x 10 passages by default) against the simulated LLM
    server (``scripts/sim_llm_server.py``: 50 ms +/- 10 ms per call, capacity 64), beside
    ``judge score`` on the same dataset and server, in the same run, each with a fresh
@@ -15,13 +19,20 @@
    start-up), so the ratio charges the server with its upload, queueing and polling.
    Goal: job throughput >= 0.9 x ``judge score``'s.
 
-Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra).
+3. ``--kill-run``: a 2,000-passage job (400 queries x 5) against the simulated LLM server,
+   the server killed with ``kill -9`` mid-job (at 1,000 LLM requests) and
+   restarted until the job is done: requests the LLM server saw per passage (goal <= 1.01:
+   a kill repeats only the calls in flight), for each ``--code`` checkout.
+
+Run: ``python scripts/bench_server.py`` (about 2 minutes; needs the ``[server]`` extra);
+``--skip-job`` runs part 1 only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -53,9 +64,9 @@ def fake_backend() -> Any:
 
 
 @contextmanager
-def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
+def serve(args: list[str], home: Path, limit_s: float = 60.0, code: Path = ROOT) -> Iterator[tuple[str, int]]:
     env = _env(home)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "scripts"), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "scripts"), env["PYTHONPATH"]])
     env.pop("JUDGE_API_KEYS", None)
     cmd = [
         sys.executable,
@@ -69,7 +80,7 @@ def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
         "--log-level",
         "warning",
     ]
-    proc = subprocess.Popen([*cmd, *args], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*cmd, *args], env=env, cwd=code, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + limit_s
@@ -82,7 +93,7 @@ def serve(args: list[str], home: Path, limit_s: float = 60.0) -> Iterator[str]:
             url = m.group(1) if m else None
         if url is None:
             raise RuntimeError("judge serve did not start")
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -143,6 +154,79 @@ async def _evaluate_load(url: str, clients: int, per_client: int, limit_s: float
     }
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used (Linux /proc; else None)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cached(path: Path) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
+
+
+def _kill_run(tmp: Path, code: Path, latency_ms: float, limit_s: float) -> dict[str, Any]:
+    """Part 3: a 2,000-passage job, ``kill -9`` at 1,000 LLM requests, restarted
+    until done; the LLM server's requests per passage."""
+    import signal
+
+    queries, passages = 400, 5
+    data = tmp / "data.jsonl"
+    tmp.mkdir(parents=True)
+    make_dataset(data, queries, passages)
+    args = ["--backend", "openai:sim-judge", "--concurrency", "16", "--db", str(tmp / "s.sqlite")]
+    args += ["--cache", str(tmp / "cache.sqlite")]
+    job_id = None
+    starts = 0
+    deadline = time.monotonic() + limit_s
+    with sim_llm_server.SimProcess(latency_ms=latency_ms, jitter_ms=10, capacity=64) as sim:
+        for kill_at in (1000, None):
+            starts += 1
+            with (
+                serve([*args, "--base-url", sim.base_url], tmp / "home", code=code) as (url, pid),
+                httpx.Client(base_url=url, timeout=60.0) as http,
+            ):
+                if job_id is None:
+                    resp = http.post(
+                        "/v1/jobs",
+                        content=data.read_bytes(),
+                        headers={"Content-Type": "application/x-ndjson"},
+                    )
+                    resp.raise_for_status()
+                    job_id = resp.json()["id"]
+                while True:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"kill run not done in {limit_s} s")
+                    if kill_at is not None and sim.stats()["total"] >= kill_at:
+                        os.kill(pid, signal.SIGKILL)
+                        break
+                    job = http.get(f"/v1/jobs/{job_id}").json()
+                    if job["status"] in ("done", "failed", "cancelled"):
+                        break
+                    time.sleep(0.01)
+            if kill_at is None:
+                break
+        stats = sim.stats()
+    asked = stats["total"] - stats["outcomes"].get("429", 0)
+    n = queries * passages
+    return {
+        "code": str(code),
+        "status": job["status"],
+        "starts": starts,
+        "attempts": job["attempts"],
+        "queries_done": job["queries_done"],
+        "passages": n,
+        "llm_requests": asked,
+        "requests_per_passage": round(asked / n, 4),
+        "goal": "<= 1.01",
+    }
+
+
 def _job_run(url: str, data: Path, passages: int, limit_s: float) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=60.0) as http:
         t0 = time.perf_counter()
@@ -179,25 +263,86 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--limit-s", type=float, default=300.0, help="time limit of each part")
+    ap.add_argument("--no-cache", action="store_true", help="part 1 without a verdict cache")
+    ap.add_argument(
+        "--code",
+        action="append",
+        type=Path,
+        default=None,
+        help="a checkout to run part 1's server from (repeatable; default: this one)",
+    )
+    ap.add_argument("--skip-job", action="store_true", help="part 1 only")
+    ap.add_argument("--kill-run", action="store_true", help="part 3 only: the kill -9 run")
     args = ap.parse_args(argv)
+    if args.kill_run:
+        with tempfile.TemporaryDirectory(prefix="bench_server_kill_") as tmp_s:
+            for i, code in enumerate(c.resolve() for c in (args.code or [ROOT])):
+                print(json.dumps(_kill_run(Path(tmp_s) / str(i), code, args.latency_ms, args.limit_s)))
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="bench_server_") as tmp_s:
         tmp = Path(tmp_s)
-        print(f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge")
-        with serve(
-            [
-                "--backend-factory",
-                "bench_server:fake_backend",
-                "--no-cache",
-                "--concurrency",
-                "64",
-                "--db",
-                str(tmp / "eval.sqlite"),
-            ],
-            tmp / "eval-home",
-        ) as url:
-            load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
-        print(json.dumps(load, ensure_ascii=False))
+        codes = [c.resolve() for c in (args.code or [ROOT])]
+        print(
+            f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge, "
+            f"{'no cache' if args.no_cache else 'verdict cache'}; load {os.getloadavg()[0]:.2f}"
+        )
+        rates: dict[Path, list[float]] = {c: [] for c in codes}
+        p99s: dict[Path, list[float]] = {c: [] for c in codes}
+        cpus: dict[Path, list[float]] = {c: [] for c in codes}
+        for rnd in range(args.rounds if len(codes) > 1 else 1):
+            for i, code in enumerate(codes):
+                home = tmp / f"eval-{rnd}-{i}"
+                cache = home / "cache.sqlite"
+                cache_args = ["--no-cache"] if args.no_cache else ["--cache", str(cache)]
+                with serve(
+                    [
+                        "--backend-factory",
+                        "bench_server:fake_backend",
+                        *cache_args,
+                        "--concurrency",
+                        "64",
+                        "--db",
+                        str(home / "eval.sqlite"),
+                    ],
+                    home,
+                    code=code,
+                ) as (url, pid):
+                    cpu0 = _cpu_s(pid)
+                    load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
+                    cpu1 = _cpu_s(pid)
+                if cpu0 is not None and cpu1 is not None and load["ok"]:
+                    # The server's own CPU per request: what a shared, loaded machine
+                    # disturbs least (wall-clock rates follow the other processes' load).
+                    load["server_cpu_ms_per_request"] = round(1000 * (cpu1 - cpu0) / load["ok"], 3)
+                    cpus[code].append(load["server_cpu_ms_per_request"])
+                if not args.no_cache:
+                    load["cached_verdicts"] = _cached(cache)
+                    load["every_verdict_cached"] = load["cached_verdicts"] == 5 * load["ok"]
+                load["code"] = str(code)
+                load["round"] = rnd
+                load["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                rates[code].append(load["requests_per_s"])
+                p99s[code].append(load["p99_ms"])
+                print(json.dumps(load, ensure_ascii=False))
+        if len(codes) > 1:
+            base = statistics.median(rates[codes[0]])
+            base_cpu = statistics.median(cpus[codes[0]]) if cpus[codes[0]] else None
+            for code in codes:
+                median = statistics.median(rates[code])
+                row: dict[str, Any] = {
+                    "code": str(code),
+                    "median_requests_per_s": median,
+                    "median_p99_ms": statistics.median(p99s[code]),
+                    f"rate_ratio_vs_{codes[0].name}": round(median / base, 3),
+                }
+                if base_cpu and cpus[code]:
+                    cpu = statistics.median(cpus[code])
+                    row["median_server_cpu_ms_per_request"] = cpu
+                    row[f"cpu_ratio_vs_{codes[0].name}"] = round(cpu / base_cpu, 3)
+                print(json.dumps(row))
+        if args.skip_job:
+            return 0
 
         n_passages = args.queries * args.passages
         print(
@@ -207,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         data = tmp / "data.jsonl"
         make_dataset(data, args.queries, args.passages)
         score_rates: list[float] = []
-        job_rates: list[float] = []
+        job_rates: list[float] = []  # the first checkout's
+        by_code: dict[Path, list[float]] = {c: [] for c in codes}
         with sim_llm_server.SimProcess(latency_ms=args.latency_ms, jitter_ms=10, capacity=64) as sim:
             for rnd in range(args.rounds):
                 home = tmp / f"score-{rnd}"
@@ -222,25 +368,42 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {rnd}: judge score {n_passages / wall:7.1f} passages/s "
                     f"(scorer {wall:.2f} s, process {proc_wall:.2f} s)"
                 )
-                home = tmp / f"serve-{rnd}"
-                with serve(
-                    [
-                        "--backend",
-                        "openai:sim-judge",
-                        "--base-url",
-                        sim.base_url,
-                        "--concurrency",
-                        str(args.concurrency),
-                        "--db",
-                        str(home / "s.sqlite"),
-                    ],
-                    home,
-                ) as url:
-                    job = _job_run(url, data, n_passages, args.limit_s)
-                job_rates.append(job["passages_per_s"])
+                for i, code in enumerate(codes):
+                    home = tmp / f"serve-{rnd}-{i}"
+                    with serve(
+                        [
+                            "--backend",
+                            "openai:sim-judge",
+                            "--base-url",
+                            sim.base_url,
+                            "--concurrency",
+                            str(args.concurrency),
+                            "--db",
+                            str(home / "s.sqlite"),
+                        ],
+                        home,
+                        code=code,
+                    ) as (url, _):
+                        job = _job_run(url, data, n_passages, args.limit_s)
+                    by_code[code].append(job["passages_per_s"])
+                    if i == 0:
+                        job_rates.append(job["passages_per_s"])
+                    print(
+                        f"round {rnd}: judge serve job {job['passages_per_s']:7.1f} passages/s "
+                        f"(submit->done {job['wall_s']:.2f} s, driver {job['driver_wall_s']:.2f} s; {code})"
+                    )
+        if len(codes) > 1:
+            first = statistics.median(by_code[codes[0]])
+            for code in codes:
+                median = statistics.median(by_code[code])
                 print(
-                    f"round {rnd}: judge serve job {job['passages_per_s']:7.1f} passages/s "
-                    f"(submit->done {job['wall_s']:.2f} s, driver {job['driver_wall_s']:.2f} s)"
+                    json.dumps(
+                        {
+                            "code": str(code),
+                            "job_passages_per_s": round(median, 1),
+                            f"job_ratio_vs_{codes[0].name}": round(median / first, 3),
+                        }
+                    )
                 )
         ratio = statistics.median(job_rates) / statistics.median(score_rates)
         print(

@@ -74,12 +74,13 @@ def report(path: Path, ks: list[int]) -> dict[str, Any]:
         figures: dict[str, Any] = {"queries": len(rows), "truth_mean": round(float(truth.mean()), 4)}
         for name in ("hard", "expected", "expected_gain"):
             x = np.array([r[name] for r in rows])
-            pearson = stats.pearsonr(x, truth)[0] if np.ptp(x) > 0 else float("nan")
-            kendall = stats.kendalltau(x, truth)[0] if np.ptp(x) > 0 else float("nan")
+            varies = bool(np.ptp(x) > 0)  # a constant figure has no correlation (None)
+            pearson = round(float(stats.pearsonr(x, truth)[0]), 4) if varies else None
+            kendall = round(float(stats.kendalltau(x, truth)[0]), 4) if varies else None
             figures[name] = {
                 "mean": round(float(x.mean()), 4),
-                "pearson": round(float(pearson), 4),
-                "kendall_tau_b": round(float(kendall), 4),
+                "pearson": pearson,
+                "kendall_tau_b": kendall,
                 "mae": round(float(np.abs(x - truth).mean()), 4),
             }
         out["cutoffs"][str(k)] = figures
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = report(args.judged, args.k)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2, allow_nan=False))
         return 0
     print(f"{result['file']}")
     for k, f in result["cutoffs"].items():
@@ -102,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'figure':<14} {'mean':>7} {'pearson':>8} {'kendall':>8} {'MAE':>7}")
         for name in ("hard", "expected", "expected_gain"):
             g = f[name]
-            cells = f"{g['mean']:>7.4f} {g['pearson']:>8.4f} {g['kendall_tau_b']:>8.4f} {g['mae']:>7.4f}"
+            r = "–" if g["pearson"] is None else f"{g['pearson']:.4f}"
+            tau = "–" if g["kendall_tau_b"] is None else f"{g['kendall_tau_b']:.4f}"
+            cells = f"{g['mean']:>7.4f} {r:>8} {tau:>8} {g['mae']:>7.4f}"
             print(f"  {name:<14} {cells}")
     return 0
 

@@ -231,6 +231,7 @@ class SimServer:
             {
                 "n": n,
                 "t": round(time.monotonic() - self.started, 4),
+                "mono": time.monotonic(),  # the host's clock, comparable across processes
                 "kind": kind,
                 "key": key,
                 "outcome": outcome,

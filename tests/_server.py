@@ -232,3 +232,22 @@ def serve_process(
 def slow_fake_backend() -> Any:
     """:func:`fake_backend` taking 20 ms a call, so a job's progress can be watched."""
     return RuleBackend.keyword(MARKER, latency_s=0.02)
+
+
+def file_gate_backend() -> Any:
+    """:func:`fake_backend` whose calls wait (up to 120 s) until the file named by
+    ``JUDGE_TEST_GATE`` exists: a job of a ``judge serve`` process stays running until then."""
+    gate = Path(os.environ["JUDGE_TEST_GATE"])
+    keyword = RuleBackend.keyword(MARKER)
+
+    async def sleep(_: float) -> None:
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    return RuleBackend(keyword.rule, name="fake:file-gate", latency_s=0.001, sleep=sleep)
+
+
+def hanging_backend() -> Any:
+    """:func:`fake_backend` whose calls take an hour: a job stays running until stopped."""
+    return RuleBackend.keyword(MARKER, latency_s=3600.0)

@@ -11,9 +11,13 @@ import pytest
 
 from judge.io._errors import InputError
 from judge.io._jsonl import (
+    DatasetLimits,
     DatasetRecord,
     count_lines,
+    dataset_limits,
+    error_record,
     iter_dataset,
+    json_problem,
     parse_field_map,
     read_dataset,
     text_docno,
@@ -198,3 +202,74 @@ def test_bad_map_arguments_are_input_errors(item: str) -> None:
 def test_unreadable_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read"):
         list(iter_dataset(tmp_path / "missing.jsonl"))
+
+
+# --- hostile lines: each is a reject naming file, line and field; the others still parse ----
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def test_hostile_lines_are_rejected_by_themselves(tmp_path: Path) -> None:
+    good = '{"id": "ok", "query": "q", "retrieval_context": ["a"]}'
+    lines = [
+        '{"id": "s1", "query": "q\\ud800", "retrieval_context": ["a"]}',  # lone surrogate
+        '{"id": "s2", "query": "q", "retrieval_context": ["a", {"text": "b\\udc00"}]}',
+        '{"id": "n1", "query": "q", "retrieval_context": ["a"], "meta": ' + DEEP + "}",  # parser too deep
+        '{"id": "n2", "query": "q", "retrieval_context": ["a"], "meta": ' + "[" * 70 + "]" * 70 + "}",
+        DEEP,
+        '{"\\ud800": 1, "id": "k1", "query": "q", "retrieval_context": ["a"]}',
+        '{"id": "t1", "query": ["q"], "retrieval_context": ["a"]}',
+        '{"id": "pair", "query": "q \\ud83d\\ude00", "retrieval_context": ["a"]}',  # a valid pair
+        good,
+    ]
+    p = _write(tmp_path / "h.jsonl", lines)
+    items = list(iter_dataset(p))
+    errors = [(e.line, e.field, e.message) for e in items if isinstance(e, InputError)]
+    assert [(line, fld) for line, fld, _ in errors] == [
+        (1, "query"),
+        (2, "retrieval_context[1].text"),
+        (3, "meta"),
+        (4, "meta"),
+        (5, None),
+        (6, "\\ud800"),
+        (7, "query"),
+    ]
+    assert "lone surrogate" in errors[0][2] and "nested deeper than 64 levels" in errors[2][2]
+    ok = [r for r in items if isinstance(r, DatasetRecord)]
+    assert [(r.id, r.query) for r in ok] == [("pair", "q \U0001f600"), ("ok", "q")]
+    # Every reject can be written back as UTF-8 (the rejects file).
+    for e in items:
+        if isinstance(e, InputError):
+            json.dumps(error_record(e), ensure_ascii=False).encode("utf-8")
+
+
+def test_limits_reject_a_long_query_or_too_many_passages(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path / "l.jsonl",
+        [
+            {"id": "a", "query": "x" * 11, "retrieval_context": ["p"]},
+            {"id": "b", "query": "q", "retrieval_context": ["p", "p", "p"]},
+            {"id": "c", "query": "x" * 10, "retrieval_context": ["p", "p"]},
+        ],
+    )
+    assert all(isinstance(r, DatasetRecord) for r in iter_dataset(p))  # unbounded by default
+    with dataset_limits(DatasetLimits(max_query_chars=10, max_passages=2)):
+        items = list(iter_dataset(p))
+    errors = [(e.line, e.field, e.message) for e in items if isinstance(e, InputError)]
+    assert errors == [
+        (1, "query", "query of 11 characters; at most 10"),
+        (2, "retrieval_context", "3 passages; at most 2 per record"),
+    ]
+    assert [r.id for r in items if isinstance(r, DatasetRecord)] == ["c"]
+
+
+def test_json_problem_names_the_path() -> None:
+    assert json_problem({"a": [{"b": "ok"}]}) is None
+    assert json_problem({"a": [{"b": "x\ud800"}]}) == (
+        "a[0].b",
+        "invalid Unicode (a lone surrogate escape such as \\ud800)",
+    )
+    nested: Any = "leaf"
+    for _ in range(5):
+        nested = [nested]
+    assert json_problem({"m": nested}, max_depth=5) == ("m", "nested deeper than 5 levels")
+    assert json_problem({"m": nested}, max_depth=6) is None

@@ -59,7 +59,7 @@ def _score(tmp_path: Path, threshold: float, name: str) -> dict[str, object]:
     outcome = asyncio.run(score_dataset(_dataset(tmp_path), out, backend, config, options=options))
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert all(r["backend_fingerprint"] == "fake:probs|model=probs-1" for r in records)
-    assert all(set(r["expected"]) == {"map", "ndcg"} for r in records)
+    assert all(set(r["expected"]) == {"map", "ndcg", "ndcg_stderr", "ndcg_method"} for r in records)
     return outcome.summary
 
 

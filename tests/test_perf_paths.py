@@ -46,7 +46,7 @@ from judge.backends import (
 )
 from judge.backends._local import LocalBackend
 from judge.judging import JudgeConfig, verdict_cache_key
-from judge.judging._config import template_for
+from judge.judging._config import bind_language, template_for
 
 KEY = "sk-perf-0123456789abcdef"
 MESSAGES = (
@@ -59,7 +59,9 @@ MESSAGES = (
 
 
 def reference_key(backend: Any, config: JudgeConfig, query: str, passage: str) -> str:
-    """The cache key as first defined: one json.dumps of the whole payload."""
+    """The cache key as first defined: one json.dumps of the whole payload (of the config
+    bound to the query's language when it is ``auto``)."""
+    config = bind_language(config, query, [passage])
     template = template_for(config)
     payload = {
         "v": 1,

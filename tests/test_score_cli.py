@@ -288,3 +288,21 @@ def test_429s_slow_the_scorer_down_and_every_passage_is_still_judged(
     assert backend["calls"] == 24 + backend["rate_limited"]  # each 429 was retried, nothing else failed
     assert backend["rate_limited"] < 24  # the window shrank instead of hammering the server
     assert summary["judged"] == 24 and summary["unjudged"] == 0
+
+
+def test_hostile_lines_are_rejected_and_the_rest_is_scored(
+    sim: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows: list[Any] = [
+        *_rows(2, "h"),
+        '{"id": "s", "query": "q\\ud800", "retrieval_context": ["a"]}',
+        '{"id": "n", "query": "q", "retrieval_context": ["a"], "m": ' + "[" * 3000 + "]" * 3000 + "}",
+    ]
+    inp = _write(tmp_path / "hostile.jsonl", rows)
+    assert main(_score(sim, str(inp), "-o", str(tmp_path / "o.jsonl"))) == 0
+    captured = capsys.readouterr()
+    assert f"{inp}:3: field 'query': invalid Unicode" in captured.err
+    assert f"{inp}:4: field 'm': nested deeper than 64 levels" in captured.err
+    assert json.loads(captured.out)["queries"] == 2
+    rejects = [json.loads(x) for x in (tmp_path / "o.rejects.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["field"]) for r in rejects] == [(3, "query"), (4, "m")]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,8 @@ pytest.importorskip("fastapi")
 
 from _server import BAD, Gate, app_for, ndjson, records, wait_job
 from fastapi.testclient import TestClient
+
+from judge.server._db import SCHEMA_VERSION
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
@@ -35,7 +40,7 @@ def test_healthz_and_info(client: Any) -> None:
     assert info["backend"] == "fake:keyword" and info["model"] == "rule"
     ids = {t["id"]: t["hash"] for t in info["templates"]}
     assert "binary.zh.v2" in ids and len(ids["binary.zh.v2"]) == 64
-    assert info["auth"] is False and info["schema_version"] == 1
+    assert info["auth"] is False and info["schema_version"] == SCHEMA_VERSION
     assert client.get("/openapi.json").json()["paths"]["/v1/jobs/{job_id}/results"]
 
 
@@ -218,6 +223,19 @@ def test_query_detail_has_texts_verdicts_and_ground_truth(client: Any) -> None:
     assert client.get(f"/v1/jobs/{job['id']}/queries/nope").status_code == 404
 
 
+def test_query_ids_with_any_character_can_be_opened(client: Any) -> None:
+    ids = ["msmarco/123", "a b", "50%", "问题/一", "x?y#z", "trailing/"]
+    recs = [{**r, "id": qid} for r, qid in zip(records(len(ids)), ids, strict=True)]
+    job = submit(client, recs).json()
+    assert wait_job(client, job["id"])["queries_done"] == len(ids)
+    for qid in ids:
+        r = client.get(f"/v1/jobs/{job['id']}/queries/{urllib.parse.quote(qid, safe='')}")
+        assert r.status_code == 200, qid
+        assert r.json()["record"]["id"] == qid and len(r.json()["passages"]) == 4
+    missing = client.get(f"/v1/jobs/{job['id']}/queries/{urllib.parse.quote('msmarco/124', safe='')}")
+    assert missing.status_code == 404 and "msmarco/124" in missing.json()["detail"]
+
+
 def test_events_stream_progress_then_end(client: Any) -> None:
     job = submit(client, records(4)).json()
     with client.stream("GET", f"/v1/jobs/{job['id']}/events") as r:
@@ -263,6 +281,33 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
         assert len(c.get("/v1/jobs").json()["jobs"]) == 3  # the refused job left nothing behind
         gate.open()
         wait_job(c, first["id"])
+        for j in c.get("/v1/jobs").json()["jobs"]:
+            wait_job(c, j["id"])
+
+
+def test_queue_bound_holds_under_concurrent_submissions(tmp_path: Path) -> None:
+    """Check and insert are one transaction: 24 submissions at once into a queue of 2 (one
+    job running, blocked) leave exactly 2 waiting; the rest get 429 with Retry-After."""
+    gate = Gate(opened=False)
+    with TestClient(app_for(tmp_path, backend=gate.backend, queue_size=2)) as c:
+        first = submit(c, records(1)).json()
+        wait_job(c, first["id"], ("running",))
+        start = threading.Barrier(24)
+
+        def one(i: int) -> Any:
+            start.wait(timeout=30)
+            return submit(c, records(2, prefix=f"c{i}-"))
+
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            answers = list(pool.map(one, range(24)))
+        codes = sorted(r.status_code for r in answers)
+        assert codes == [202] * 2 + [429] * 22, codes
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in answers if r.status_code == 429)
+        assert len(c.get("/v1/jobs", params={"status": "queued"}).json()["jobs"]) == 2
+        assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == sorted(
+            [first["id"], *(r.json()["id"] for r in answers if r.status_code == 202)]
+        )  # a refused submission leaves no job directory behind
+        gate.open()
         for j in c.get("/v1/jobs").json()["jobs"]:
             wait_job(c, j["id"])
 

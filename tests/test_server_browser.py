@@ -28,6 +28,20 @@ from _server import ROOT, ndjson, serve_env, serve_process  # noqa: E402
 KEY = "viewer-test-key"
 
 
+def _watch_csp(page: object) -> list[str]:
+    """Collect the page's console messages about its Content-Security-Policy (a refused inline
+    script or style would show here): the viewer must run without any."""
+    refused: list[str] = []
+
+    def on_console(msg: object) -> None:
+        text = str(getattr(msg, "text", ""))
+        if "Content Security Policy" in text:
+            refused.append(text)
+
+    page.on("console", on_console)  # type: ignore[attr-defined]
+    return refused
+
+
 def _dataset() -> bytes:
     topics = [
         ("小狗贫血的表现", "牙龈苍白、精神萎靡"),
@@ -72,8 +86,10 @@ def test_submit_watch_and_read_reasons_in_chromium(tmp_path: Path) -> None:
         try:
             page = browser.new_page(viewport={"width": 1360, "height": 1000})
             page.set_default_timeout(30_000)
+            refused = _watch_csp(page)
             page.goto(url + "/")
             page.fill("input[name=key]", KEY)  # the sign-in form (keys are set)
+            page.fill("input[name=name]", "审阅人")
             page.click("button[type=submit]")
             page.wait_for_selector("#submit-form")
             page.set_input_files("#file", str(data))
@@ -102,6 +118,10 @@ def test_submit_watch_and_read_reasons_in_chromium(tmp_path: Path) -> None:
             page.screenshot(path=str(shot), full_page=True)
             page.goto(url + "/")
             page.wait_for_selector("#jobs [data-status=done]")
+            assert refused == []  # everything ran under the CSP
+            page.click("header nav button[type=submit]")  # sign out: the session is gone
+            page.wait_for_selector("input[name=key]")
+            assert page.request.get(url + "/v1/jobs").status == 401
         finally:
             browser.close()
     print(f"viewer screenshot: {shot}")
@@ -154,6 +174,7 @@ def test_comparison_page_shows_the_winner_and_reasons_in_chromium(tmp_path: Path
         try:
             page = browser.new_page(viewport={"width": 1360, "height": 1000})
             page.set_default_timeout(30_000)
+            refused = _watch_csp(page)
             page.goto(url + "/")
             page.fill("input[name=key]", KEY)
             page.click("button[type=submit]")
@@ -176,6 +197,7 @@ def test_comparison_page_shows_the_winner_and_reasons_in_chromium(tmp_path: Path
             page.screenshot(path=str(shot))  # the verdict, pool, systems, tests and the first query
             page.goto(url + f"/jobs/{job_id}")  # a compare job's /jobs/ page leads to its comparison page
             page.wait_for_url(f"**/compare/{job_id}")
+            assert refused == []  # the comparison page ran under the CSP
             page.goto(url + f"/v1/jobs/{job_id}/report?format=html")
             assert "Queries where the systems differ most" in page.content()
         finally:
@@ -184,3 +206,43 @@ def test_comparison_page_shows_the_winner_and_reasons_in_chromium(tmp_path: Path
     assert shot.stat().st_size > 10_000
     if os.environ.get("JUDGE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(shot, ROOT / "docs" / "server-compare.png")
+
+
+def test_query_ids_with_slashes_and_other_characters_open_in_chromium(tmp_path: Path) -> None:
+    env = serve_env(tmp_path, JUDGE_API_KEYS=KEY)
+    args = ["--backend-factory", "_server:fake_backend", "--db", str(tmp_path / "s.sqlite")]
+    ids = ["msmarco/123", "50% off", "问题/一 ?#"]
+    recs = [
+        {
+            "id": qid,
+            "query": f"问题 {i}",
+            "retrieval_context": [{"id": "d0", "text": f"[相关] 段落 {i}"}, {"id": "d1", "text": "无关"}],
+        }
+        for i, qid in enumerate(ids)
+    ]
+    data = tmp_path / "ids.jsonl"
+    data.write_bytes(ndjson(recs))
+    with serve_process(args, env) as (_proc, url), sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(30_000)
+            refused = _watch_csp(page)
+            page.goto(url + "/")
+            page.fill("input[name=key]", KEY)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#submit-form")
+            page.set_input_files("#file", str(data))
+            page.click("#submit")
+            page.wait_for_url("**/jobs/*")
+            page.wait_for_selector("#job-head [data-status=done]")
+            for qid in ids:
+                row = page.locator("#queries tr.q").filter(has_text=qid)
+                row.click()
+                page.wait_for_selector("table.passages tr[data-rank='2']")
+                assert "段落" in page.inner_text("table.passages")
+                row.click()  # close it again
+                page.wait_for_selector("table.passages", state="detached")
+            assert refused == []
+        finally:
+            browser.close()

@@ -157,7 +157,10 @@ class Backend(Protocol):
 
 
 class BackendError(Exception):
-    """Base of every error a backend raises. Messages never contain API keys."""
+    """Base of every error a backend raises. Messages never contain API keys. ``status``:
+    the provider's HTTP status, when the error is an HTTP answer."""
+
+    status: int | None = None
 
 
 class TransientError(BackendError):
@@ -235,8 +238,12 @@ def error_for_status(
     """The error class for an HTTP status: 429 (or a ``Throttling*`` code) → RateLimitError
     with Retry-After; 408, 409, 5xx → TransientError; other 4xx → PermanentError.
     ``message`` must already be redacted."""
+    error: BackendError
     if status == 429 or (code or "").startswith("Throttling"):
-        return RateLimitError(message, retry_after=parse_retry_after(headers))
-    if status in (408, 409) or status >= 500:
-        return TransientError(message)
-    return PermanentError(message)
+        error = RateLimitError(message, retry_after=parse_retry_after(headers))
+    elif status in (408, 409) or status >= 500:
+        error = TransientError(message)
+    else:
+        error = PermanentError(message)
+    error.status = status
+    return error

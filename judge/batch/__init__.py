@@ -9,12 +9,25 @@ from typing import TYPE_CHECKING, Any
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
+from judge.batch._labels import (
+    LabelOutcome,
+    agreement_items,
+    apply_labels,
+    comparison_review_queue,
+    human_label_counts,
+    job_agreement,
+    job_review_queue,
+    label_for_passage,
+    map_impacts,
+    relabel_record,
+)
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import build_record, ground_truth_metrics, summarize_records
 from judge.batch._runner import (
     BatchOptions,
     BatchOutcome,
+    check_labels,
     default_output_path,
     retry_unjudged,
     score_dataset,
@@ -48,6 +61,7 @@ __all__ = [
     "FeedPlan",
     "InputPlan",
     "KeyFn",
+    "LabelOutcome",
     "LocalExecutor",
     "OnVerdict",
     "PassageJob",
@@ -58,12 +72,22 @@ __all__ = [
     "RetryItem",
     "RetryPlan",
     "Snapshot",
+    "agreement_items",
+    "apply_labels",
     "build_record",
     "cache_keys",
+    "check_labels",
+    "comparison_review_queue",
     "default_output_path",
     "ground_truth_metrics",
+    "human_label_counts",
+    "job_agreement",
+    "job_review_queue",
+    "label_for_passage",
     "make_progress",
+    "map_impacts",
     "qrels_of",
+    "relabel_record",
     "retry_unjudged",
     "run_of",
     "score_dataset",

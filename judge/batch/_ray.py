@@ -159,9 +159,16 @@ class _Limiter:
         self.dead: set[str] = set()
         self.max_in_flight = 0
         self.pauses = 0
+        self.granted = 0  # slots handed out so far
+        # The latest pauses as this actor applied them: when, until when (its monotonic
+        # clock, shared by every process of the host) and how many slots had been granted
+        # by then. No slot is granted inside a pause, so a call that reaches the provider
+        # before a pause ends is one of the ``granted`` before it began.
+        self.pause_log: list[dict[str, float]] = []
 
     async def acquire(self, owner: str, tokens: int) -> int:
         epoch = await self.limiter.acquire(tokens)
+        self.granted += 1
         if owner in self.dead:
             # Its worker died while this call waited for a slot: nobody will ever release
             # the slot, so give it back at once (kept, it would shrink the window for good).
@@ -192,6 +199,8 @@ class _Limiter:
     async def pause_for(self, seconds: float) -> None:
         self.pauses += 1
         self.limiter.pause_for(seconds)
+        entry = {"at": time.monotonic(), "until": self.limiter.resume_at, "granted": float(self.granted)}
+        self.pause_log = [*self.pause_log[-99:], entry]
 
     async def forget(self, owner: str) -> int:
         """Give back every slot ``owner`` (a dead worker) still holds, and every slot its
@@ -210,6 +219,8 @@ class _Limiter:
             "max_in_flight": self.max_in_flight,
             "pauses": self.pauses,
             "paused_for_s": max(0.0, lim.resume_at - time.monotonic()),
+            "granted": self.granted,
+            "pause_log": list(self.pause_log),
         }
 
 

@@ -386,4 +386,13 @@ def summarize_records(
     else:
         summary["ground_truth"] = None
     summary.update(summarize_extras(records, k))
+    human = _human_label_counts(records)
+    if human is not None:
+        summary["human_labels"] = human
     return summary
+
+
+def _human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    from judge.batch._labels import human_label_counts
+
+    return human_label_counts(records)

@@ -49,6 +49,7 @@ from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extras import extras_record
+from judge.batch._labels import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
@@ -65,7 +66,15 @@ from judge.judging._config import LANGUAGE_RULE
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.judging._extras import ExtraOptions
 from judge.judging._models import PassageVerdict
-from judge.store._runstate import OutputWriter, atomic_write_text, recover_output, scan_output
+from judge.metrics import ScaleError
+from judge.store._labels import LabelSet
+from judge.store._runstate import (
+    OutputWriter,
+    atomic_write_lines,
+    atomic_write_text,
+    recover_output,
+    scan_output,
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,11 @@ class BatchOptions:
     borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
     # a graded ground truth meets the yes/no verdicts (agreement) at grade >= qrels_level
     qrels_level: int = DEFAULT_QRELS_LEVEL
+    # human labels that override verdicts in the output and summary (judge.batch.apply_labels);
+    # labels_level / labels_yes_grade: the stated mapping when their scale differs from the mode's
+    labels: LabelSet | None = None
+    labels_level: int | None = None
+    labels_yes_grade: int | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -388,6 +402,9 @@ class _Run:
             "cache": _cache_stats(self.store),
         }
         records = recover_output(self.out)
+        labels_echo: dict[str, Any] = {}
+        if self.opts.labels is not None:
+            records, labels_echo = _apply_labels(self.out, records, self.opts)
         summary = {
             "output": str(self.out),
             **summarize_records(records, self.opts.k, measures=self.opts.measures),
@@ -395,6 +412,7 @@ class _Run:
             "this_run": this_run,
             "config": _config_echo(self.config, self.backend.name, self.opts),
             **_determinism_echo(records, self.config, self.backend, self.opts),
+            **labels_echo,
         }
         atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
         return BatchOutcome(
@@ -406,6 +424,50 @@ class _Run:
             skipped_done=skipped,
             rejected=self.reporter.rejected,
         )
+
+
+def check_labels(opts: BatchOptions, config: JudgeConfig) -> None:
+    """Refuse labels whose scale does not meet the run's mode without a stated mapping
+    (before any call): InputError naming ``--labels-level``/``--labels-yes-grade``."""
+    if opts.labels is None:
+        return
+    try:
+        opts.labels.mapping_to(
+            config.mode, level=opts.labels_level, yes_grade=opts.labels_yes_grade, target_name="the judge"
+        )
+    except ScaleError as exc:
+        flag = "--" + (exc.field or "labels").replace("_", "-")
+        raise InputError(exc.message, field=flag) from None
+
+
+def _apply_labels(
+    out: Path, records: list[dict[str, Any]], opts: BatchOptions
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Apply ``opts.labels`` to the output's records, rewrite the file atomically when
+    anything changed, and return the records with the summary's ``labels`` echo."""
+    assert opts.labels is not None
+    outcome = apply_labels(
+        records,
+        opts.labels,
+        k=opts.k,
+        measures=opts.measures,
+        level=opts.labels_level,
+        yes_grade=opts.labels_yes_grade,
+    )
+    if outcome.records != records:
+        atomic_write_lines(out, outcome.records)
+    echo = {
+        "labels": {
+            "source": opts.labels.source,
+            "labels": len(opts.labels),
+            "applied": outcome.applied,
+            "changed": outcome.changed,
+            "queries": outcome.queries,
+            "unmatched": outcome.unmatched,
+            "mapping": dict(outcome.mapping),
+        }
+    }
+    return outcome.records, echo
 
 
 def _determinism_echo(
@@ -460,6 +522,7 @@ async def score_dataset(
     store = kw.get("store")
     opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
+    check_labels(opts, config)
     inp = Path(input_path)
     out = Path(output_path)
     if not inp.exists():
@@ -531,6 +594,7 @@ async def retry_unjudged(
     store = kw.get("store")
     opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
+    check_labels(opts, config)
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))

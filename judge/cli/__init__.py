@@ -36,6 +36,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._geneval",
     "judge.cli._systems",
     "judge.cli._serve",
+    "judge.cli._labels",
 )
 
 

@@ -24,6 +24,7 @@ from judge.cli._flags import (
     judge_config,
     open_backend,
 )
+from judge.cli._labels import add_label_flags, calibrated_threshold, label_set_of
 from judge.io._errors import InputError
 
 
@@ -136,6 +137,13 @@ def register(subparsers: Any) -> None:
         help="graded ground truth (qrels) against the yes/no verdicts (agreement): grade >= L is "
         "relevant (default 1; stated in every record and the summary)",
     )
+    add_label_flags(p)
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="NAME",
+        help="use the P(yes) threshold of a named calibration (judge calibrate) for this template",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -162,6 +170,7 @@ def run_score(args: argparse.Namespace) -> int:
     from judge.batch import (
         BatchOptions,
         ProgressMode,
+        check_labels,
         default_output_path,
         retry_unjudged,
         score_dataset,
@@ -197,7 +206,14 @@ def run_score(args: argparse.Namespace) -> int:
     else:
         output = Path(args.output) if args.output else default_output_path(args.input)
         mode = args.mode
-    config = judge_config(args, mode)
+    config = calibrated_threshold(args.calibration, judge_config(args, mode), args.labels_store)
+    labels = label_set_of(args)
+    label_options = {
+        "labels": labels,
+        "labels_level": args.labels_level,
+        "labels_yes_grade": args.labels_yes_grade,
+    }
+    check_labels(BatchOptions(**label_options), config)  # a scale mismatch: exit 2 before any call
 
     backend = open_backend(args.backend, args.base_url, policy)
     if not args.quiet:
@@ -248,6 +264,7 @@ def run_score(args: argparse.Namespace) -> int:
         executor=executor,
         borderline_margin=args.borderline_margin,
         qrels_level=args.qrels_level,
+        **label_options,
         settings={
             **engine,
             "rpm": args.rpm,
@@ -258,6 +275,7 @@ def run_score(args: argparse.Namespace) -> int:
             "contextual_recall": not args.no_recall,
             "source_quality": "judge" if args.source_quality else ("priors" if args.site_priors else None),
             "site_priors": args.site_priors,
+            "calibration": args.calibration,
         },
     )
 

@@ -1,8 +1,8 @@
 """``judge serve``: run the evaluation service (HTTP API, durable jobs, metrics, viewer).
 
 Exit codes: 0 stopped cleanly; 2 bad usage (e.g. listening beyond loopback without API
-keys, an unreadable keys file, the ``[server]`` extra missing); 3 the backend could not
-be set up.
+keys, an unreadable keys file, the ``[server]`` extra missing, the job database held by
+another live ``judge serve``); 3 the backend could not be set up.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
         ),
         epilog=(
             "auth: bearer keys from JUDGE_API_KEYS (comma-separated) and/or --api-keys-file; "
-            "without keys only a loopback --host is allowed. exit codes: 0 stopped; 2 bad usage; "
-            "3 backend could not be set up"
+            "without keys only a loopback --host is allowed. exit codes: 0 stopped; 2 bad usage or "
+            "--db held by another live judge serve; 3 backend could not be set up"
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -49,6 +49,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--jobs-dir", default=None, help="job files (default: DB's folder/jobs)")
     p.add_argument("--api-keys-file", default=None, help="file of accepted API keys, one per line")
+    p.add_argument(
+        "--session-ttl",
+        default="12h",
+        metavar="DURATION",
+        help="how long a viewer sign-in lasts: seconds, or with a unit (90m, 12h, 7d; default 12h)",
+    )
+    p.add_argument(
+        "--trust-forwarded-proto",
+        action="store_true",
+        help="a reverse proxy sets X-Forwarded-Proto: trust it to mark the session cookie Secure",
+    )
     add_judge_flags(p)
     add_call_flags(p)
     p.add_argument(
@@ -56,11 +67,46 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
+    p.add_argument(
+        "--labels-store",
+        default=None,
+        metavar="PATH",
+        help="label store (default: labels.sqlite beside --db)",
+    )
+    p.add_argument(
+        "--labels-level",
+        type=int,
+        default=None,
+        metavar="L",
+        help="graded labels on a binary job: grade >= L is relevant",
+    )
+    p.add_argument(
+        "--labels-yes-grade",
+        type=int,
+        default=None,
+        metavar="G",
+        help="binary labels on a graded job: a yes is grade G",
+    )
     p.add_argument("--max-jobs", type=int, default=1, help="jobs running at once (default 1)")
     p.add_argument("--queue-size", type=int, default=100, help="queued jobs before 429 (default 100)")
     p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
     p.add_argument(
         "--max-passages", type=int, default=200, help="passages per /v1/evaluate request (default 200)"
+    )
+    p.add_argument(
+        "--max-query-chars",
+        type=int,
+        default=4000,
+        help="longest query in characters; a longer one is refused, never cut (default 4000)",
+    )
+    p.add_argument(
+        "--max-record-passages",
+        type=int,
+        default=1000,
+        help="passages per job record; a record with more is rejected (default 1000)",
+    )
+    p.add_argument(
+        "--max-records", type=int, default=100_000, help="records per job; more is a 413 (default 100000)"
     )
     p.add_argument(
         "--backend-factory",
@@ -75,6 +121,23 @@ def register(subparsers: Any) -> None:
 def _positive(value: float | None, flag: str) -> None:
     if value is not None and value <= 0:
         raise InputError("must be > 0", field=flag)
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration_s(text: str, flag: str) -> float:
+    """``3600``, ``3600s``, ``90m``, ``12h`` or ``7d`` in seconds (> 0)."""
+    raw = text.strip().lower()
+    scale = _UNITS.get(raw[-1:])
+    number = raw[:-1] if scale is not None else raw
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise InputError(f"{text!r} is not a duration (e.g. 3600, 90m, 12h, 7d)", field=flag) from None
+    if not value > 0 or value == float("inf"):
+        raise InputError("must be > 0", field=flag)
+    return value
 
 
 def _factory_backend(target: str) -> Any:
@@ -117,6 +180,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ) from None
     from judge.backends import describe_backend, register_secret
     from judge.judging import JudgeConfig
+    from judge.server._bounds import JobBounds
     from judge.store import SQLiteVerdictStore
     from judge.store._cache import judge_home
 
@@ -130,16 +194,23 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     for key in keys:
         register_secret(key)  # redacted from every error text
+    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
+        if grade is not None and not 1 <= grade <= 3:
+            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
     policy = call_policy(args)
     for value, flag in (
         (args.max_jobs, "--max-jobs"),
         (args.queue_size, "--queue-size"),
         (args.max_body_mb, "--max-body-mb"),
         (args.max_passages, "--max-passages"),
+        (args.max_query_chars, "--max-query-chars"),
+        (args.max_record_passages, "--max-record-passages"),
+        (args.max_records, "--max-records"),
     ):
         _positive(value, flag)
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
+    session_ttl_s = _duration_s(args.session_ttl, "--session-ttl")
     defaults: dict[str, Any] = {
         "mode": args.mode,
         "language": args.language,
@@ -154,11 +225,24 @@ def run_serve(args: argparse.Namespace) -> int:
     with flag_errors():
         JudgeConfig(**{k: v for k, v in defaults.items() if k in JudgeConfig.__dataclass_fields__})
 
+    from judge.server._lock import DatabaseBusy, DatabaseLock
+    from judge.server._security import redact_access_log
+
+    db_path = Path(args.db) if args.db else judge_home() / "server.sqlite"
+    db_lock = DatabaseLock(db_path)
+    try:
+        db_lock.acquire()  # one writer per database, before the backend is opened
+    except DatabaseBusy as exc:
+        print(f"judge serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        raise InputError(
+            f"cannot lock the job database: {exc.strerror}", path=str(db_lock.path), field="--db"
+        ) from None
     spec = _factory_backend(args.backend_factory) if args.backend_factory else args.backend
     backend = open_backend(spec, args.base_url, policy)
     print(describe_backend(backend), file=sys.stderr)
     concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
-    db_path = Path(args.db) if args.db else judge_home() / "server.sqlite"
     jobs_dir = Path(args.jobs_dir) if args.jobs_dir else db_path.parent / "jobs"
     store = None if args.no_cache else SQLiteVerdictStore(args.cache)
     runtime = Runtime(
@@ -168,6 +252,7 @@ def run_serve(args: argparse.Namespace) -> int:
         concurrency=concurrency,
         max_jobs=args.max_jobs,
         queue_size=args.queue_size,
+        bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
         settings={
             "rpm": args.rpm,
             "tpm": args.tpm,
@@ -186,11 +271,18 @@ def run_serve(args: argparse.Namespace) -> int:
                 runtime=runtime,
                 defaults=defaults,
                 keys=KeyRing(keys),
+                labels_path=Path(args.labels_store) if args.labels_store else None,
+                labels_level=args.labels_level,
+                labels_yes_grade=args.labels_yes_grade,
                 max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                 max_passages=args.max_passages,
+                session_ttl_s=session_ttl_s,
+                trust_forwarded_proto=args.trust_forwarded_proto,
+                db_lock=db_lock,
             )
         )
     except SchemaError as exc:
+        db_lock.release()
         print(f"judge serve: {exc}", file=sys.stderr)
         return 2
     auth = f"on ({len(keys)} keys)" if keys else "off (loopback only)"
@@ -206,6 +298,7 @@ def run_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=5,
         )
     )
+    redact_access_log()  # after uvicorn configured its loggers: no query string in the access log
     try:
         server.run()
         if not server.started:

@@ -95,6 +95,9 @@ def register(subparsers: Any) -> None:
         help="temperature of the baseline/vote settings when --temperature is 0 (default 0.7)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    from judge.cli._labels import add_label_flags
+
+    add_label_flags(p)
     p.set_defaults(func=run_stability_command)
 
     n: argparse.ArgumentParser = subparsers.add_parser(
@@ -189,6 +192,7 @@ def _progress(quiet: bool, runs: int, label: str = "") -> Any:
 
 
 def run_stability_command(args: argparse.Namespace) -> int:
+    from judge.cli._labels import label_set_of
     from judge.stability import (
         StabilityOptions,
         compare_settings,
@@ -208,6 +212,9 @@ def run_stability_command(args: argparse.Namespace) -> int:
         bootstrap_seed=args.bootstrap_seed,
         top=args.top,
         borderline_margin=args.borderline_margin,
+        labels=label_set_of(args),
+        labels_level=args.labels_level,
+        labels_yes_grade=args.labels_yes_grade,
     )
     config = _judge_config(args)
     settings = None

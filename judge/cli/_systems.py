@@ -154,11 +154,15 @@ def register(subparsers: Any) -> None:
         help="ask again for pooled pairs left unjudged by an earlier run",
     )
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
+    from judge.cli._labels import add_label_flags
+
+    add_label_flags(p)
     p.set_defaults(func=run_compare_systems_cli)
 
 
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
+    from judge.cli._labels import label_set_of
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.store import SQLiteVerdictStore
     from judge.systems import PoolRun, SystemsOptions, run_compare_systems
@@ -178,6 +182,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         qrels=Path(args.qrels) if args.qrels else None,
         qrels_level=args.qrels_level,
         qrels_yes_grade=args.qrels_yes_grade,
+        labels=label_set_of(args),
+        labels_level=args.labels_level,
+        labels_yes_grade=args.labels_yes_grade,
         seed=args.seed,
         resamples=args.resamples,
         stability_resamples=args.stability_resamples,

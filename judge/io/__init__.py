@@ -30,10 +30,14 @@ __all__ = [
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
     MAPPABLE_FIELDS,
+    MAX_JSON_DEPTH,
+    DatasetLimits,
     DatasetPassage,
     DatasetRecord,
     count_lines,
+    dataset_limits,
     iter_dataset,
+    json_problem,
     parse_field_map,
     read_dataset,
 )
@@ -41,10 +45,14 @@ from judge.io._jsonl import (
 __all__ += [
     "DEFAULT_MAX_PASSAGE_CHARS",
     "MAPPABLE_FIELDS",
+    "MAX_JSON_DEPTH",
+    "DatasetLimits",
     "DatasetPassage",
     "DatasetRecord",
     "count_lines",
+    "dataset_limits",
     "iter_dataset",
+    "json_problem",
     "parse_field_map",
     "read_dataset",
 ]

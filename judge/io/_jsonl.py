@@ -17,13 +17,22 @@ Every problem is an :class:`~judge.io._errors.InputError` naming the file, the 1
 and the field. A line with a problem that makes it unusable is *rejected* (yielded as an
 ``InputError``); a passage over the length limit is truncated, flagged on the passage and
 reported as a *warning* on its record, and the record is still scored.
+
+Hostile lines are rejects too, never a crash: invalid UTF-8, a string with an escaped lone
+surrogate (``"\\ud800"``, which cannot be written back as UTF-8), JSON nested deeper than
+:data:`MAX_JSON_DEPTH` levels, and, under :class:`DatasetLimits` (``judge serve`` sets them
+for its jobs), a query longer than ``max_query_chars`` or more than ``max_passages``
+passages in one record.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +60,113 @@ SITE_KEYS = ("site", "source")
 """Passage keys read for the source (a site name or host) when the URL key is absent."""
 
 _DEFAULT_KEYS: dict[str, str] = {name: name for name in MAPPABLE_FIELDS} | {"passage_id": "id"}
+
+MAX_JSON_DEPTH = 64
+"""A line whose JSON nests arrays/objects deeper than this (the line's object is level 1)
+is rejected."""
+
+# A \uD800-\uDFFF escape: the only way a lone surrogate gets into a line that is valid UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# The tokens that matter for nesting: strings (skipped whole), brackets and colons.
+_NESTING_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetLimits:
+    """Bounds on one record (None: unbounded). A record over one is rejected naming the field."""
+
+    max_query_chars: int | None = None
+    max_passages: int | None = None
+
+
+_LIMITS: contextvars.ContextVar[DatasetLimits | None] = contextvars.ContextVar(
+    "judge_dataset_limits", default=None
+)
+
+
+@contextlib.contextmanager
+def dataset_limits(limits: DatasetLimits) -> Iterator[None]:
+    """Apply ``limits`` to every dataset read in this context (a server job's run: its
+    reads of the input go through the batch layer, which need not know the service's bounds)."""
+    token = _LIMITS.set(limits)
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def _printable(name: str) -> str:
+    """A key as it can be written back (lone surrogates as ``\\udXXX``)."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bad_unicode(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def json_problem(
+    obj: Any, raw: str | None = None, *, max_depth: int = MAX_JSON_DEPTH
+) -> tuple[str, str] | None:
+    """The first hostile spot of a parsed JSON value: ``(path, problem)`` for a string (or
+    key) with a lone surrogate, or ``(top-level key, problem)`` for a container nested deeper
+    than ``max_depth``; else None.
+    ``raw`` (the text it was parsed from) lets the common case skip the walk: no surrogate
+    escape and too few brackets to nest that deep."""
+    check_unicode = raw is None or _SURROGATE_ESCAPE.search(raw) is not None
+    check_depth = raw is None or raw.count("[") + raw.count("{") > max_depth
+    if not (check_unicode or check_depth):
+        return None
+    stack: list[tuple[Any, str, int, str]] = [(obj, "", 1, "")]
+    while stack:
+        value, path, depth, top = stack.pop()
+        if isinstance(value, str):
+            if check_unicode and _bad_unicode(value):
+                return path, "invalid Unicode (a lone surrogate escape such as \\ud800)"
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > max_depth:
+            return top, f"nested deeper than {max_depth} levels"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                where = f"{path}.{_printable(key)}" if path else _printable(key)
+                if check_unicode and _bad_unicode(key):
+                    return where, "invalid Unicode in a key (a lone surrogate escape such as \\ud800)"
+                stack.append((item, where, depth + 1, top or where))
+        else:
+            stack.extend((item, f"{path}[{i}]", depth + 1, top) for i, item in enumerate(value))
+    return None
+
+
+def deep_field(raw: str, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """The top-level key whose value nests deeper than ``max_depth`` (found without parsing:
+    for text too deep for the JSON parser); None when the nesting is not under a key."""
+    depth = 0
+    key: str | None = None
+    last: str | None = None
+    for match in _NESTING_TOKENS.finditer(raw):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return key
+        elif token in "]}":
+            depth -= 1
+        elif token == ":":
+            if depth == 1:
+                key = last
+        else:
+            try:
+                last = _printable(json.loads(token))
+            except ValueError:
+                last = None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +260,7 @@ class _LineReader:
         self.keys = dict(_DEFAULT_KEYS)
         self.keys.update(field_map or {})
         self.max_chars = max_passage_chars
+        self.limits = _LIMITS.get() or DatasetLimits()
         self.seen: dict[str, int] = {}
 
     def error(self, message: str, line: int, fld: str | None = None) -> InputError:
@@ -158,8 +275,13 @@ class _LineReader:
             obj: Any = json.loads(text)
         except json.JSONDecodeError as exc:
             return self.error(f"not valid JSON ({exc.msg} at column {exc.colno})", line)
+        except RecursionError:
+            return self.error(f"nested deeper than {MAX_JSON_DEPTH} levels", line, deep_field(text))
         if not isinstance(obj, dict):
             return self.error(f"expected a JSON object, got {type(obj).__name__}", line)
+        problem = json_problem(obj, text)
+        if problem is not None:
+            return self.error(problem[1], line, problem[0] or None)
         k = self.keys
 
         qid_raw = obj.get(k["id"])
@@ -179,6 +301,9 @@ class _LineReader:
             return self.error(f"must be a string, got {type(query).__name__}", line, k["query"])
         if not query.strip():
             return self.error("must not be empty", line, k["query"])
+        max_query = self.limits.max_query_chars
+        if max_query is not None and len(query) > max_query:
+            return self.error(f"query of {len(query)} characters; at most {max_query}", line, k["query"])
 
         ctx_key = k["retrieval_context"]
         if ctx_key not in obj:
@@ -188,6 +313,9 @@ class _LineReader:
             return self.error(f"must be a list, got {type(ctx).__name__}", line, ctx_key)
         if not ctx:
             return self.error("is an empty list", line, ctx_key)
+        max_passages = self.limits.max_passages
+        if max_passages is not None and len(ctx) > max_passages:
+            return self.error(f"{len(ctx)} passages; at most {max_passages} per record", line, ctx_key)
 
         passages: list[DatasetPassage] = []
         warnings: list[InputError] = []

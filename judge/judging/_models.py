@@ -67,6 +67,21 @@ class TokenUsage(_Strict):
         return self.prompt_tokens + self.completion_tokens
 
 
+VerdictSource = Literal["judge", "human"]
+
+
+class ReplacedVerdict(_Strict):
+    """The judge's verdict that a human label replaced (kept on the overridden verdict)."""
+
+    verdict: VerdictLabel
+    grade: int | None = None
+    p_yes: float | None = None
+    expected_grade: float | None = None
+    confidence: float | None = None
+    probs: dict[str, float] | None = None
+    reason: str = ""
+
+
 class PassageVerdict(_Strict):
     """The record of one passage's judgment.
 
@@ -79,9 +94,11 @@ class PassageVerdict(_Strict):
     this passage (re-asks and samples included), ``reasks`` the calls made because a reply
     was invalid, ``retries`` the provider-level retries (timeouts, 5xx, 429) the resilient
     wrapper made underneath them. ``decided_by``: with a cascade of judges, the judge whose
-    answer this is (None otherwise). ``cached`` says this verdict came from the verdict store
-    (its tokens, cost and latency are those of the original judgment and are not counted
-    again in usage).
+    answer this is (None otherwise). ``source`` is ``human`` when a reviewer's label
+    replaced the judge's verdict (``reviewer`` names them, ``replaced`` keeps the judge's
+    verdict; :func:`judge.judging.apply_label`). ``cached`` says this verdict came from the
+    verdict store (its tokens, cost and latency are those of the original judgment and are
+    not counted again in usage).
     """
 
     index: int
@@ -106,6 +123,9 @@ class PassageVerdict(_Strict):
     raw: str | None = None
     error: str | None = None
     truncated: bool = False
+    source: VerdictSource = "judge"
+    reviewer: str | None = None
+    replaced: ReplacedVerdict | None = None
     decided_by: str | None = None
 
     @property

@@ -28,24 +28,16 @@ from judge.metrics._judged import (
     truth_measure,
     truth_values,
 )
-from judge.metrics._measures import (
+from judge.metrics._measure import (
     MIN_GEO_MEAN,
-    NICKNAMES,
     Aggregate,
     ApDenominator,
     Conventions,
     IdcgSource,
     Measure,
-    RankedQuery,
-    available_measures,
-    measure_family,
-    parse_measure,
-    parse_measure_args,
-    parse_measures,
-    register_measure,
-    registry_version,
-    unregister_measure,
 )
+from judge.metrics._measure_parser import parse_measure, parse_measure_args, parse_measures
+from judge.metrics._query import RankedQuery
 from judge.metrics._ranking import (
     NOT_IN_POOL,
     UNJUDGED_IN_POOL,
@@ -66,6 +58,14 @@ from judge.metrics._ranking import (
     reciprocal_rank,
     set_precision,
     success_at_k,
+)
+from judge.metrics._registry import (
+    NICKNAMES,
+    available_measures,
+    measure_family,
+    register_measure,
+    registry_version,
+    unregister_measure,
 )
 from judge.metrics._scales import (
     MAX_GRADE,
@@ -162,10 +162,9 @@ __all__ = [
     "unregister_measure",
 ]
 
-# --- agreement metrics (judge/metrics/_agreement.py, owned by another helper) ---------
-# Append its names below and extend __all__ with them. They are imported on first use
-# (PEP 562 ``__getattr__``): _agreement pulls in scipy.stats and krippendorff, which cost
-# 0.5-2 s at start-up that `judge trec` and the ranking metrics do not need.
+# Agreement metrics (judge/metrics/_agreement.py) are imported on first use (PEP 562
+# ``__getattr__``): _agreement pulls in scipy.stats and krippendorff, which cost 0.5-2 s at
+# start-up that `judge trec` and the ranking metrics do not need.
 _AGREEMENT_NAMES = (
     "AgreementUndefinedError",
     "AlphaLevel",
@@ -204,7 +203,42 @@ def __getattr__(name: str) -> object:
         value = getattr(_agreement, name)
         globals()[name] = value
         return value
+    if name in _REVIEW_NAMES:
+        from judge.metrics import _review
+
+        value = getattr(_review, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'judge.metrics' has no attribute {name!r}")
 
 
-# --- end of agreement metrics ------------------------------------------------------------
+# Review agreement and calibration (judge/metrics/_review.py): loaded on first use too.
+_REVIEW_NAMES = (
+    "BIASED_SAMPLE_NOTE",
+    "MIN_CALIBRATION_LABELS",
+    "AgreementFigures",
+    "AgreementItem",
+    "AgreementReport",
+    "CalibrationError",
+    "CalibrationResult",
+    "ReviewerPair",
+    "agreement_figures",
+    "calibrate_threshold",
+    "label_agreement",
+    "reviewer_agreement",
+)
+if TYPE_CHECKING:
+    from judge.metrics._review import BIASED_SAMPLE_NOTE as BIASED_SAMPLE_NOTE
+    from judge.metrics._review import MIN_CALIBRATION_LABELS as MIN_CALIBRATION_LABELS
+    from judge.metrics._review import AgreementFigures as AgreementFigures
+    from judge.metrics._review import AgreementItem as AgreementItem
+    from judge.metrics._review import AgreementReport as AgreementReport
+    from judge.metrics._review import CalibrationError as CalibrationError
+    from judge.metrics._review import CalibrationResult as CalibrationResult
+    from judge.metrics._review import ReviewerPair as ReviewerPair
+    from judge.metrics._review import agreement_figures as agreement_figures
+    from judge.metrics._review import calibrate_threshold as calibrate_threshold
+    from judge.metrics._review import label_agreement as label_agreement
+    from judge.metrics._review import reviewer_agreement as reviewer_agreement
+
+__all__ += list(_REVIEW_NAMES)

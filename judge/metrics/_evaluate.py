@@ -26,7 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from judge.metrics._diversity import SubtopicMatrix
-from judge.metrics._measures import Measure, RankedQuery
+from judge.metrics._measure import Measure
+from judge.metrics._query import RankedQuery
 from judge.metrics._ranking import NOT_IN_POOL, UnjudgedPolicy
 
 __all__ = [

@@ -33,15 +33,11 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from judge.metrics._measures import (
-    Conventions,
-    Measure,
-    RankedQuery,
-    parse_measure,
-    parse_measures,
-    registry_version,
-)
+from judge.metrics._measure import Conventions, Measure
+from judge.metrics._measure_parser import parse_measure, parse_measures
+from judge.metrics._query import RankedQuery
 from judge.metrics._ranking import NOT_IN_POOL
+from judge.metrics._registry import registry_version
 
 __all__ = [
     "LABEL_FREE",

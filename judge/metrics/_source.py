@@ -1,4 +1,4 @@
-"""Source quality and contextual recall as pure functions (issue 14).
+"""Source quality and contextual recall as pure functions.
 
 Source quality. ``qualities`` are the 0-3 source grades of the ranked passages (None where
 the source is unknown: no URL/site, or its verdict could not be had):

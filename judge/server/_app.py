@@ -2,7 +2,9 @@
 
 One ASGI middleware in front of everything does what every route shares: it times the
 request for ``/metrics``, checks the key (``Authorization: Bearer`` or the viewer's
-session cookie; ``/healthz`` is open), and bounds the request body.
+session cookie; ``/healthz`` is open), and bounds the request body. Around it,
+:mod:`judge.server._security` adds the security headers; inside it, the same-origin rule
+refuses cross-site state changes.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import contextlib
 import hashlib
 import json
 import shutil
+import sqlite3
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from importlib import metadata, resources
@@ -27,20 +29,31 @@ from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
     PlainTextResponse,
-    RedirectResponse,
     Response,
     StreamingResponse,
 )
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from judge.backends import PermanentError
 from judge.io._errors import InputError
-from judge.server import _engine
-from judge.server._auth import COOKIE_NAME, KeyRing
-from judge.server._db import JobDB, sha256_hex
+from judge.server import _bounds, _engine, _failures, _fastpath
+from judge.server._auth import KeyRing
+from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
+from judge.server._lock import DatabaseLock
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
+from judge.server._review import Review, review_router
 from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
+from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
+from judge.server._sessions import (
+    DEFAULT_TTL_S,
+    SIGNIN_STYLE,
+    Authenticator,
+    SessionStore,
+    session_router,
+    signin_page,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -68,9 +81,17 @@ class ServerConfig:
     runtime: Runtime
     defaults: dict[str, Any]
     keys: KeyRing
+    labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
+    labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
+    labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
     max_body_bytes: int = 64 * 1024 * 1024
     max_passages: int = 200
     sse_interval_s: float = 0.5
+    session_ttl_s: float = DEFAULT_TTL_S
+    trust_forwarded_proto: bool = False
+    # The database's writer lock, when the caller took it already (``judge serve`` does,
+    # before it opens the backend); else create_app takes it.
+    db_lock: DatabaseLock | None = None
 
 
 def _json_error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -88,38 +109,18 @@ def _validation_error(exc: ValidationError, prefix: tuple[str, ...]) -> RequestV
     return RequestValidationError(errors)
 
 
-def _signin_page(next_path: str, failed: bool) -> str:
-    note = '<p class="err">That key was not accepted.</p>' if failed else ""
-    nxt = urllib.parse.quote(next_path, safe="/")
-    return f"""<!doctype html><html lang="zh"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width,initial-scale=1"><title>judge · sign in</title>
-<style>body{{font:15px system-ui,"Noto Sans CJK SC","WenQuanYi Zen Hei",sans-serif;background:#f6f7f9;
-display:flex;justify-content:center;padding-top:12vh}}form{{background:#fff;padding:2rem;border-radius:8px;
-box-shadow:0 1px 4px #0002;min-width:20rem}}input{{width:100%;padding:.5rem;margin:.5rem 0 1rem;
-box-sizing:border-box}}button{{padding:.5rem 1.2rem}}.err{{color:#b00020}}</style></head><body>
-<form method="post" action="/login?next={nxt}"><h1>judge</h1>{note}
-<label for="key">API key</label><input id="key" name="key" type="password" autocomplete="current-password"
-autofocus><button type="submit">Sign in</button></form></body></html>"""
-
-
 class Guard:
     """Metrics timing, auth and the body limit, as one pure ASGI middleware."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, metrics: ServerMetrics, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, *, auth: Authenticator, metrics: ServerMetrics, max_body: int) -> None:
         self.app = app
-        self.keys = keys
+        self.auth = auth
         self.metrics = metrics
         self.max_body = max_body
 
     def _authorized(self, scope: Scope) -> bool:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if self.keys.check_authorization(headers.get("authorization")):
-            return True
-        for part in headers.get("cookie", "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == COOKIE_NAME and self.keys.check_session(value):
-                return True
-        return False
+        """Identifies the caller (``request.state.principal``) by bearer key or session."""
+        return self.auth.identify(scope) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -139,8 +140,8 @@ class Guard:
         path = scope.get("path", "")
         method = scope.get("method", "GET")
         try:
-            needs_key = self.keys.enabled and path not in OPEN_PATHS and not self._login(path, method)
-            if needs_key and not self._authorized(scope):
+            open_path = path in OPEN_PATHS or self._login(path, method)
+            if not self._authorized(scope) and not open_path:
                 await self._unauthorized(scope, receive, send_wrapper)
                 return
             length = dict(scope.get("headers", [])).get(b"content-length")
@@ -184,7 +185,7 @@ class Guard:
 
     @staticmethod
     def _login(path: str, method: str) -> bool:
-        return path == "/login" and method == "POST"
+        return path in ("/login", "/logout") and method == "POST"
 
     async def _unauthorized(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -195,7 +196,7 @@ class Guard:
             and "text/html" in headers.get("accept", "")
             and not path.startswith("/v1/")
         ):
-            response = HTMLResponse(_signin_page(path, False), status_code=401)
+            response = HTMLResponse(signin_page(path, False), status_code=401)
         else:
             response = JSONResponse(
                 {"detail": "missing or invalid API key (Authorization: Bearer <key>)"},
@@ -247,23 +248,42 @@ def _options_from_query(request: Request) -> JobOptions:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The app for one job database. Jobs start (and interrupted ones resume) when it starts."""
-    db = JobDB(config.db_path)
+    lock = config.db_lock or DatabaseLock(config.db_path)
+    lock.acquire()  # DatabaseBusy: another live server holds this database
+    try:
+        db = JobDB(config.db_path)
+    except BaseException:
+        lock.release()
+        raise
+    sessions = SessionStore(config.db_path)
+    auth = Authenticator(config.keys, sessions)
     rt = config.runtime
     rt.jobs_dir.mkdir(parents=True, exist_ok=True)
     metrics = ServerMetrics(
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )
     manager = JobManager(db, rt, metrics)
+    configs = _fastpath.ConfigCache(config_of, rt.backend)  # /v1/evaluate's, per option set
     keys = config.keys
+    review = Review.open(
+        config.labels_path or config.db_path.with_name("labels.sqlite"),
+        manager.job_dir,
+        level=config.labels_level,
+        yes_grade=config.labels_yes_grade,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        lock.acquire()  # held already unless this app was served and stopped before
         await manager.start()
         try:
             yield
         finally:
+            review.close()
             await manager.stop()
+            sessions.close()
             db.close()
+            lock.release()
 
     app = FastAPI(
         title="judge",
@@ -271,6 +291,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="LLM relevance judging as a service: durable jobs, metrics, a results viewer.",
         lifespan=lifespan,
     )
+    app.router.route_class = _bounds.ParsedBodyRoute
     app.state.manager = manager
     app.state.db = db
     app.state.metrics = metrics
@@ -304,7 +325,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         job_id: str, job_dir: Path, idem_hash: str | None, **fields: Any
     ) -> JSONResponse | dict[str, Any]:
         try:
-            job = db.insert(job_id, idempotency_hash=idem_hash, **fields)
+            job = db.insert(job_id, idempotency_hash=idem_hash, max_queued=rt.queue_size, **fields)
+        except QueueFull:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return queue_full()
         except Exception:
             if idem_hash is not None and (found := db.by_idempotency(idem_hash)) is not None:
                 # Two requests with one key raced: the other one won.
@@ -360,9 +384,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             status_code=422,
         )
 
+    app.add_exception_handler(OSError, _failures.on_storage_error)
+    app.add_exception_handler(sqlite3.Error, _failures.on_storage_error)
+
     @app.exception_handler(_NotFound)
     async def _on_not_found(_: Request, exc: _NotFound) -> JSONResponse:
         return JSONResponse({"detail": f"no job {exc.args[0]!r}"}, status_code=404)
+
+    app.include_router(review_router(review, job_or_404, STATIC_DIR))  # queue, labels, agreement
 
     # --- service -------------------------------------------------------------------------
     @app.get("/healthz", tags=["service"])
@@ -389,6 +418,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "queue_size": rt.queue_size,
                 "max_jobs": rt.max_jobs,
                 "concurrency": rt.concurrency,
+                **rt.bounds.info(),
             },
             "auth": keys.enabled,
             "schema_version": db.schema_version,
@@ -401,7 +431,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # --- one query -----------------------------------------------------------------------
     @app.post("/v1/evaluate", tags=["evaluate"])
-    async def evaluate(body: EvaluateRequest) -> JSONResponse:
+    async def evaluate(body: EvaluateRequest) -> Response:
         """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
 
         ``summary: true`` also asks for a summary reason (one more LLM call)."""
@@ -415,33 +445,42 @@ def create_app(config: ServerConfig) -> FastAPI:
                 f"{config.max_passages} per request (submit a job for more)",
                 field="retrieval_context",
             )
+        if (refused := _bounds.query_too_long(body.query, rt.bounds)) is not None:
+            return refused
         opts = dict(config.defaults)
         if body.config is not None:
             opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
         if body.mode is not None:
             opts["mode"] = body.mode
         try:
-            judge_config = config_of(opts)
+            judge_config = configs.get(opts)
         except ValueError as exc:
             name = str(exc).split(" ", 1)[0]
             raise RequestValidationError(
                 [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
             ) from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
-        result = await aevaluate(
-            body.query,
-            passages,
-            backend=rt.backend,
-            config=judge_config,
-            k=body.k,
-            store=rt.store,
-            summary=body.summary,
-        )
+        store = None if rt.store is None else _fastpath.RequestStore(rt.store)
+        try:
+            result = await aevaluate(
+                body.query,
+                passages,
+                backend=rt.backend,
+                config=judge_config,
+                k=body.k,
+                store=store,
+                summary=body.summary,
+            )
+        except PermanentError as exc:
+            return _failures.upstream_error(exc, rt.backend.name)
+        finally:
+            if store is not None:
+                await store.flush()  # what was judged is cached, even when the request fails
         counts: dict[str, int] = {}
         for v in result.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         metrics.count_verdicts(counts)
-        return JSONResponse(json.loads(result.model_dump_json()))
+        return _fastpath.json_response(result.model_dump_json())
 
     # --- jobs ----------------------------------------------------------------------------
     @app.post("/v1/jobs", tags=["jobs"], status_code=202)
@@ -470,13 +509,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             raw = await request.body()
             digest.update(raw)
             try:
-                body = JobRequest.model_validate_json(raw)
+                body = await asyncio.to_thread(JobRequest.model_validate_json, raw)
             except ValidationError as exc:
                 raise _validation_error(exc, ("body",)) from None
             given = body.options
-            with open(input_path, "w", encoding="utf-8") as fh:
-                for rec in body.records:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            await asyncio.to_thread(_bounds.write_records, input_path, body.records)
         else:
             given = _options_from_query(request)
             with open(input_path, "wb") as fh:
@@ -494,19 +531,21 @@ def create_app(config: ServerConfig) -> FastAPI:
         if manager.queue_full():
             shutil.rmtree(job_dir, ignore_errors=True)
             return queue_full()
-        options = _merge_options(config.defaults, given)
+        options = review.with_calibration(_merge_options(config.defaults, given), ctype == "application/json")
         check = await asyncio.to_thread(
-            _engine.validate_input,
+            _bounds.validate_input,
             input_path,
+            rt.bounds,
             field_map=options.get("map") or {},
             max_passage_chars=options["max_passage_chars"],
         )
+        if (refused := _bounds.too_many_records(check, rt.bounds)) is not None:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return refused
         if check.queries == 0:
             shutil.rmtree(job_dir, ignore_errors=True)
             return _json_error(422, "no valid record in the body", rejects=check.rejects[:100])
-        with open(job_dir / _engine.REJECTS_NAME, "w", encoding="utf-8") as fh:
-            for rec in check.rejects:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
         return accept_job(job_id, job_dir, idem_hash, "score", options, check, body_hash)
 
     # --- comparisons of systems -----------------------------------------------------------
@@ -563,7 +602,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         if qrels_text is not None:
             (job_dir / _engine.HUMAN_QRELS).write_text(qrels_text, encoding="utf-8")
         try:
-            check = await asyncio.to_thread(_engine.validate_compare, job_dir, options)
+            check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, rt.bounds)
         except InputError as err:
             rejects = _engine.compare_rejects(job_dir)
             where: dict[str, Any] = {"line": err.line}
@@ -635,7 +674,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str) -> dict[str, Any]:
         """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
-        return manager.view(job_or_404(job_id))
+        job = job_or_404(job_id)
+        return await asyncio.to_thread(review.view, job, manager.view(job))
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
     async def events(job_id: str, request: Request) -> StreamingResponse:
@@ -706,13 +746,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             name = "pool.qrels" if format == "qrels" else f"{system}.run"
             return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{name}"'})
         if format != "ndjson":
-            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag)
+            labelled = await asyncio.to_thread(review.export_records, job)
+            text = await asyncio.to_thread(_engine.export_text, job_dir, format, tag, labelled)
             return PlainTextResponse(
                 text, headers={"Content-Disposition": f'inline; filename="{job_id}.{format}"'}
             )
         source = _engine.POOL_JUDGED if job["kind"] == "compare" else _engine.OUTPUT_NAME
         lines, _ = _engine.complete_lines(job_dir / source)
-        lines = [x for x in lines if x.strip()]
+        lines = await asyncio.to_thread(review.lines, job, [x for x in lines if x.strip()])
         page = lines[offset : offset + limit]
         headers = {"X-Total-Count": str(len(lines))}
         if offset + limit < len(lines):
@@ -738,7 +779,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 items.append(rec)
         return {"rejects": items, "count": len(items)}
 
-    @app.get("/v1/jobs/{job_id}/queries/{query_id}", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}/queries/{query_id:path}", tags=["jobs"])
     async def query_detail(job_id: str, query_id: str) -> dict[str, Any]:
         """One finished query's record with its passages' texts (for the viewer)."""
         job = job_or_404(job_id)
@@ -747,7 +788,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         )
         if detail is None:
             return _json_error(404, f"no finished query {query_id!r} in job {job_id!r}")  # type: ignore[return-value]
-        return detail
+        return await asyncio.to_thread(review.detail, job, detail)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
     async def cancel(job_id: str) -> JSONResponse:
@@ -758,6 +799,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         done = await manager.cancel(job_id)
         assert done is not None
         return JSONResponse(manager.view(done))
+
+    @app.post("/v1/jobs/{job_id}/resume", tags=["jobs"], status_code=202)
+    async def resume(job_id: str) -> JSONResponse:
+        """Queue a failed job again (e.g. once the disk has space or the LLM key is fixed):
+        it resumes where it stopped (finished queries and judged passages are kept)."""
+        job = job_or_404(job_id)
+        if job["status"] != "failed":
+            return _json_error(409, f"job is {job['status']}; resume needs a failed job")
+        if manager.queue_full():
+            return queue_full()
+        return JSONResponse(manager.view(manager.resume(job_id)), status_code=202)
 
     @app.post("/v1/jobs/{job_id}/retry-unjudged", tags=["jobs"], status_code=202)
     async def retry(job_id: str) -> JSONResponse:
@@ -786,28 +838,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def job_page(job_id: str) -> FileResponse:
         return FileResponse(index_html, media_type="text/html; charset=utf-8")
 
-    @app.post("/login", include_in_schema=False)
-    async def login(request: Request, next: str = "/") -> Response:
-        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        key = (form.get("key") or [""])[0].strip()
-        local = next.startswith("/") and not next.startswith("//") and "\\" not in next
-        target = next if local else "/"
-        session = keys.session_for(key) if keys.enabled else None
-        if keys.enabled and session is None:
-            return HTMLResponse(_signin_page(target, True), status_code=401)
-        response = RedirectResponse(target, status_code=303)
-        if session is not None:
-            response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="strict", path="/")
-        return response
-
-    @app.post("/logout", include_in_schema=False)
-    async def logout() -> Response:
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(COOKIE_NAME, path="/")
-        return response
-
+    app.include_router(
+        session_router(auth, ttl_s=config.session_ttl_s, trust_forwarded_proto=config.trust_forwarded_proto)
+    )
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(Guard, keys=keys, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(CsrfCheck)  # type: ignore[arg-type]  # inside Guard: after authentication
+    app.add_middleware(Guard, auth=auth, metrics=metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(SecurityHeaders, csp=viewer_csp(SIGNIN_STYLE))  # type: ignore[arg-type]
     return app
 
 

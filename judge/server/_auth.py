@@ -1,9 +1,9 @@
 """API keys: where they come from, how a request proves it holds one, and the bind check.
 
 Only SHA-256 digests of the keys are kept in memory after start (compared in constant
-time); a key never reaches a log line, an error, a job record or the database. The
-viewer's sign-in form sets a cookie holding a digest of the key under another prefix,
-so the cookie is not the key either.
+time); a key never reaches a log line, an error, a job record or the database. A key is
+named by a non-secret label (``key-`` and 8 hex digits of its digest); the key set by a
+fingerprint, which the viewer's sessions (:mod:`judge.server._sessions`) are bound to.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class KeyRing:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self._digests = [sha256_hex("key:" + k) for k in keys]
-        self._sessions = [sha256_hex("session:" + k) for k in keys]
+        # Changes whenever a key is added or removed: sessions made under another set end.
+        self.fingerprint = sha256_hex("keyring:" + ",".join(sorted(self._digests)))
 
     @property
     def enabled(self) -> bool:
@@ -64,25 +65,27 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._digests)
 
-    @staticmethod
-    def _match(candidate: str, digests: list[str]) -> bool:
-        found = False
-        for d in digests:
-            found |= hmac.compare_digest(candidate, d)
-        return found
+    def label_for(self, key: str) -> str | None:
+        """The key's label (``key-`` + 8 hex digits of its digest), or None if not accepted.
+        Every digest is compared, in constant time."""
+        candidate = sha256_hex("key:" + key)
+        found: str | None = None
+        for d in self._digests:
+            if hmac.compare_digest(candidate, d):
+                found = d
+        return None if found is None else "key-" + found[:8]
 
     def check_key(self, key: str) -> bool:
-        return self._match(sha256_hex("key:" + key), self._digests)
+        return self.label_for(key) is not None
 
-    def session_for(self, key: str) -> str | None:
-        """The cookie value for a valid key (None if the key is not accepted)."""
-        return sha256_hex("session:" + key) if self.check_key(key) else None
-
-    def check_session(self, value: str) -> bool:
-        return self._match(value, self._sessions)
+    def label_for_authorization(self, header: str | None) -> str | None:
+        """The label of the key in ``Authorization: Bearer <key>`` (None: missing or wrong)."""
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.label_for(token.strip())
 
     def check_authorization(self, header: str | None) -> bool:
-        if not header:
-            return False
-        scheme, _, token = header.partition(" ")
-        return scheme.lower() == "bearer" and bool(token.strip()) and self.check_key(token.strip())
+        return self.label_for_authorization(header) is not None

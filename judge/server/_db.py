@@ -2,7 +2,8 @@
 
 A job row holds its kind, status, options, counters, summary, timestamps and the SHA-256
 of its ``Idempotency-Key`` (never the key itself). A job's records live in its directory
-(see :mod:`judge.server._engine`); the row is the index and the progress.
+(see :mod:`judge.server._engine`); the row is the index and the progress. The ``sessions``
+table holds the viewer's sign-in sessions (see :mod:`judge.server._sessions`).
 
 Each migration is a script run once, in order, in one transaction with the version bump,
 so an old database is brought up to date at start and a newer one is refused.
@@ -50,6 +51,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX jobs_status_created ON jobs (status, created);
     """,
+    # 2: viewer sessions (see judge.server._sessions): the token's SHA-256, never the token
+    """
+    CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        key_label TEXT NOT NULL,
+        keyring TEXT NOT NULL,
+        created REAL NOT NULL,
+        expires REAL NOT NULL
+    );
+    CREATE INDEX sessions_expires ON sessions (expires);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -77,6 +90,10 @@ _COLUMNS = (
 
 class SchemaError(RuntimeError):
     """The database was written by a newer version of ``judge``."""
+
+
+class QueueFull(RuntimeError):
+    """As many jobs as the queue holds are waiting already."""
 
 
 def sha256_hex(text: str | bytes) -> str:
@@ -156,26 +173,41 @@ class JobDB:
         rejected: int,
         idempotency_hash: str | None,
         body_hash: str | None,
+        max_queued: int | None = None,
     ) -> dict[str, Any]:
+        """Insert a queued job; with ``max_queued``, only if fewer jobs are queued, checked and
+        inserted in one ``BEGIN IMMEDIATE`` transaction (else :class:`QueueFull`), so
+        concurrent submissions never overfill the queue."""
         now = time.time()
         with self._lock:
-            self._c().execute(
-                "INSERT INTO jobs (id, kind, status, options, created, updated, queries_total,"
-                " passages_total, rejected, idempotency_hash, body_hash)"
-                " VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job_id,
-                    kind,
-                    json.dumps(dict(options), ensure_ascii=False),
-                    now,
-                    now,
-                    queries_total,
-                    passages_total,
-                    rejected,
-                    idempotency_hash,
-                    body_hash,
-                ),
-            )
+            conn = self._c()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if max_queued is not None:
+                    queued = conn.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
+                    if int(queued) >= max_queued:
+                        raise QueueFull(f"{queued} jobs queued")
+                conn.execute(
+                    "INSERT INTO jobs (id, kind, status, options, created, updated, queries_total,"
+                    " passages_total, rejected, idempotency_hash, body_hash)"
+                    " VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        job_id,
+                        kind,
+                        json.dumps(dict(options), ensure_ascii=False),
+                        now,
+                        now,
+                        queries_total,
+                        passages_total,
+                        rejected,
+                        idempotency_hash,
+                        body_hash,
+                    ),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         job = self.get(job_id)
         assert job is not None
         return job

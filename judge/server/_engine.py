@@ -58,13 +58,19 @@ class Validation:
 
 
 def validate_input(
-    path: Path, *, field_map: Mapping[str, str], max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
+    path: Path,
+    *,
+    field_map: Mapping[str, str],
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+    stop_after: int | None = None,
 ) -> Validation:
     """Read the saved input once, as ``judge score`` will: count what will run, list what
-    is rejected (line, field, message)."""
+    is rejected (line, field, message); ``stop_after``: stop once that many lines were read."""
     queries = passages = 0
     rejects: list[dict[str, Any]] = []
     for item in iter_dataset(path, field_map=field_map, max_passage_chars=max_passage_chars):
+        if stop_after is not None and queries + len(rejects) >= stop_after:
+            break
         if isinstance(item, InputError):
             rec = error_record(item, action="rejected")
             rec["path"] = INPUT_NAME
@@ -73,6 +79,13 @@ def validate_input(
         queries += 1
         passages += len(item.passages)
     return Validation(queries, passages, rejects)
+
+
+def write_rejects(job_dir: Path, rejects: Sequence[Mapping[str, Any]]) -> None:
+    """The checked input's rejects as the job's rejects file (the run rewrites it)."""
+    with open(job_dir / REJECTS_NAME, "w", encoding="utf-8") as fh:
+        for rec in rejects:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 def batch_options(
@@ -174,10 +187,13 @@ class OutputTail:
         return moved
 
 
-def export_text(job_dir: Path, kind: str, tag: str = "judge") -> str:
+def export_text(
+    job_dir: Path, kind: str, tag: str = "judge", records: Sequence[Mapping[str, Any]] | None = None
+) -> str:
     """The job's output as a TREC file: ``qrels`` (the verdicts, as ``judge score
-    --export-qrels`` writes them) or ``run`` (the input ranking, as ``--export-run``)."""
-    records = list(iter_records(job_dir))
+    --export-qrels`` writes them) or ``run`` (the input ranking, as ``--export-run``).
+    ``records``: the job's records as shown (human labels applied); default: its output."""
+    records = list(iter_records(job_dir)) if records is None else list(records)
     with tempfile.TemporaryDirectory(dir=job_dir) as tmp:
         path = Path(tmp) / f"export.{kind}"
         if kind == "qrels":
@@ -246,8 +262,8 @@ def write_systems(job_dir: Path, systems: Mapping[str, Sequence[Mapping[str, Any
             if isinstance(given, str):
                 fh.write(given if not given or given.endswith("\n") else given + "\n")
             else:
-                for rec in given:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                for rec in given:  # ASCII escapes: a bad string is rejected by its line
+                    fh.write(json.dumps(rec) + "\n")
 
 
 def _systems_of(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Path]:
@@ -462,6 +478,20 @@ def compare_export(job_dir: Path, kind: str, system: str | None) -> str | None:
     """``pool.qrels``, or ``runs/NAME.run`` of one system (None: not written yet / no such)."""
     path = job_dir / POOL_QRELS if kind == "qrels" else job_dir / "runs" / f"{system}.run"
     return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """``{system: {qid: [docno, ...]}}``: each system's ranking within the pooling depth, qids
+    as the label store names them (what a comparison's review queue weighs passages by)."""
+    inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
+    depth = options.get("depth")
+    return {
+        system.name: {
+            "_".join(qid.split()) or "_": list(sq.docnos[:depth] if depth else sq.docnos)
+            for qid, sq in system.queries.items()
+        }
+        for system in inputs.systems
+    }
 
 
 def write_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:

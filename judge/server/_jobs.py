@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from judge.backends._base import Backend
-from judge.backends._redact import redact
+from judge.io import dataset_limits
 from judge.judging import JudgeConfig, VerdictStore
 from judge.server import _engine
+from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
+from judge.server._failures import job_error
 from judge.server._metrics import ServerMetrics
 
 TICK_S = 0.5
@@ -44,6 +46,7 @@ class Runtime:
     max_jobs: int = 1
     queue_size: int = 100
     settings: Mapping[str, Any] = field(default_factory=dict)
+    bounds: JobBounds = field(default_factory=JobBounds)
 
 
 def new_job_id() -> str:
@@ -193,15 +196,15 @@ class JobManager:
         before_summary = job.get("summary") or {}
         tick = asyncio.create_task(ticker()) if job["phase"] != "retry" else None
         try:
-            summary = await RUNNERS[job["kind"]](self, job, job_dir)
+            with dataset_limits(self.runtime.bounds.dataset()):
+                summary = await RUNNERS[job["kind"]](self, job, job_dir)
         except asyncio.CancelledError:
             if job_id in self._cancelling:
                 self.db.update(job_id, status="cancelled", finished=time.time())
                 self.metrics.finished(job, "cancelled")
             raise
         except Exception as exc:
-            message = redact(f"{type(exc).__name__}: {exc}")
-            self.db.update(job_id, status="failed", finished=time.time(), error=message)
+            self.db.update(job_id, status="failed", finished=time.time(), error=job_error(exc))
             self.metrics.finished(job, "failed")
         else:
             verdicts = Counter({k: int(v) for k, v in (summary.get("verdicts") or {}).items()})
@@ -267,6 +270,14 @@ class JobManager:
     def retry_unjudged(self, job_id: str) -> dict[str, Any]:
         """Queue the job again to re-ask its unjudged passages (its ``phase`` becomes ``retry``)."""
         self.db.update(job_id, status="queued", phase="retry", finished=None)
+        self.wake()
+        job = self.db.get(job_id)
+        assert job is not None
+        return job
+
+    def resume(self, job_id: str) -> dict[str, Any]:
+        """Queue a failed job again; its run resumes from its output and the verdict cache."""
+        self.db.update(job_id, status="queued", finished=None, error=None)
         self.wake()
         job = self.db.get(job_id)
         assert job is not None

@@ -49,6 +49,8 @@ class JobOptions(JudgeOptions):
     listwise_template: str | None = None
     max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
     map: dict[str, str] = Field(default_factory=dict)
+    # a named calibration of the label store (POST /v1/jobs/{id}/calibrate): its P(yes) threshold
+    calibration: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("k")
     @classmethod

@@ -60,6 +60,8 @@ from judge.judging._config import LANGUAGES, bind_language, check_templates
 from judge.judging._core import _check_probability
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, is_borderline
 from judge.judging._models import PassageVerdict
+from judge.judging._review import apply_label
+from judge.metrics import Scale, ScaleError, ScaleMapping
 from judge.stability._figures import (
     MAP_FIGURE,
     SCORE_FIGURE,
@@ -79,7 +81,7 @@ from judge.stability._stats import (
     relative_spread,
     value_range,
 )
-from judge.store import atomic_write_lines
+from judge.store import LabelSet, atomic_write_lines
 
 if TYPE_CHECKING:
     from judge.metrics._agreement import AlphaLevel
@@ -130,6 +132,11 @@ class StabilityOptions:
     bootstrap_seed: int = 0
     top: int = 10
     borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
+    # human labels decide their passages in every run (the judge's verdict is replaced, so
+    # they neither flip nor move the figures); level / yes_grade: the stated scale mapping
+    labels: LabelSet | None = None
+    labels_level: int | None = None
+    labels_yes_grade: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 2:
@@ -252,6 +259,49 @@ class _Runs:
         self.done = [0] * options.runs
         self.started: dict[int, float] = {}
         self.finished: dict[int, RunResult] = {}
+        self.mappings: Mapping[Scale, ScaleMapping] = {}
+        self.human = 0
+        if options.labels is not None:
+            try:
+                self.mappings = options.labels.mapping_to(
+                    config.mode,
+                    level=options.labels_level,
+                    yes_grade=options.labels_yes_grade,
+                    target_name="the judge",
+                )
+            except ScaleError as exc:
+                raise InputError(
+                    exc.message, field="--" + (exc.field or "labels").replace("_", "-")
+                ) from None
+            self.human = sum(
+                1
+                for rec in records
+                for p in rec.passages
+                if options.labels.lookup(rec.id, p.docno, rec.query) is not None
+            )
+
+    def _labelled(self, record: DatasetRecord, verdicts: list[PassageVerdict]) -> list[PassageVerdict]:
+        """``verdicts`` with every labelled passage decided by its human label."""
+        labels = self.options.labels
+        assert labels is not None
+        out: list[PassageVerdict] = []
+        for p, v in zip(record.passages, verdicts, strict=True):
+            hit = labels.lookup(record.id, p.docno, record.query)
+            if hit is None:
+                out.append(v)
+                continue
+            value = self.mappings[hit.label.scale].apply(hit.value)
+            out.append(
+                apply_label(
+                    v,
+                    value,
+                    mode=self.config.mode,
+                    reviewer=hit.label.reviewer,
+                    grade_threshold=self.config.grade_threshold,
+                    comment=hit.label.comment,
+                )
+            )
+        return out
 
     def plan(self, run_indices: Sequence[int]) -> Iterator[QueryWork]:
         """Every query of each run in ``run_indices``, run after run (FIFO: earlier runs
@@ -263,6 +313,8 @@ class _Runs:
 
     async def commit(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
         run_index, q = work.payload
+        if self.mappings:
+            verdicts = self._labelled(self.records[q], verdicts)
         self.results[run_index][q] = summarize(
             work.query,
             verdicts,
@@ -319,7 +371,7 @@ async def run_stability(
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
-    runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)
+    runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)  # labels checked here
     driver = BatchDriver(
         executor or LocalExecutor(backend, window=limit * per_query),
         config,
@@ -332,7 +384,7 @@ async def run_stability(
             await driver.run(runs.plan([index]), runs.commit)
     else:
         await driver.run(runs.plan(range(options.runs)), runs.commit)
-    return analyse(
+    report = analyse(
         [runs.finished[i] for i in range(options.runs)],
         records,
         config,
@@ -343,6 +395,14 @@ async def run_stability(
         parallel_runs=not sequential,
         fingerprint=backend_fingerprint(backend),
     )
+    if options.labels is not None:
+        report.data["human_labels"] = {
+            "source": options.labels.source,
+            "passages": runs.human,
+            "mapping": {str(s): m.as_dict() for s, m in runs.mappings.items()},
+            "convention": "a labelled passage has its human label in every run (it cannot flip)",
+        }
+    return report
 
 
 def run_stability_sync(

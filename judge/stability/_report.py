@@ -197,6 +197,11 @@ def _determinism_lines(d: dict[str, Any]) -> list[str]:
         )
     if d.get("backend_fingerprint"):
         lines.append(f"  backend fingerprint: {d['backend_fingerprint']}")
+    human = d.get("human_labels")
+    if human:
+        lines.append(
+            f"  {human['passages']} passage(s) decided by human labels ({human['source']}) in every run"
+        )
     return lines
 
 

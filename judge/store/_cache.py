@@ -32,7 +32,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +113,8 @@ class SQLiteVerdictStore:
 
     Use as ``async with SQLiteVerdictStore(path) as store: ...`` or call :meth:`aclose`.
     Only judged verdicts should be stored (``judge_passage`` does so); an unjudged verdict
-    passed to :meth:`put` is ignored so that a failure is never cached.
+    passed to :meth:`put` is ignored so that a failure is never cached, and so is a verdict
+    decided by a person (``source="human"``).
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -153,15 +154,34 @@ class SQLiteVerdictStore:
         return verdict
 
     def put_sync(self, key: str, verdict: PassageVerdict) -> None:
-        if not verdict.judged:
-            return
-        payload = verdict.model_dump_json()
+        if not verdict.judged or verdict.source != "judge":
+            return  # failures and human labels are never cached as the judge's verdict
+        # the review fields stay out of the row, so the rows are those earlier versions wrote
+        payload = verdict.model_dump_json(exclude={"source", "reviewer", "replaced"})
         with self._lock:
             self._connection().execute(
                 "INSERT OR REPLACE INTO verdicts (key, verdict, created) VALUES (?, ?, ?)",
                 (key, payload, time.time()),
             )
         self.stats.puts += 1
+
+    def put_many_sync(self, items: Sequence[tuple[str, PassageVerdict]]) -> None:
+        """:meth:`put_sync` for several verdicts, in one transaction (unjudged ones skipped)."""
+        rows = [(key, v.model_dump_json(), time.time()) for key, v in items if v.judged]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO verdicts (key, verdict, created) VALUES (?, ?, ?)", rows
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        self.stats.puts += len(rows)
 
     def count_sync(self) -> int:
         with self._lock:
@@ -173,6 +193,9 @@ class SQLiteVerdictStore:
 
     async def put(self, key: str, verdict: PassageVerdict) -> None:
         self.put_sync(key, verdict)
+
+    async def put_many(self, items: Sequence[tuple[str, PassageVerdict]]) -> None:
+        self.put_many_sync(items)
 
     async def count(self) -> int:
         """Number of verdicts stored."""

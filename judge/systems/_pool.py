@@ -69,10 +69,18 @@ class Pool:
         return sum(len(q.pooled) - len(q.to_judge) for q in self.queries)
 
 
-def build_pool(inputs: Inputs, *, depth: int | None, human: Qrels | None) -> Pool:
+def build_pool(
+    inputs: Inputs,
+    *,
+    depth: int | None,
+    human: Qrels | None,
+    labels: Mapping[str, Mapping[str, int]] | None = None,
+) -> Pool:
     """Per query (first-seen order over the systems), the union of each system's top
     ``depth`` passages (all of them when None); human labels with a grade >= 0 keep their
-    pairs out of the judging."""
+    pairs out of the judging. ``labels``: ``{qid: {docno: grade}}`` from the label store or
+    a labels file, already on the pool's scale; they join the qrels and win on a pair both
+    label (the later review)."""
     queries: list[PoolQuery] = []
     pairs = 0
     for qid in inputs.queries:
@@ -86,10 +94,11 @@ def build_pool(inputs: Inputs, *, depth: int | None, human: Qrels | None) -> Poo
             pairs += len(top)
             for d in top:
                 seen.setdefault(d, None)
-        labels = {d: g for d, g in (human.query(token) if human is not None else {}).items() if g >= 0}
+        given = {**(human.query(token) if human is not None else {}), **(labels or {}).get(qid, {})}
+        known = {d: g for d, g in given.items() if g >= 0}
         pooled = list(seen)
-        to_judge = [d for d in pooled if d not in labels]
-        queries.append(PoolQuery(qid, token, inputs.queries[qid], pooled, labels, to_judge))
+        to_judge = [d for d in pooled if d not in known]
+        queries.append(PoolQuery(qid, token, inputs.queries[qid], pooled, known, to_judge))
     return Pool(queries=queries, pairs=pairs)
 
 

@@ -29,7 +29,7 @@ from judge.judging import (
 )
 from judge.judging._config import LANGUAGE_RULE, bind_language
 from judge.metrics import Evaluation, ScaleError
-from judge.store import atomic_write_text
+from judge.store import LabelSet, atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
@@ -80,7 +80,9 @@ class SystemsOptions:
     graded mode). ``qrels``: human labels filling the pool first, put on the judge's scale
     by ``qrels_level`` (graded labels, binary judge: grade >= L is relevant; default: an
     explicit ``relevance_level``) or ``qrels_yes_grade`` (binary labels, graded judge: the
-    grade a labelled "relevant" stands for); see :mod:`judge.systems._labels`. ``seed``,
+    grade a labelled "relevant" stands for); see :mod:`judge.systems._labels`. ``labels`` (a
+    :class:`judge.store.LabelSet`) fill it too, put on the pool's scale by the stated
+    ``labels_level``/``labels_yes_grade`` (else an error naming both scales). ``seed``,
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
     redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
@@ -95,6 +97,9 @@ class SystemsOptions:
     qrels: Path | None = None
     qrels_level: int | None = None
     qrels_yes_grade: int | None = None
+    labels: LabelSet | None = None
+    labels_level: int | None = None
+    labels_yes_grade: int | None = None
     seed: int = 0
     resamples: int = 10_000
     stability_resamples: int = 1000
@@ -235,6 +240,26 @@ def read_human_labels(options: SystemsOptions, config: JudgeConfig) -> tuple[Qre
     return map_human(human, scale), scale
 
 
+def _label_grades(opts: SystemsOptions, inputs: Inputs, config: JudgeConfig) -> dict[str, dict[str, int]]:
+    """``{query id: {docno: grade}}`` of the labels that match a pooled passage (same qid and
+    docno, and the same query text when the label keeps one), on the pool's scale."""
+    if opts.labels is None:
+        return {}
+    try:
+        mappings = opts.labels.mapping_to(
+            config.mode, level=opts.labels_level, yes_grade=opts.labels_yes_grade, target_name="the pool"
+        )
+    except ScaleError as exc:
+        raise InputError(exc.message, field="--" + (exc.field or "labels").replace("_", "-")) from None
+    out: dict[str, dict[str, int]] = {}
+    for qid, passages in inputs.passages.items():
+        for docno in passages:
+            hit = opts.labels.lookup(inputs.tokens[qid], docno, inputs.queries[qid])
+            if hit is not None:
+                out.setdefault(qid, {})[docno] = mappings[hit.label.scale].apply(hit.value)
+    return out
+
+
 async def run_compare_systems(
     systems: Mapping[str, str | os.PathLike[str]],
     report_dir: str | os.PathLike[str],
@@ -271,7 +296,7 @@ async def run_compare_systems(
         )
     finally:
         reporter.close()
-    pool = build_pool(inputs, depth=opts.depth, human=human)
+    pool = build_pool(inputs, depth=opts.depth, human=human, labels=_label_grades(opts, inputs, config))
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -555,6 +580,7 @@ def score_and_report(
         "depth": options.depth,
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
+        "review_labels": options.labels.source if options.labels is not None else None,
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],

@@ -1,6 +1,7 @@
 // judge results viewer: plain JavaScript, no build step, nothing loaded from the network
-// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job) and
-// "/compare/<id>" (one comparison of systems: compare.js).
+// beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job),
+// "/jobs/<id>/review" (the review queue: review.js) and "/compare/<id>" (one comparison of
+// systems: compare.js).
 "use strict";
 
 const $main = document.getElementById("main");
@@ -10,6 +11,7 @@ function el(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") node.className = v;
+    else if (k === "style") node.style.cssText = v; // CSSOM, not an inline style attribute: allowed by the CSP
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : v);
   }
@@ -100,8 +102,10 @@ function summaryCards(job) {
   const s = job.summary;
   if (!s) return el("p", { class: "muted" }, "The summary appears when the job is done.");
   const j = s.judge || {};
+  const people = s.human_labels;  // verdicts decided by reviewers (review.js)
   const items = [stat("queries", s.queries), stat("passages", s.passages), stat("unjudged", s.unjudged),
-    stat("mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+    stat(people ? "mAP (judge + people)" : "mAP (judge)", fmt(j.map)), stat("mean score", fmt(j.mean_score)), stat("MRR", fmt(j.mrr))];
+  if (people) items.push(stat("mAP (judge only)", fmt((s.judge_only || {}).map)), stat("decided by people", `${people.passages} (${people.changed} changed)`));
   for (const [k, v] of Object.entries(j.ndcg || {})) items.push(stat(`NDCG@${k}`, fmt(v)));
   for (const [k, v] of Object.entries(j.precision || {})) items.push(stat(`P@${k}`, fmt(v)));
   const gt = s.ground_truth;
@@ -128,7 +132,8 @@ function disagrees(r) {
 }
 
 function verdictCell(v) {
-  return el("span", { class: "v-" + v.verdict }, v.verdict);
+  const who = v.source === "human" ? el("small", { class: "muted", title: v.replaced ? `judge: ${v.replaced.verdict}` : null }, ` (${v.reviewer})`) : null;
+  return el("span", { class: "v-" + v.verdict }, v.verdict, who);
 }
 
 async function passagesRow(jobId, record, ncols) {
@@ -225,26 +230,28 @@ async function jobPage(jobId) {
   $main.replaceChildren(el("h1", {}, "Job ", el("code", {}, jobId)), head, body);
   let drawnFinal = false;
 
+  const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
   function drawHead(job) {
     const actions = [];
     if (job.status === "queued" || job.status === "running")
-      actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/cancel`, { method: "POST" }) }, "Cancel"));
+      actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
     if (job.status === "done" && job.unjudged > 0)
-      actions.push(el("button", { onclick: () => api(`/v1/jobs/${jobId}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
+      actions.push(el("button", { onclick: () => api(`${base}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
     head.replaceChildren(...[
       el("div", { class: "filters" }, statusBadge(job.status), progressBar(job.queries_done, job.queries_total),
         el("span", { id: "progress-text" }, `${job.queries_done}/${job.queries_total} queries · ${job.passages_done} passages · ${job.unjudged} unjudged · ${job.rejected} rejected`),
         job.eta_s !== null && job.status === "running" ? el("span", { class: "muted" }, `ETA ${Math.round(job.eta_s)} s`) : null, ...actions),
       job.error ? el("p", { class: "err" }, job.error) : null,
       el("p", { class: "muted" }, `mode ${job.options.mode} · k ${job.options.k.join(", ")} · created ${job.created}`,
-        " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=qrels` }, "qrels"), " · ", el("a", { href: `/v1/jobs/${jobId}/results?format=run` }, "run"),
-        " · ", el("a", { href: `/v1/jobs/${jobId}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `/v1/jobs/${jobId}/rejects` }, "rejects")] : null),
+        " · ", el("a", { href: `${base}/results?format=qrels` }, "qrels"), " · ", el("a", { href: `${base}/results?format=run` }, "run"),
+        " · ", el("a", { href: `${base}/results` }, "NDJSON"), job.rejected ? [" · ", el("a", { href: `${base}/rejects` }, "rejects")] : null),
     ].filter(Boolean));
   }
 
   async function drawBody(job) {
     const records = await allResults(jobId);
     body.replaceChildren(el("h2", {}, "Summary"), summaryCards(job), histogram(records), queryTable(job, records));
+    if (job.status === "done") agreementSection(jobId).then((section) => body.insertBefore(section, body.children[2]));
   }
 
   const job = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
@@ -269,8 +276,10 @@ async function jobPage(jobId) {
 function route() {
   loadInfo();
   const m = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+  const r = location.pathname.match(/^\/jobs\/([^/]+)\/review\/?$/);
   const c = location.pathname.match(/^\/compare\/([^/]+)\/?$/);
   if (m) jobPage(decodeURIComponent(m[1]));
+  else if (r) reviewPage(decodeURIComponent(r[1]));
   else if (c) comparePage(decodeURIComponent(c[1]));
   else jobList();
 }

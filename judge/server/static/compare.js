@@ -161,6 +161,7 @@ async function comparePage(jobId) {
       el("a", { href: `${base}/report?format=md` }, "report.md"), " · ", el("a", { href: `${base}/report` }, "report.json"), " · ",
       el("a", { href: `${base}/results` }, "pooled verdicts"), " · ", el("a", { href: `${base}/results?format=qrels` }, "pool.qrels"),
       ...systems.flatMap((n) => [" · ", el("a", { href: `${base}/results?format=run&system=${encodeURIComponent(n)}` }, `${n}.run`)]),
+      " · ", el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review`, id: "review-link" }, "review the pooled verdicts"),
     ] : [];
     head.replaceChildren(...[
       el("div", { class: "filters" }, statusBadge(job.status), progressBar(job.queries_done, job.queries_total),

@@ -1,0 +1,316 @@
+"""``judge labels`` (export, import, list, conflicts) and ``judge calibrate``, plus the
+``--labels FILE|store`` flags that ``score``, ``stability`` and ``compare-systems`` share.
+
+Labels live in the label store (``$JUDGE_HOME/labels.sqlite``, or ``--labels-store PATH``);
+``--labels store`` reads it, ``--labels FILE`` reads a TREC qrels file or a JSONL labels
+export instead (see :mod:`judge.store._labels`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from judge.io._errors import InputError
+
+STORE = "store"
+
+
+# ---------------------------------------------------------------------------- shared flags
+def add_label_flags(p: argparse.ArgumentParser, *, level_help: str | None = None) -> None:
+    """``--labels FILE|store`` and the flags that qualify it."""
+    p.add_argument(
+        "--labels",
+        default=None,
+        metavar="FILE|store",
+        help="human labels that override the judge's verdicts: a TREC qrels file, a JSONL labels "
+        "export, or 'store' (the label store)",
+    )
+    p.add_argument(
+        "--labels-store", default=None, metavar="PATH", help="label store (default $JUDGE_HOME/labels.sqlite)"
+    )
+    p.add_argument(
+        "--labels-collection", default="default", metavar="NAME", help="label collection (default 'default')"
+    )
+    p.add_argument(
+        "--labels-reviewer", default="qrels", metavar="NAME", help="reviewer name for a qrels --labels file"
+    )
+    p.add_argument(
+        "--labels-level",
+        type=int,
+        default=None,
+        metavar="L",
+        help=level_help or "graded labels on a binary judge: grade >= L counts as relevant",
+    )
+    p.add_argument(
+        "--labels-yes-grade",
+        type=int,
+        default=None,
+        metavar="G",
+        help="binary labels on a graded judge: a 'yes' stands for grade G",
+    )
+
+
+def label_set_of(args: argparse.Namespace) -> Any:
+    """The :class:`judge.store.LabelSet` the flags name, or None without ``--labels``."""
+    from judge.store import LabelSet, LabelStore, read_label_file
+
+    if not getattr(args, "labels", None):
+        return None
+    if args.labels == STORE:
+        with LabelStore(args.labels_store) as store:
+            return store.label_set(collection=args.labels_collection)
+    labels = read_label_file(args.labels, reviewer=args.labels_reviewer, collection=args.labels_collection)
+    return LabelSet(labels, source=f"labels file {args.labels}")
+
+
+def calibrated_threshold(name: str | None, config: Any, store_path: str | None) -> Any:
+    """``config`` with the P(yes) threshold of the named calibration
+    (:func:`judge.store.calibrated_config`); errors name ``--calibration``."""
+    from judge.store import calibrated_config
+
+    return calibrated_config(config, name, path=store_path, field="--calibration")
+
+
+# ---------------------------------------------------------------------------- judge labels
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "labels",
+        help="human labels: export, import, list, conflicts",
+        description="Manage the label store of human relevance labels ($JUDGE_HOME/labels.sqlite).",
+    )
+    sub = p.add_subparsers(dest="labels_command", metavar="ACTION")
+    sub.required = True
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--store", default=None, metavar="PATH", help="label store (default $JUDGE_HOME/labels.sqlite)"
+        )
+        q.add_argument("--collection", default="default", help="label collection (default 'default')")
+
+    e = sub.add_parser("export", help="write the labels as TREC qrels or JSONL")
+    common(e)
+    e.add_argument("-o", "--output", default="-", help="output file (default stdout)")
+    e.add_argument(
+        "--format", choices=("qrels", "jsonl"), default="qrels", help="qrels (resolved) or jsonl (all)"
+    )
+    e.add_argument(
+        "--scale", choices=("binary", "graded"), default=None, help="qrels: put labels on this scale"
+    )
+    e.add_argument("--level", type=int, default=None, help="qrels --scale binary: grade >= L is relevant")
+    e.add_argument("--history", action="store_true", help="jsonl: every change, not only the latest labels")
+    e.set_defaults(func=run_export)
+
+    i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
+    common(i)
+    i.add_argument("file", help="TREC qrels or JSONL labels export")
+    i.add_argument("--reviewer", default=None, help="reviewer name (required for qrels)")
+    i.add_argument(
+        "--scale", choices=("binary", "graded"), default=None, help="qrels scale (default: inferred)"
+    )
+    i.set_defaults(func=run_import)
+
+    ls = sub.add_parser("list", help="list each reviewer's latest labels")
+    common(ls)
+    ls.add_argument("--qid", default=None)
+    ls.add_argument("--reviewer", default=None)
+    ls.set_defaults(func=run_list)
+
+    c = sub.add_parser("conflicts", help="list passages whose reviewers disagree")
+    common(c)
+    c.set_defaults(func=run_conflicts)
+
+    cal = subparsers.add_parser(
+        "calibrate",
+        help="refit a template's P(yes) threshold on human labels (named calibration)",
+        description=(
+            "Refit the P(yes) threshold of a template on labelled items with k-fold "
+            "cross-validation, report kappa before/after on held-out folds and store the result "
+            "as a named calibration in the label store (select it with --calibration NAME). "
+            "The shipped default (prompts/calibration.toml) is never changed."
+        ),
+    )
+    cal.add_argument("--labels", required=True, metavar="FILE|store", help="qrels, JSONL export or 'store'")
+    cal.add_argument("--labels-store", default=None, metavar="PATH")
+    cal.add_argument("--labels-collection", default="default", metavar="NAME")
+    cal.add_argument("--labels-reviewer", default="qrels", metavar="NAME")
+    cal.add_argument(
+        "--labels-level", type=int, default=None, metavar="L", help="graded labels: grade >= L is relevant"
+    )
+    cal.add_argument("--template", required=True, help="template id the threshold is for")
+    cal.add_argument(
+        "--judged",
+        action="append",
+        default=[],
+        metavar="OUTPUT.jsonl",
+        help="judge score output(s) holding the P(yes) of the labelled passages (else the P(yes) "
+        "the store's labels recorded)",
+    )
+    cal.add_argument("--name", default=None, help="calibration name (default: TEMPLATE.reviewed)")
+    cal.add_argument("--folds", type=int, default=5)
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--dry-run", action="store_true", help="report only; store nothing")
+    cal.set_defaults(func=run_calibrate)
+
+
+def _out(path: str) -> Any:
+    return sys.stdout if path == "-" else Path(path).open("w", encoding="utf-8")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from judge.metrics import ScaleError
+    from judge.store import LabelStore, labels_to_jsonl, labels_to_qrels
+
+    with LabelStore(args.store) as store:
+        history = store.history(collection=args.collection) if args.history else []
+        latest = store.latest(collection=args.collection)
+        lset = store.label_set(collection=args.collection)
+
+    def writer(path: Path | str) -> int:
+        if args.format == "jsonl":
+            return labels_to_jsonl(history if args.history else latest, path)
+        try:
+            return labels_to_qrels(lset, path, scale=args.scale, level=args.level)
+        except ScaleError as exc:
+            raise InputError(exc.message, field="--level") from None
+
+    if args.output != "-":
+        n = writer(args.output)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "labels"
+            n = writer(path)
+            sys.stdout.write(path.read_text(encoding="utf-8"))
+    print(f"judge labels: exported {n} label(s)", file=sys.stderr)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from judge.store import LabelStore, read_label_file
+
+    labels = read_label_file(args.file, reviewer=args.reviewer, scale=args.scale, collection=args.collection)
+    with LabelStore(args.store) as store:
+        stored = store.put_many(labels)
+    print(json.dumps({"imported": len(stored), "file": args.file, "collection": args.collection}))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from judge.store import LabelStore
+
+    with LabelStore(args.store) as store:
+        for lab in store.latest(collection=args.collection, qid=args.qid, reviewer=args.reviewer):
+            print(json.dumps(lab.as_dict(), ensure_ascii=False, sort_keys=True))
+    return 0
+
+
+def run_conflicts(args: argparse.Namespace) -> int:
+    from judge.store import LabelStore
+
+    with LabelStore(args.store) as store:
+        conflicts = store.conflicts(collection=args.collection)
+    for c in conflicts:
+        print(
+            json.dumps(
+                {"qid": c.qid, "docno": c.docno, "labels": dict(c.labels), "scales": dict(c.scales)},
+                ensure_ascii=False,
+            )
+        )
+    print(f"judge labels: {len(conflicts)} conflict(s)", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------- calibrate
+def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, str]]:
+    """(qid, docno) -> (the judge's own P(yes), template id) from ``judge score`` outputs."""
+    from judge.judging import judge_verdict_of
+    from judge.judging._models import PassageVerdict
+    from judge.store import recover_output
+    from judge.store._labels import trec_token
+
+    out: dict[tuple[str, str], tuple[float, str]] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise InputError("no such file", path=path, field="--judged")
+        for r in recover_output(path):
+            for v, docno in zip(r["verdicts"], r["docnos"], strict=True):
+                base = judge_verdict_of(PassageVerdict.model_validate(v, strict=False))
+                if base.p_yes is not None:
+                    out.setdefault((trec_token(r["id"]), str(docno)), (float(base.p_yes), base.template_id))
+    return out
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from judge.judging import load_template
+    from judge.judging._templates import TemplateError
+    from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, resolve_mapping
+    from judge.store import Calibration, LabelStore
+
+    try:
+        template = load_template(args.template)
+    except TemplateError as exc:
+        raise InputError(str(exc), field="--template") from None
+    labels = label_set_of(args)
+    judged = _judged_p_yes(args.judged)
+    p_yes: list[float] = []
+    truth: list[int] = []
+    for item in labels:
+        lab = item.label
+        found = judged.get(lab.key)
+        if found is not None:
+            p, tid = found
+        elif lab.judge_p_yes is not None:
+            p, tid = lab.judge_p_yes, lab.template_id or ""
+        else:
+            continue
+        if tid != template.id:
+            continue
+        try:
+            mapping = resolve_mapping(
+                lab.scale,
+                "binary",
+                level=args.labels_level,
+                source_name="graded labels",
+                target_name="a P(yes) threshold",
+                level_field="--labels-level",
+            )
+        except ScaleError as exc:
+            raise InputError(exc.message, field="--labels-level") from None
+        p_yes.append(p)
+        truth.append(mapping.apply(item.value))
+    current = template.decision_threshold
+    try:
+        result = calibrate_threshold(
+            p_yes, truth, current_threshold=current, folds=args.folds, seed=args.seed
+        )
+    except CalibrationError as exc:
+        raise InputError(f"{exc.message} (template {template.id})", field="--labels") from None
+    name = args.name or f"{template.id}.reviewed"
+    report = {"name": name, "template_id": template.id, "template_hash": template.hash, **result.as_dict()}
+    if not args.dry_run:
+        with LabelStore(args.labels_store) as store:
+            store.save_calibration(
+                Calibration(
+                    name=name,
+                    template_id=template.id,
+                    threshold=result.threshold,
+                    template_hash=template.hash,
+                    previous_threshold=current,
+                    report=result.as_dict(),
+                )
+            )
+        report["stored"] = True
+    print(json.dumps(report, ensure_ascii=False, indent=2))
+    print(
+        f"judge calibrate: {template.id} threshold {current:g} -> {result.threshold:g}; held-out kappa "
+        f"{result.kappa_before} -> {result.kappa_after} ({result.n} labels, {result.folds} folds)"
+        + ("" if args.dry_run else f"; stored as {name!r} (select with --calibration {name})"),
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,157 @@
+"""What the service accepts: the bounds on a request's work and the hostile-input rules.
+
+* **Bounds** (flags of ``judge serve``, shown by ``/v1/info``): a query longer than
+  ``max_query_chars`` is refused (422 naming ``query`` on ``/v1/evaluate``; in a job, the
+  line is a reject naming its field), never cut: a shortened query asks another question.
+  A record with more than ``max_record_passages`` passages is a reject; a job with more
+  than ``max_records`` records is refused (413 naming ``records``).
+* **Hostile input** (a lone surrogate escape, JSON nested too deep, wrong types) in a job's
+  line is a reject of that line (:mod:`judge.io._jsonl`); in a JSON body it is a 422
+  naming the problem.
+* **Off the event loop**: a JSON body is parsed in a worker thread (:class:`ParsedBodyRoute`),
+  and so are the checks of a job's input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+from judge.io import MAX_JSON_DEPTH, DatasetLimits, dataset_limits, json_problem
+from judge.server import _engine
+
+DEFAULT_MAX_QUERY_CHARS = 4000
+DEFAULT_MAX_RECORD_PASSAGES = 1000
+DEFAULT_MAX_RECORDS = 100_000
+# JSON bodies up to this size are parsed on the event loop (well under a millisecond).
+INLINE_PARSE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class JobBounds:
+    """The bounds of one server's jobs (see the module's docstring)."""
+
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
+    max_record_passages: int = DEFAULT_MAX_RECORD_PASSAGES
+    max_records: int = DEFAULT_MAX_RECORDS
+
+    def dataset(self) -> DatasetLimits:
+        return DatasetLimits(max_query_chars=self.max_query_chars, max_passages=self.max_record_passages)
+
+    def info(self) -> dict[str, int]:
+        return {
+            "max_query_chars": self.max_query_chars,
+            "max_record_passages": self.max_record_passages,
+            "max_records": self.max_records,
+        }
+
+
+def _unprocessable(message: str, field: str) -> JSONResponse:
+    return JSONResponse(
+        {
+            "detail": [{"loc": field.split("."), "msg": message, "type": "value_error"}],
+            "fields": [field],
+        },
+        status_code=422,
+    )
+
+
+def _parse_json(raw: bytes) -> tuple[Any, str | None, str | None]:
+    """``(value, problem, field)``: the parsed body, or why it is refused."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        return None, f"JSON nested deeper than the parser allows (at most {MAX_JSON_DEPTH} levels)", "body"
+    problem = json_problem(value, raw.decode("utf-8", "replace"))
+    if problem is not None:
+        path, message = problem
+        return None, message, "body" + (f".{path}" if path else "")
+    return value, None, None
+
+
+class ParsedBodyRoute(APIRoute):
+    """A route whose JSON body is parsed and checked in a worker thread before FastAPI reads
+    it (a large body never blocks the event loop); a body nested too deep or carrying a
+    lone surrogate is a 422 naming where. Routes without a declared body are unchanged."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def parse_first(request: Request) -> Response:
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype == "application/json" or ctype.endswith("+json"):
+                raw = await request.body()
+                if raw:
+                    try:
+                        if len(raw) > INLINE_PARSE_BYTES:
+                            value, problem, field = await asyncio.to_thread(_parse_json, raw)
+                        else:  # microseconds: a thread would cost more than it saves
+                            value, problem, field = _parse_json(raw)
+                    except ValueError:
+                        value, problem, field = None, None, None  # FastAPI answers 422 naming the position
+                    else:
+                        if problem is not None and field is not None:
+                            return _unprocessable(problem, field)
+                        # FastAPI's request.json() returns this instead of parsing again.
+                        request._json = value
+            return await handler(request)
+
+        return parse_first
+
+
+def query_too_long(query: str, bounds: JobBounds) -> JSONResponse | None:
+    """``/v1/evaluate``'s refusal of a query over the bound (422 naming ``query``)."""
+    if len(query) <= bounds.max_query_chars:
+        return None
+    return _unprocessable(
+        f"query of {len(query)} characters; at most {bounds.max_query_chars} (judge serve --max-query-chars)",
+        "body.query",
+    )
+
+
+def too_many_records(check: _engine.Validation, bounds: JobBounds) -> JSONResponse | None:
+    if check.queries + len(check.rejects) <= bounds.max_records:
+        return None
+    return JSONResponse(
+        {
+            "detail": f"more than {bounds.max_records} records in one job (judge serve --max-records); "
+            "split the input",
+            "field": "records",
+        },
+        status_code=413,
+    )
+
+
+def validate_input(
+    path: Path, bounds: JobBounds, *, field_map: Mapping[str, str], max_passage_chars: int
+) -> _engine.Validation:
+    """A job's input checked as its run will read it (under the bounds); stops counting one
+    record past ``max_records``. Blocking: call it in a worker thread."""
+    with dataset_limits(bounds.dataset()):
+        return _engine.validate_input(
+            path, field_map=field_map, max_passage_chars=max_passage_chars, stop_after=bounds.max_records + 1
+        )
+
+
+def validate_compare(job_dir: Path, options: Mapping[str, Any], bounds: JobBounds) -> _engine.Validation:
+    with dataset_limits(bounds.dataset()):
+        return _engine.validate_compare(job_dir, options)
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """A JSON job's records as its ``input.jsonl`` (ASCII escapes: whatever a record holds
+    is written, and a bad string is then rejected by its line). Blocking."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec) + "\n")

@@ -1,0 +1,73 @@
+"""What ``POST /v1/evaluate`` needs per request, without redoing per request what does not
+change between requests:
+
+* the judging config of a set of options is built and resolved for the backend once
+  (:class:`ConfigCache`; a handful of distinct option sets in practice, bounded anyway);
+* the verdicts a request judges are written to the verdict cache together, in one
+  transaction, before the answer is sent (:class:`RequestStore`), instead of one commit
+  per passage; every judged verdict is still cached;
+* the answer is the result's JSON as pydantic writes it (no parse and re-dump).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi.responses import Response
+
+from judge.judging import JudgeConfig, VerdictStore
+from judge.judging._config import resolve_config
+from judge.judging._models import PassageVerdict
+
+
+class ConfigCache:
+    """Resolved :class:`JudgeConfig` per option set (at most ``size`` kept; the oldest goes)."""
+
+    def __init__(self, build: Callable[[Mapping[str, Any]], JudgeConfig], backend: object, size: int = 256):
+        self._build = build
+        self._backend = backend
+        self._size = size
+        self._configs: dict[tuple[tuple[str, Any], ...], JudgeConfig] = {}
+
+    def get(self, options: Mapping[str, Any]) -> JudgeConfig:
+        """The resolved config of ``options`` (raises what ``build`` raises for bad ones)."""
+        key = tuple(sorted((k, v) for k, v in options.items() if not isinstance(v, list | dict)))
+        found = self._configs.get(key)
+        if found is None:
+            found = resolve_config(self._build(options), self._backend)
+            if len(self._configs) >= self._size:
+                self._configs.pop(next(iter(self._configs)))
+            self._configs[key] = found
+        return found
+
+
+class RequestStore:
+    """A verdict store for one request: reads go to the cache (this request's own pending
+    verdicts first), writes wait for :meth:`flush`, which writes them in one go."""
+
+    def __init__(self, store: VerdictStore) -> None:
+        self.store = store
+        self.pending: dict[str, PassageVerdict] = {}
+
+    async def get(self, key: str) -> PassageVerdict | None:
+        found = self.pending.get(key)
+        return found if found is not None else await self.store.get(key)
+
+    async def put(self, key: str, verdict: PassageVerdict) -> None:
+        self.pending[key] = verdict
+
+    async def flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        if not pending:
+            return
+        put_many = getattr(self.store, "put_many", None)
+        if put_many is not None:
+            await put_many(list(pending.items()))
+        else:
+            for key, verdict in pending.items():
+                await self.store.put(key, verdict)
+
+
+def json_response(payload: str) -> Response:
+    return Response(payload, media_type="application/json")

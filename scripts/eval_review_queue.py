@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""Does labelling what the review queue offers first move a job's mAP toward the truth
+faster than labelling at random?
+
+Input: a ``judge score`` output whose dataset carried ground-truth qrels (e.g.
+``judge score datasets/sample.jsonl -o /tmp/sample.judged.jsonl`` with the embedded judge).
+The ground truth plays the reviewer: a labelled passage gets its qrels grade, made binary at
+``--level`` (default 1, the ground truth's own relevance level) on a binary job.
+
+For ``--n`` labels (default 10) the script reports the job's mAP and its distance to the
+ground-truth mAP (``summary.ground_truth.map``, trec_eval conventions):
+
+* ``none``: no label (the judge alone);
+* ``queue``: the first n items of :func:`judge.batch.job_review_queue` (every fifth an audit
+  item drawn uniformly, seed ``--seed``), and the mean over ``--draws`` queue seeds;
+* ``queue_no_audit``: the first n priority items (no audit draws);
+* ``random``: n judged passages drawn uniformly, averaged over ``--draws`` seeded draws.
+
+Labels go through :func:`judge.batch.apply_labels`, the code ``judge score --labels`` uses.
+
+``--simulate-judge OUT.jsonl`` first writes such an output without an LLM: the dataset is
+scored by the batch engine with a scripted probability-mode backend whose P(yes) is
+``sigmoid(b[grade] + N(0, sigma))`` per passage (seeded; ``b`` = -0.9, 0.8, 2.0, 3.0 and
+``sigma`` = 1.2 make it say yes to about a quarter of grade-0 and three quarters of grade-1
+passages, like the embedded judge on TREC DL19). Use it only where the embedded judge
+cannot run; the README says which judge its figures come from.
+
+Run: ``python scripts/eval_review_queue.py /tmp/sample.judged.jsonl``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from judge.batch import apply_labels, job_review_queue, summarize_records
+from judge.store import Label, LabelSet, recover_output
+from judge.store._labels import trec_token
+
+K = (5, 10)
+
+
+def _truth(record: Mapping[str, Any]) -> dict[str, int]:
+    if record.get("qrels") is not None:
+        return {str(d): int(g) for d, g in record["qrels"].items()}
+    if record.get("expected_ids") is not None:
+        return dict.fromkeys((str(x) for x in record["expected_ids"]), 1)
+    raise SystemExit(f"query {record.get('id')!r} has no ground truth (qrels or expected_ids)")
+
+
+def _label(record: Mapping[str, Any], docno: str, level: int) -> Label:
+    grade = _truth(record).get(docno, 0)
+    if record.get("mode") == "graded":
+        return Label(trec_token(record["id"]), docno, grade, "ground-truth", scale="graded")
+    return Label(trec_token(record["id"]), docno, 1 if grade >= level else 0, "ground-truth")
+
+
+def _map_with(records: Sequence[Mapping[str, Any]], picks: Sequence[tuple[str, str]], level: int) -> float:
+    by_qid = {trec_token(r["id"]): r for r in records}
+    labels = LabelSet([_label(by_qid[q], d, level) for q, d in picks])
+    out = apply_labels(records, labels, k=K).records
+    value = summarize_records(out, K)["judge"]["map"]
+    return float(value)
+
+
+def evaluate(
+    records: Sequence[Mapping[str, Any]], *, n: int = 10, draws: int = 20, seed: int = 0, level: int = 1
+) -> dict[str, Any]:
+    """The figures described in the module doc."""
+    summary = summarize_records(records, K)
+    gt = summary["ground_truth"]
+    if gt is None:
+        raise SystemExit("the judged file carries no ground truth")
+    truth_map = float(gt["map"])
+    judged = [
+        (trec_token(r["id"]), str(d))
+        for r in records
+        for v, d in zip(r["verdicts"], r["docnos"], strict=True)
+        if v["verdict"] != "unjudged"
+    ]
+
+    def row(values: Sequence[float]) -> dict[str, Any]:
+        errors = [abs(x - truth_map) for x in values]
+        return {
+            "map": round(statistics.fmean(values), 6),
+            "abs_error": round(statistics.fmean(errors), 6),
+            "abs_error_sd": round(statistics.stdev(errors), 6) if len(errors) > 1 else 0.0,
+            "runs": len(values),
+        }
+
+    queue = job_review_queue(records, seed=seed, limit=n)
+    queue_seeds = [
+        _map_with(
+            records, [(i.qid, i.docno) for i in job_review_queue(records, seed=seed + s, limit=n)], level
+        )
+        for s in range(draws)
+    ]
+    no_audit = job_review_queue(records, seed=seed, limit=n, audit_every=0)
+    randoms = [
+        _map_with(records, random.Random(seed + s).sample(judged, min(n, len(judged))), level)
+        for s in range(draws)
+    ]
+    return {
+        "queries": len(records),
+        "judged_passages": len(judged),
+        "labels": n,
+        "level": level,
+        "ground_truth_map": round(truth_map, 6),
+        "none": row([float(summary["judge"]["map"])]),
+        "queue": row([_map_with(records, [(i.qid, i.docno) for i in queue], level)]),
+        "queue_over_seeds": row(queue_seeds),
+        "queue_no_audit": row([_map_with(records, [(i.qid, i.docno) for i in no_audit], level)]),
+        "random": row(randoms),
+        "queue_items": [
+            {"qid": i.qid, "docno": i.docno, "p_yes": i.candidate.p_yes, "audit": i.audit} for i in queue
+        ],
+        "seed": seed,
+        "draws": draws,
+    }
+
+
+# ---------------------------------------------------------------------------- simulated judge
+_BIAS = (-0.9, 0.8, 2.0, 3.0)
+_SIGMA = 1.2
+
+
+def simulate_judged(dataset: Path, out: Path, *, seed: int = 0) -> None:
+    """Score ``dataset`` with the batch engine and a scripted probability-mode backend (see
+    the module doc) into ``out``."""
+    from judge.backends import ChatRequest, ScriptedBackend
+    from judge.batch import BatchOptions, score_dataset
+    from judge.io import read_dataset
+    from judge.judging import JudgeConfig
+
+    grades: dict[str, int] = {}
+    for rec in read_dataset(dataset):
+        truth = rec.ground_truth() or {}
+        for p in rec.passages:
+            grades[p.text] = int(truth.get(p.docno, 0))
+
+    def reply(request: ChatRequest, _index: int) -> Any:
+        prompt = next(m.content for m in request.messages if m.role == "user")
+        text = max((t for t in grades if t in prompt), key=len)
+        rng = random.Random(f"{seed}|{text}")
+        z = _BIAS[grades[text]] + rng.gauss(0.0, _SIGMA)
+        p_yes = 1.0 / (1.0 + math.exp(-z))
+        assert request.candidates is not None, "the simulated judge answers in probability mode only"
+        return {"yes": p_yes, "no": 1.0 - p_yes}
+
+    backend = ScriptedBackend(reply, name="fake:simulated-judge", supports_probabilities=True)
+    config = JudgeConfig(probability=True, explain=False)
+    out.unlink(missing_ok=True)
+    asyncio.run(
+        score_dataset(dataset, out, backend, config, store=None, options=BatchOptions(progress="quiet"))
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("judged", nargs="?", help="judge score output (JSONL) with ground truth")
+    ap.add_argument("--n", type=int, default=10, help="labels to spend (default 10)")
+    ap.add_argument("--draws", type=int, default=20, help="random draws / queue seeds (default 20)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--level", type=int, default=1, help="ground-truth grade >= L is relevant (default 1)")
+    ap.add_argument(
+        "--simulate-judge", metavar="OUT.jsonl", default=None, help="write a simulated judged file first"
+    )
+    ap.add_argument("--dataset", default="datasets/sample.jsonl", help="dataset for --simulate-judge")
+    ap.add_argument("--judge-seed", type=int, default=0, help="seed of the simulated judge")
+    args = ap.parse_args(argv)
+    path = args.judged
+    if args.simulate_judge:
+        simulate_judged(Path(args.dataset), Path(args.simulate_judge), seed=args.judge_seed)
+        path = path or args.simulate_judge
+    if not path:
+        ap.error("give a judged file or --simulate-judge OUT.jsonl")
+    records = recover_output(path)
+    if not records:
+        raise SystemExit(f"{path}: no records")
+    report = evaluate(records, n=args.n, draws=args.draws, seed=args.seed, level=args.level)
+    report["judged_file"] = str(path)
+    print(json.dumps(report, ensure_ascii=False, indent=2))
+    q, r = report["queue"]["abs_error"], report["random"]["abs_error"]
+    print(
+        f"ground-truth mAP {report['ground_truth_map']:.4f}; "
+        f"judge alone |error| {report['none']['abs_error']:.4f}; "
+        f"{args.n} queue labels {q:.4f} (over {args.draws} queue seeds "
+        f"{report['queue_over_seeds']['abs_error']:.4f}); {args.n} random labels {r:.4f} "
+        f"(mean of {args.draws} draws)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
