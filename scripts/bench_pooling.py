@@ -16,7 +16,15 @@ capacity) it runs, each from a fresh verdict cache:
 Printed: LLM requests the server answered, judging wall time (the scorer's own clock) and
 process wall time per run, and the pooled / separate ratios.
 
-Run: ``python scripts/bench_pooling.py`` (about a minute; ``--queries 300`` for a longer one).
+Then adaptive judging, side by side on the same server (``--adaptive-queries`` queries, 10
+passages per system, half shared): for a *clear* case (B's own passages mostly relevant,
+A's mostly not) and an *unclear* one (both alike), ``judge compare-systems`` judging the full
+pool and ``judge compare-systems --until-decided``, each from a fresh cache. Printed:
+requests, process wall time, the fraction of the full pool's requests, and whether every
+decided comparison has the full pool's decision (sign of the difference and Holm p < 0.05).
+
+Run: ``python scripts/bench_pooling.py`` (a few minutes; ``--queries 300`` for a longer one,
+``--skip-adaptive`` for the pooling part only).
 """
 
 from __future__ import annotations
@@ -66,6 +74,112 @@ def make_systems(work: Path, n_queries: int, n_passages: int, overlap: float) ->
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         paths.append(path)
     return paths[0], paths[1], unique
+
+
+def make_adaptive_systems(work: Path, n_queries: int, case: str) -> tuple[Path, Path]:
+    """Two systems, 10 passages per query, 5 shared (at interleaved ranks). ``clear``: A's own
+    passages are relevant 2 times in 10, B's 8 in 10; ``unclear``: both 5 in 10."""
+    rate_a, rate_b = (2, 8) if case == "clear" else (5, 5)
+    rows_a, rows_b = [], []
+    for i in range(n_queries):
+        common = [
+            {"id": f"q{i}-c{j}", "text": f"查询 {i} 的共同段落 {j} <rel={3 * ((i + j) % 2)}>"}
+            for j in range(5)
+        ]
+        own_a = [
+            {
+                "id": f"q{i}-a{j}",
+                "text": f"查询 {i} 的 A 段落 {j} <rel={3 if (i * 7 + j) % 10 < rate_a else 0}>",
+            }
+            for j in range(5)
+        ]
+        own_b = [
+            {
+                "id": f"q{i}-b{j}",
+                "text": f"查询 {i} 的 B 段落 {j} <rel={3 if (i * 3 + j) % 10 < rate_b else 0}>",
+            }
+            for j in range(5)
+        ]
+        query = f"问题 {i}：{case}"
+        rows_a.append({"id": f"q{i}", "query": query, "retrieval_context": _interleave(own_a, common)})
+        rows_b.append({"id": f"q{i}", "query": query, "retrieval_context": _interleave(own_b, common)})
+    paths = []
+    for name, rows in (("A", rows_a), ("B", rows_b)):
+        path = work / f"{case}-{name}.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def _decisions(report: dict[str, Any]) -> list[tuple[str, int, bool]]:
+    out = []
+    for c in report["comparisons"]:
+        diff = float(c["diff"])
+        sign = 0 if abs(diff) <= 1e-12 else (1 if diff > 0 else -1)
+        out.append((c["measure"], sign, c["p_holm"] is not None and c["p_holm"] < 0.05))
+    return out
+
+
+def adaptive_side_by_side(work: Path, sim: Any, n_queries: int, c: int) -> bool:
+    """Full pool vs --until-decided on a clear and an unclear case; True when every decided
+    comparison agrees with the full pool and the clear case used at most 40% of its requests."""
+    print(
+        f"\nadaptive judging: 2 systems x {n_queries} queries x 10 passages (5 shared), "
+        "full pool vs --until-decided"
+    )
+    print(
+        f"\n  {'case':<8} {'run':<22} {'LLM requests':>13} {'process wall':>13} {'of full':>8} "
+        f"{'decided':>8} {'same decisions':>15}"
+    )
+    ok = True
+    for case in ("clear", "unclear"):
+        a, b = make_adaptive_systems(work, n_queries, case)
+        rows = {}
+        for label, extra in (("full pool", []), ("--until-decided", ["--until-decided"])):
+            before = sim.stats()["total"]
+            out = work / f"{case}-{label.strip('-')}"
+            cache = work / f"{case}-{label.strip('-')}.sqlite"
+            stdout, wall = _judge(
+                [
+                    "compare-systems",
+                    f"A={a}",
+                    f"B={b}",
+                    "-o",
+                    str(out),
+                    "--json",
+                    "--cache",
+                    str(cache),
+                    *extra,
+                ],
+                sim.base_url,
+                work,
+                c,
+            )
+            rows[label] = (sim.stats()["total"] - before, wall, json.loads(stdout))
+        full_calls, full_wall, full = rows["full pool"]
+        calls, wall, adaptive = rows["--until-decided"]
+        truth = _decisions(full)
+        decided = [x["adaptive"] for x in adaptive["comparisons"]]
+        same = all(
+            (d["sign"], d["significant"]) == (t[1], t[2])
+            for d, t in zip(decided, truth, strict=True)
+            if d["decided"]
+        )
+        n_decided = sum(d["decided"] for d in decided)
+        print(f"  {case:<8} {'full pool':<22} {full_calls:>13} {full_wall:>12.2f}s {'':>8} {'':>8} {'':>15}")
+        print(
+            f"  {case:<8} {'--until-decided':<22} {calls:>13} {wall:>12.2f}s {calls / full_calls:>8.0%} "
+            f"{n_decided:>4}/{len(decided):<3} {same!s:>15}"
+        )
+        undecided = [
+            f"{d_c['measure']}"
+            for d_c, d in zip(adaptive["comparisons"], decided, strict=True)
+            if not d["decided"]
+        ]
+        if undecided:
+            print(f"  {'':<8} undecided: {', '.join(undecided)} (reported as 'undecided')")
+        ok = ok and same and (case != "clear" or (n_decided == len(decided) and calls <= 0.4 * full_calls))
+    return ok
 
 
 def _interleave(first: list[dict[str, str]], second: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -125,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-ms", type=float, default=200.0)
     p.add_argument("--jitter-ms", type=float, default=50.0)
     p.add_argument("--capacity", type=int, default=32)
+    p.add_argument("--adaptive-queries", type=int, default=40, help="queries of the adaptive side by side")
+    p.add_argument("--skip-adaptive", action="store_true", help="only the pooling part")
     a = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench_pooling_") as tmp:
@@ -179,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             calls_a2, judge_a2, proc_a2 = _score(sys_a, work / "A2.judged.jsonl", shared_cache, sim, work, c)
             calls_b2, judge_b2, proc_b2 = _score(sys_b, work / "B2.judged.jsonl", shared_cache, sim, work, c)
             shared = (calls_a2 + calls_b2, judge_a2 + judge_b2, proc_a2 + proc_b2)
+            adaptive_ok = a.skip_adaptive or adaptive_side_by_side(work, sim, a.adaptive_queries, c)
 
         print(f"\n  {'':<40} {'LLM requests':>13} {'judging wall':>13} {'process wall':>13}")
         for label, row in (
@@ -200,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         ok = pooled[0] == unique and separate[0] == pairs
         print(f"  one request per unique pair (pooled) and per pair (separate): {ok}")
-    return 0 if ok else 1
+        if not a.skip_adaptive:
+            print(
+                f"  adaptive: same decisions, clear case decided with <= 40% of the requests: {adaptive_ok}"
+            )
+    return 0 if ok and adaptive_ok else 1
 
 
 if __name__ == "__main__":

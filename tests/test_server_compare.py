@@ -334,3 +334,30 @@ def test_retry_unjudged_asks_the_pool_again_and_rewrites_the_report(tmp_path: Pa
         assert all(
             p["verdict"] != "unjudged" for q in diff["queries"] for s in q["systems"] for p in s["passages"]
         )
+
+
+def test_compare_job_until_decided_judges_part_of_the_pool_and_reports_the_decisions(tmp_path: Path) -> None:
+    given = systems()
+    fake = Counting()
+    with TestClient(app_for(tmp_path / "srv", backend=fake.backend)) as client:
+        options = {
+            **OPTIONS,
+            "stability_resamples": 0,
+            "measures": ["P_5"],
+            "until_decided": True,
+            "batch": 8,
+        }
+        r = client.post("/v1/compare", json={"systems": given, "options": options})
+        assert r.status_code == 202, r.text
+        job = wait_job(client, r.json()["id"])
+        assert job["status"] == "done", job["error"]
+        report = client.get(f"/v1/jobs/{job['id']}/report").json()
+        adaptive = report["adaptive"]
+        assert adaptive["stop"] == "decided" and adaptive["pool_pairs"] == unique_pairs(given)
+        assert len(fake.asked) == adaptive["judged_pairs"] < unique_pairs(given)
+        (c,) = report["comparisons"]
+        assert c["adaptive"]["decided"] and c["adaptive"]["decision"] == "better, significant"
+        pooled = [json.loads(x) for x in client.get(f"/v1/jobs/{job['id']}/results").text.splitlines()]
+        assert sum(r["n_passages"] for r in pooled) == adaptive["judged_pairs"]
+        r = client.post("/v1/compare", json={"systems": given, "options": {"budget": 5}})
+        assert r.status_code == 422 and "until_decided" in r.text

@@ -2,12 +2,12 @@
 
 ``make_backend(spec_or_object, policy=CallPolicy(...))`` is the factory every entry point
 uses: it resolves a spec (``qwen:<model>``, ``openai:<model>``,
-``local:qwen2.5-coder-1.5b-q4km``), a Backend object, a deepeval ``DeepEvalBaseLLM`` or a
-LangChain ``BaseLanguageModel`` (``Tongyi``, ``ChatTongyi``, ...) with ``resolve_backend``
-and wraps it once in ``ResilientBackend`` (retries, timeouts, adaptive rate limiting, cost
-accounting) under the ``CallPolicy``. ``ScriptedBackend``/``RuleBackend`` are the
-deterministic fakes for tests. Heavy SDKs (dashscope, openai, deepeval, langchain) are
-imported only when a backend needs them.
+``local:qwen2.5-coder-1.5b-q4km``, ``qrels:FILE[:level]`` for known labels), a Backend
+object, a deepeval ``DeepEvalBaseLLM`` or a LangChain ``BaseLanguageModel`` (``Tongyi``,
+``ChatTongyi``, ...) with ``resolve_backend`` and wraps it once in ``ResilientBackend``
+(retries, timeouts, adaptive rate limiting, cost accounting) under the ``CallPolicy``.
+``ScriptedBackend``/``RuleBackend`` are the deterministic fakes for tests. Heavy SDKs
+(dashscope, openai, deepeval, langchain) are imported only when a backend needs them.
 """
 
 from judge.backends._base import (
@@ -28,12 +28,14 @@ from judge.backends._base import (
     error_for_status,
     parse_retry_after,
 )
+from judge.backends._cascade import CascadeBackend
 from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_to_model
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
 from judge.backends._langchain import LangChainBackend
 from judge.backends._openai import OpenAIBackend
 from judge.backends._policy import DEFAULT_CONCURRENCY, CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
+from judge.backends._qrels import QrelsBackend
 from judge.backends._qwen import QwenBackend
 from judge.backends._redact import redact, register_secret
 from judge.backends._resilient import (
@@ -43,7 +45,7 @@ from judge.backends._resilient import (
     ensure_resilient,
     estimate_tokens,
 )
-from judge.backends._resolve import describe_backend, make_backend, resolve_backend
+from judge.backends._resolve import describe_backend, make_backend, resolve_backend, resolve_cascade
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -52,6 +54,7 @@ __all__ = [
     "BackendError",
     "BackendStats",
     "CallPolicy",
+    "CascadeBackend",
     "ChatRequest",
     "Completion",
     "ConfigError",
@@ -63,6 +66,7 @@ __all__ = [
     "OpenAIBackend",
     "PermanentError",
     "PriceTable",
+    "QrelsBackend",
     "QwenBackend",
     "RateLimitError",
     "ResilientBackend",
@@ -84,5 +88,6 @@ __all__ = [
     "redact",
     "register_secret",
     "resolve_backend",
+    "resolve_cascade",
     "schema_to_model",
 ]

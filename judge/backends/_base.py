@@ -47,6 +47,11 @@ class ChatRequest:
     ``Completion.token_probs`` the probability of each candidate string being the next
     token after ``answer_prefix`` (renormalisation is left to the caller). Backends that
     cannot expose token probabilities raise :class:`UnsupportedError`.
+
+    ``meta``: what is being judged, by identifier (``query_id``, ``passage_id``; only those
+    known). Never sent to a provider and not part of :meth:`cache_params`: the verdict of an
+    LLM depends on the text, not on ids. Backends that answer from known labels (the qrels
+    backend) read it.
     """
 
     messages: tuple[Message, ...]
@@ -57,6 +62,7 @@ class ChatRequest:
     json_schema: dict[str, Any] | None = None
     answer_prefix: str | None = None
     candidates: tuple[str, ...] | None = None
+    meta: Mapping[str, str] | None = None
 
     def cache_params(self) -> dict[str, Any]:
         """The request fields that change the output, for cache keys."""
@@ -100,6 +106,8 @@ class Completion:
     # many provider calls it took (1 = no retry).
     cost: float | None = None
     attempts: int = 1
+    # Set by a cascade of judges (CascadeBackend): the name of the judge whose answer this is.
+    decided_by: str | None = None
 
 
 def candidate_probs(top_logprobs: Iterable[tuple[str, float]], candidates: Iterable[str]) -> dict[str, float]:

@@ -12,7 +12,8 @@ resolves a spec string or an object and wraps it once in :class:`ResilientBacken
    ``ChatTongyi``, any chat model or LLM: wrapped in :class:`LangChainBackend`), or a
    string ``prefix:model``:
    ``qwen:<model>``, ``openai:<model>``, ``local:<model id or .gguf path>``,
-   ``deepeval:<module>:<Class>`` (instantiated with ``**options``);
+   ``deepeval:<module>:<Class>`` (instantiated with ``**options``),
+   ``qrels:<file>[:<level>]`` (answers from known labels: :class:`~judge.backends.QrelsBackend`);
 2. ``base_url=`` given without a spec → ``openai:<$OPENAI_MODEL or default>``;
 3. ``$DASHSCOPE_API_KEY`` set → ``qwen:qwen-plus``;
 4. ``$OPENAI_BASE_URL`` set → ``openai:<$OPENAI_MODEL or default>`` (``qwen-plus`` for a
@@ -45,12 +46,13 @@ __all__ = [
     "describe_backend",
     "make_backend",
     "resolve_backend",
+    "resolve_cascade",
 ]
 
 DEFAULT_QWEN_MODEL = "qwen-plus"
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-q4km"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
-SPEC_PREFIXES = ("qwen", "openai", "local", "deepeval")
+SPEC_PREFIXES = ("qwen", "openai", "local", "deepeval", "qrels")
 
 _reasons: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
@@ -167,7 +169,15 @@ def _from_spec(spec: str, base_url: str | None, api_key: str | None, options: di
         elif prefix == "openai":
             model = _default_openai_model(base_url or os.environ.get("OPENAI_BASE_URL"))
         else:
-            raise ConfigurationError("deepeval backend spec needs a class: deepeval:<module>:<Class>")
+            raise ConfigurationError(
+                f"{prefix} backend spec needs "
+                + (
+                    "a class: deepeval:<module>:<Class>"
+                    if prefix == "deepeval"
+                    else "a file: qrels:FILE[:level]"
+                ),
+                field="backend",
+            )
     return _build(prefix, model, base_url, api_key, options)
 
 
@@ -185,9 +195,32 @@ def _build(
             return OpenAIBackend(model, base_url=base_url, api_key=api_key, **options)
         if prefix == "local":
             return _local(model, options)
+        if prefix == "qrels":
+            from judge.backends._qrels import QrelsBackend, parse_qrels_spec
+
+            path, level = parse_qrels_spec(model)
+            return QrelsBackend(path, level, **options)
         return _deepeval_class(model, options)
     except TypeError as exc:
         raise ConfigurationError(f"bad option for backend {prefix}:{model}: {exc}") from None
+
+
+def resolve_cascade(
+    specs: str, *, margin: float = 0.1, base_url: str | None = None, api_key: str | None = None
+) -> Backend:
+    """``CHEAP,EXPENSIVE`` (two backend specs) as one :class:`~judge.backends.CascadeBackend`
+    with ``margin``; each spec resolved by :func:`resolve_backend`. :func:`make_backend`
+    wraps the result as any backend."""
+    from judge.backends._cascade import CascadeBackend
+
+    parts = [p.strip() for p in specs.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise ConfigurationError(
+            f"expected CHEAP,EXPENSIVE (two backend specs), got {specs!r}", field="cascade"
+        )
+    cheap = resolve_backend(parts[0], base_url=base_url, api_key=api_key)
+    expensive = resolve_backend(parts[1], base_url=base_url, api_key=api_key)
+    return _remember(CascadeBackend(cheap, expensive, margin=margin), "--cascade given")
 
 
 def _local(model: str, options: dict[str, Any]) -> Backend:

@@ -78,7 +78,7 @@ class InputPlan:
             if self.reporter is not None:
                 for warning in item.warnings:
                     self.reporter.report(warning, "truncated")
-            passages = [Passage(p.text, p.id, p.truncated) for p in item.passages]
+            passages = [Passage(p.text, p.id, p.truncated, query_id=item.id) for p in item.passages]
             yield QueryWork.fresh(item.query, passages, item)
 
 
@@ -115,7 +115,12 @@ class RetryPlan:
             jobs = [
                 PassageJob(
                     int(p["index"]),
-                    Passage(str(p["text"]), p.get("id"), bool(p.get("truncated", False))),
+                    Passage(
+                        str(p["text"]),
+                        p.get("id"),
+                        bool(p.get("truncated", False)),
+                        query_id=None if record.get("id") is None else str(record["id"]),
+                    ),
                 )
                 for p in entries
             ]

@@ -93,9 +93,44 @@ def register(subparsers: Any) -> None:
         default=1000,
         help="redraws of the pool from P(yes) for order_stability (default 1000; 0 skips)",
     )
-    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="bootstrap CI level; with --until-decided also the confidence each decision must hold with "
+        "(default 0.95)",
+    )
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="judge pooled pairs in rounds, those that most change a comparison first, and stop when every "
+        "decision (which system is better, significant or not) holds with --confidence",
+    )
+    p.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="with --until-decided: judge at most N pairs"
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --until-decided: pairs judged per round (default max(8, pool/25))",
+    )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
     add_judge_flags(p, defaults=False)
+    p.add_argument(
+        "--cascade",
+        default=None,
+        metavar="CHEAP,EXPENSIVE",
+        help="two backend specs: the cheap judge first, the expensive one only where the cheap P(yes) is "
+        "within --margin of the threshold (with --until-decided: the pairs the decisions still need)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.1,
+        help="with --cascade: the cheap judge's unsure band (default 0.1)",
+    )
     p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
     p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
     add_call_flags(p)
@@ -158,6 +193,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         field_map=parse_field_map(args.map),
         max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
         top_queries=args.top_queries,
+        until_decided=bool(args.until_decided),
+        budget=args.budget,
+        adaptive_batch=args.batch,
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
@@ -165,7 +203,16 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config)
 
-    backend = open_backend(args.backend, args.base_url, policy)
+    spec: Any = args.backend
+    if args.cascade:
+        from judge.backends import resolve_cascade
+        from judge.cli._flags import flag_errors
+
+        if args.backend:
+            raise InputError("give either --backend or --cascade, not both", field="--cascade")
+        with flag_errors({"cascade": "--cascade", "margin": "--margin", "backend": "--cascade"}):
+            spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
+    backend = open_backend(spec, args.base_url, policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
     concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
@@ -208,4 +255,12 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
             f"{pool.unjudged} unjudged), {pool.calls} LLM calls this run; report {out / 'report.html'}",
             file=sys.stderr,
         )
+        if report.adaptive is not None:
+            a = report.adaptive
+            print(
+                f"judge compare-systems: --until-decided judged {a.judged_pairs} of {a.pool_pairs} "
+                f"pooled pairs in {a.rounds} rounds; {a.decided} comparison(s) decided, "
+                f"{a.undecided} undecided ({a.stop})",
+                file=sys.stderr,
+            )
     return 0

@@ -237,12 +237,14 @@ def summary_template_for(config: JudgeConfig) -> PromptTemplate:
 class Passage:
     """One retrieved passage. ``truncated`` says the text was cut before judging. ``url``:
     where it comes from (a URL, a host name or a site's name such as ``新华网``), used by
-    source quality."""
+    source quality. ``query_id``: the id of the query it was retrieved for, when the caller
+    knows it (datasets do); with ``id`` it travels to the backend as request metadata."""
 
     text: str
     id: str | None = None
     truncated: bool = False
     url: str | None = None
+    query_id: str | None = None
 
 
 class VerdictStore(Protocol):

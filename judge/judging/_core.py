@@ -157,8 +157,10 @@ class _Outcome:
     retries: int = 0
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
+    decided_by: str | None = None
 
     def add_call(self, completion: Completion) -> None:
+        self.decided_by = completion.decided_by or self.decided_by
         self.attempts += 1
         self.retries += max(0, completion.attempts - 1)
         self.usage = self.usage + completion.usage
@@ -183,10 +185,17 @@ class _Asker:
     """Makes the calls for one judgment: generation, samples, probability mode and
     listwise judging (:mod:`judge.judging._listwise`) all go through :meth:`exchange`."""
 
-    def __init__(self, backend: Backend, template: PromptTemplate, config: JudgeConfig) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        template: PromptTemplate,
+        config: JudgeConfig,
+        meta: Mapping[str, str] | None = None,
+    ) -> None:
         self.backend = backend
         self.template = template
         self.config = config
+        self.meta = meta
 
     def request(self, messages: Sequence[Message], **overrides: Any) -> ChatRequest:
         cfg = self.config
@@ -197,6 +206,7 @@ class _Asker:
             "seed": cfg.seed,
             "max_tokens": cfg.max_tokens,
             "json_schema": self.template.json_schema,
+            "meta": self.meta,
         }
         fields.update(overrides)
         return ChatRequest(**fields)
@@ -287,8 +297,18 @@ class _Asker:
         if prefix is None or candidates is None:  # template_for() already refuses this
             raise UnsupportedError(f"template {template.id} has no probability mode")
         out = _Outcome()
+        threshold = (
+            {"grade_threshold": str(cfg.grade_threshold)}
+            if template.mode == "graded"
+            else {"decision_threshold": repr(cfg.decision_threshold)}
+        )
         request = self.request(
-            messages, max_tokens=1, json_schema=None, answer_prefix=prefix, candidates=candidates
+            messages,
+            max_tokens=1,
+            json_schema=None,
+            answer_prefix=prefix,
+            candidates=candidates,
+            meta={**(self.meta or {}), **threshold},
         )
         try:
             completion = await self.backend.complete(request)
@@ -424,6 +444,7 @@ async def judge_passage(
         store=store,
         passage_id=passage.id,
         truncated=passage.truncated,
+        query_id=passage.query_id,
     )
 
 
@@ -438,12 +459,15 @@ async def ask_verdict(
     store: VerdictStore | None,
     passage_id: str | None = None,
     truncated: bool = False,
+    query_id: str | None = None,
 ) -> PassageVerdict:
     """Ask for one verdict on rendered ``messages`` in ``config``'s decision mode
     (probability, vote over samples, or one generation with re-asks), build its
     :class:`PassageVerdict` and store it under ``key`` when judged (the store lookup is the
-    caller's: it knows how a hit is re-indexed)."""
-    asker = _Asker(backend, template, config)
+    caller's: it knows how a hit is re-indexed). ``passage_id``/``query_id`` travel to the
+    backend as the request's ``meta``."""
+    meta = {k: v for k, v in (("query_id", query_id), ("passage_id", passage_id)) if v is not None}
+    asker = _Asker(backend, template, config, meta or None)
     started = time.perf_counter()
     if config.probability:
         out = await asker.probability(messages)
@@ -475,6 +499,7 @@ async def ask_verdict(
         raw=out.raw,
         error=out.error,
         truncated=truncated,
+        decided_by=out.decided_by,
     )
     if store is not None and key is not None and verdict.judged:
         await store.put(key, verdict)

@@ -93,7 +93,8 @@ class PassageVerdict(_Strict):
     candidate answers in probability mode. ``attempts`` counts the backend calls made for
     this passage (re-asks and samples included), ``reasks`` the calls made because a reply
     was invalid, ``retries`` the provider-level retries (timeouts, 5xx, 429) the resilient
-    wrapper made underneath them. ``source`` is ``human`` when a reviewer's label
+    wrapper made underneath them. ``decided_by``: with a cascade of judges, the judge whose
+    answer this is (None otherwise). ``source`` is ``human`` when a reviewer's label
     replaced the judge's verdict (``reviewer`` names them, ``replaced`` keeps the judge's
     verdict; :func:`judge.judging.apply_label`). ``cached`` says this verdict came from the
     verdict store (its tokens, cost and latency are those of the original judgment and are
@@ -125,6 +126,7 @@ class PassageVerdict(_Strict):
     source: VerdictSource = "judge"
     reviewer: str | None = None
     replaced: ReplacedVerdict | None = None
+    decided_by: str | None = None
 
     @property
     def judged(self) -> bool:

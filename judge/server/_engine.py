@@ -382,6 +382,9 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
         max_passage_chars=int(options["max_passage_chars"]),
         top_queries=int(options.get("top_queries", 10)),
         top_passages=int(options.get("top_passages", 5)),
+        until_decided=bool(options.get("until_decided")),
+        budget=options.get("budget"),
+        adaptive_batch=options.get("batch"),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
 
@@ -136,6 +136,15 @@ class CompareOptions(JudgeOptions):
     map: dict[str, str] = Field(default_factory=dict)
     top_queries: int = Field(default=10, ge=0, le=1000)
     top_passages: int = Field(default=5, ge=1, le=100)
+    until_decided: bool = False
+    budget: int | None = Field(default=None, ge=0, le=100_000_000)
+    batch: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _adaptive(self) -> CompareOptions:
+        if (self.budget is not None or self.batch is not None) and not self.until_decided:
+            raise ValueError("budget and batch are only used with until_decided")
+        return self
 
     @field_validator("measures")
     @classmethod

@@ -222,7 +222,7 @@ def load_records(path: str | Path) -> list[DatasetRecord]:
 
 
 def _passages(record: DatasetRecord) -> list[Passage]:
-    return [Passage(text=p.text, id=p.id, truncated=p.truncated) for p in record.passages]
+    return [Passage(text=p.text, id=p.id, truncated=p.truncated, query_id=record.id) for p in record.passages]
 
 
 def run_file_name(index: int) -> str:

@@ -48,6 +48,47 @@ class PoolSummary(_Model):
     calls_saved: int
 
 
+class AdaptiveDecision(_Model):
+    """``--until-decided``: one comparison's decision under the prior over the pairs not
+    judged. ``decision``: ``better|worse, significant|not significant`` or ``tie`` (Holm p
+    < ``alpha`` of the report's randomization test); ``confidence``: share of the Monte
+    Carlo draws with that decision; ``decided``: confidence >= the asked one;
+    ``expected_diff``: the mean difference over the draws; ``judged_pairs``: pairs judged
+    when it became decided for good (None: undecided) against ``pool_pairs`` (the full
+    pool's)."""
+
+    decided: bool
+    decision: str
+    sign: int
+    significant: bool
+    confidence: float
+    expected_diff: float
+    judged_pairs: int | None
+    pool_pairs: int
+
+
+class AdaptiveSummary(_Model):
+    """``--until-decided``: what adaptive judging did. ``judged_pairs`` of ``pool_pairs``
+    (``fraction``) were sent to the judge in ``rounds`` rounds of ``batch``; ``calls``: LLM
+    requests this run made; ``decided``/``undecided``: comparisons; ``stop``: why it
+    stopped (``decided``, ``budget`` or ``pool exhausted``)."""
+
+    confidence: float
+    alpha: float
+    budget: int | None
+    batch: int
+    draws: int
+    rounds: int
+    judged_pairs: int
+    pool_pairs: int
+    fraction: float | None
+    calls: int
+    decided: int
+    undecided: int
+    stop: str
+    prior: str
+
+
 class SystemComparison(_Model):
     """``system`` against ``baseline`` on ``measure`` over the ``n`` queries both answered
     and every system has: means, ``diff`` (system - baseline), the seeded paired
@@ -79,6 +120,7 @@ class SystemComparison(_Model):
     ties: int
     losses: int
     order_stability: float | None
+    adaptive: AdaptiveDecision | None = None
 
 
 class SystemsReport(_Model):
@@ -91,6 +133,7 @@ class SystemsReport(_Model):
     conventions: dict[str, Any]
     not_in_all_systems: list[str]
     warnings: list[str] = Field(default_factory=list)
+    adaptive: AdaptiveSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``report.json`` object (``schema`` first, NaN/inf as null)."""

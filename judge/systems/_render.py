@@ -152,6 +152,59 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return out
 
 
+def _adaptive_rows(r: SystemsReport) -> tuple[str, list[list[str]]]:
+    """``--until-decided``: the headline and one row per comparison (decided or not, the
+    decision, its confidence, pairs judged when it was decided against the full pool)."""
+    a = r.adaptive
+    if a is None:
+        return "", []
+    share = "" if a.fraction is None else f" ({a.fraction:.0%})"
+    head = (
+        f"Judged {a.judged_pairs} of the full pool's {a.pool_pairs} pairs{share} in {a.rounds} rounds; "
+        f"{a.decided} comparison(s) decided, {a.undecided} undecided (stopped: {a.stop}). A decision is "
+        f"which system is better and whether significantly (Holm p < {a.alpha:g}); decided = it holds in at "
+        f"least {a.confidence:g} of {a.draws} draws of the unjudged pairs from the prior ({a.prior})."
+    )
+    rows: list[list[str]] = []
+    for c in r.comparisons:
+        d = c.adaptive
+        if d is None:
+            continue
+        rows.append(
+            [
+                c.system,
+                c.measure,
+                "decided" if d.decided else "undecided",
+                d.decision,
+                f"{d.confidence:.3f}",
+                _signed(d.expected_diff),
+                f"{d.judged_pairs if d.judged_pairs is not None else '–'} / {d.pool_pairs}",
+            ]
+        )
+    return head, rows
+
+
+_ADAPTIVE_HEADER = ("system", "measure", "status", "decision", "confidence", "expected diff", "judged / pool")
+
+
+def _adaptive_md(r: SystemsReport) -> list[str]:
+    head, rows = _adaptive_rows(r)
+    if not head:
+        return []
+    return ["## Adaptive judging (--until-decided)", "", head, "", *_md_table(_ADAPTIVE_HEADER, rows), ""]
+
+
+def _adaptive_html(r: SystemsReport) -> list[str]:
+    head, rows = _adaptive_rows(r)
+    if not head:
+        return []
+    return [
+        '<h2 id="adaptive">Adaptive judging (--until-decided)</h2>',
+        f"<p>{escape(head)}</p>",
+        _html_table(list(_ADAPTIVE_HEADER), [[escape(x) for x in row] for row in rows], left=4),
+    ]
+
+
 def render_markdown(data: ReportData) -> str:
     r = data.report
     measure_names = [m.trec_name for m in data.measures]
@@ -230,6 +283,7 @@ def render_markdown(data: ReportData) -> str:
             ", ".join(f"`{q}`" for q in r.not_in_all_systems),
             "",
         ]
+    lines += _adaptive_md(r)
     if r.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in r.warnings), ""]
     lines += [
@@ -601,6 +655,7 @@ def render_html(data: ReportData) -> str:
     if r.not_in_all_systems:
         parts.append('<h2 id="missing">Queries not in every system (left out of the paired tests)</h2>')
         parts.append("<p>" + ", ".join(f"<code>{escape(q)}</code>" for q in r.not_in_all_systems) + "</p>")
+    parts.extend(_adaptive_html(r))
     if r.warnings:
         parts.append(
             '<h2 id="warnings">Warnings</h2><ul>'

@@ -18,13 +18,29 @@ from judge.backends._base import Backend
 from judge.io import InputError, read_qrels
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
 from judge.io._trec import Qrels
-from judge.judging import JudgeConfig, Mode, VerdictStore, load_template, resolve_config, template_for
+from judge.judging import (
+    JudgeConfig,
+    Mode,
+    PassageVerdict,
+    VerdictStore,
+    load_template,
+    resolve_config,
+    template_for,
+)
 from judge.judging._config import LANGUAGE_RULE, bind_language
 from judge.metrics import Evaluation, ScaleError
 from judge.store import LabelSet, atomic_write_text
+from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
-from judge.systems._model import PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._model import (
+    AdaptiveDecision,
+    AdaptiveSummary,
+    PoolSummary,
+    SystemComparison,
+    SystemsReport,
+    SystemSummary,
+)
 from judge.systems._pool import (
     Pool,
     PoolRun,
@@ -70,6 +86,9 @@ class SystemsOptions:
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:
     redraws of the pool for ``order_stability`` (0: skip). ``top_queries`` /
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
+    ``until_decided``: judge the pool adaptively until every comparison's decision holds
+    with ``confidence`` (see :mod:`judge.systems._adaptive`), at most ``budget`` pairs,
+    ``adaptive_batch`` per round, ``adaptive_draws`` Monte Carlo draws.
     """
 
     depth: int | None = None
@@ -90,6 +109,10 @@ class SystemsOptions:
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
     top_queries: int = 10
     top_passages: int = 5
+    until_decided: bool = False
+    budget: int | None = None
+    adaptive_batch: int | None = None
+    adaptive_draws: int = 200
 
     def check(self) -> None:
         if self.depth is not None and self.depth < 1:
@@ -104,6 +127,17 @@ class SystemsOptions:
             raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
         if self.max_passage_chars < 1:
             raise InputError("must be >= 1", field="--max-passage-chars")
+        if self.budget is not None and self.budget < 0:
+            raise InputError(f"must be >= 0, got {self.budget}", field="--budget")
+        if self.adaptive_batch is not None and self.adaptive_batch < 1:
+            raise InputError(f"must be >= 1, got {self.adaptive_batch}", field="--batch")
+        if self.adaptive_draws < 10:
+            raise InputError(f"must be >= 10, got {self.adaptive_draws}", field="adaptive_draws")
+        if (self.budget is not None or self.adaptive_batch is not None) and not self.until_decided:
+            raise InputError(
+                "is only used with --until-decided",
+                field="--budget" if self.budget is not None else "--batch",
+            )
         if self.qrels_level is not None and not 1 <= self.qrels_level <= 3:
             raise InputError(f"must be in 1..3, got {self.qrels_level}", field="--qrels-level")
         if self.qrels_yes_grade is not None and not 1 <= self.qrels_yes_grade <= 3:
@@ -119,6 +153,21 @@ def _pooled_config(config: JudgeConfig, backend: Backend, listwise: bool) -> Jud
     if listwise:
         config = replace(config, probability=False)
     return resolve_config(config, backend)
+
+
+def _cascade_of(backend: Backend) -> tuple[Backend, Backend] | None:
+    """(cheap, expensive) of a cascade backend, each under the wrapper's call policy."""
+    from judge.backends import CascadeBackend, ResilientBackend
+
+    inner = backend.inner if isinstance(backend, ResilientBackend) else backend
+    if not isinstance(inner, CascadeBackend):
+        return None
+    if isinstance(backend, ResilientBackend):
+        return (
+            ResilientBackend(inner.cheap, policy=backend.policy),
+            ResilientBackend(inner.expensive, policy=backend.policy),
+        )
+    return inner.cheap, inner.expensive
 
 
 def template_languages(config: JudgeConfig, verdicts: PoolVerdicts) -> dict[str, Any]:
@@ -220,9 +269,11 @@ async def run_compare_systems(
     store: VerdictStore | None = None,
     options: SystemsOptions | None = None,
     pool_run: PoolRun | None = None,
+    prior: Mapping[tuple[str, str], float] | None = None,
 ) -> SystemsReport:
     """Pool, judge, score and compare ``systems`` (name -> dataset path; the first is the
-    baseline); write every file into ``report_dir``; return the report."""
+    baseline); write every file into ``report_dir``; return the report. ``prior``: P(yes)
+    per (query id, docno) from a cheap judge, the prior of ``until_decided``."""
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
     opts.check()
@@ -247,16 +298,78 @@ async def run_compare_systems(
         reporter.close()
     pool = build_pool(inputs, depth=opts.depth, human=human, labels=_label_grades(opts, inputs, config))
     judged_config = _pooled_config(config, backend, run.listwise)
-    verdicts = await judge_pool(
-        out / POOL_INPUT,
-        out / POOL_JUDGED,
-        pool_dataset_lines(pool, inputs),
-        backend,
-        config,
-        store=store,
-        run=replace(run, max_passage_chars=opts.max_passage_chars),
-    )
-    check_pool_complete(pool, verdicts)
+    adaptive: AdaptiveOutcome | None = None
+    if opts.until_decided:
+        judge_with, adaptive_config = backend, judged_config
+        cheap_verdicts: dict[str, dict[str, PassageVerdict]] = {}
+        cheap_calls = 0
+        cascade = _cascade_of(backend)
+        if cascade is not None and prior is None:
+            # The cheap judge on the whole pool gives every pair its P(yes); the expensive
+            # judge gets only the pairs the decisions still need.
+            cheap, judge_with = cascade
+            cheap_config = resolve_config(replace(judged_config, probability=True), cheap)
+            got = await judge_pool(
+                out / "cheap" / POOL_INPUT,
+                out / "cheap" / POOL_JUDGED,
+                pool_dataset_lines(pool, inputs),
+                cheap,
+                cheap_config,
+                store=store,
+                run=replace(run, max_passage_chars=opts.max_passage_chars, listwise=False),
+            )
+            cheap_verdicts, cheap_calls = got.verdicts, got.calls
+            prior = {
+                (qid, d): float(v.p_yes)
+                for qid, vs in got.verdicts.items()
+                for d, v in vs.items()
+                if v.judged and v.p_yes is not None
+            }
+            adaptive_config = resolve_config(config, judge_with)
+        adaptive = await judge_adaptively(
+            pool,
+            inputs,
+            measures,
+            out,
+            judge_with,
+            adaptive_config,
+            store=store,
+            run=replace(run, max_passage_chars=opts.max_passage_chars),
+            options=AdaptiveOptions(
+                confidence=opts.confidence,
+                budget=opts.budget,
+                batch=opts.adaptive_batch,
+                draws=opts.adaptive_draws,
+                prior=prior,
+            ),
+            level=scale.level,
+            seed=opts.seed,
+            resamples=opts.resamples,
+            depth=opts.depth,
+        )
+        merged = {qid: dict(vs) for qid, vs in cheap_verdicts.items()}
+        for qid, vs in adaptive.verdicts.items():
+            merged.setdefault(qid, {}).update(vs)
+        adaptive.calls += cheap_calls
+        verdicts = PoolVerdicts(verdicts=merged, mode=judged_config.mode, calls=adaptive.calls, summary=None)
+        # pool.judged.jsonl: every record the rounds wrote (the cheap pass first), so readers of
+        # the pool (the server's results, read_pool_verdicts) see what was judged.
+        sources = [out / "cheap" / POOL_JUDGED] if cheap_verdicts else []
+        sources += [out / "adaptive" / f"round-{i:03d}.judged.jsonl" for i in range(1, adaptive.rounds + 1)]
+        atomic_write_text(
+            out / POOL_JUDGED, "".join(p.read_text(encoding="utf-8") for p in sources if p.exists())
+        )
+    else:
+        verdicts = await judge_pool(
+            out / POOL_INPUT,
+            out / POOL_JUDGED,
+            pool_dataset_lines(pool, inputs),
+            backend,
+            config,
+            store=store,
+            run=replace(run, max_passage_chars=opts.max_passage_chars),
+        )
+        check_pool_complete(pool, verdicts)
     # CPU-bound (tests, resamples, files): off the event loop, so a server stays responsive.
     return await asyncio.to_thread(
         score_and_report,
@@ -268,8 +381,57 @@ async def run_compare_systems(
         measures=measures,
         options=opts,
         backend_name=backend.name,
+        adaptive=adaptive,
         scale=scale,
     )
+
+
+def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> AdaptiveSummary:
+    decided = sum(d is not None for d in outcome.decided_at)
+    undecided = len(outcome.decided_at) - decided
+    if not undecided:
+        stop = "decided"
+    elif outcome.budget_spent:
+        stop = "budget"
+    else:
+        stop = "pool exhausted"
+    return AdaptiveSummary(
+        confidence=options.confidence,
+        alpha=ALPHA,
+        budget=options.budget,
+        batch=outcome.batch,
+        draws=options.adaptive_draws,
+        rounds=outcome.rounds,
+        judged_pairs=outcome.judged_pairs,
+        pool_pairs=outcome.pool_pairs,
+        fraction=round(outcome.judged_pairs / outcome.pool_pairs, 4) if outcome.pool_pairs else None,
+        calls=outcome.calls,
+        decided=decided,
+        undecided=undecided,
+        stop=stop,
+        prior=outcome.prior,
+    )
+
+
+def _adaptive_decisions(
+    outcome: AdaptiveOutcome | None, names: Sequence[str], measures: Sequence[Any]
+) -> dict[tuple[str, str], AdaptiveDecision]:
+    if outcome is None:
+        return {}
+    keys = [(s, m.trec_name) for s in names[1:] for m in measures]
+    return {
+        key: AdaptiveDecision(
+            decided=at is not None,
+            decision=d.label,
+            sign=d.sign,
+            significant=d.significant,
+            confidence=round(d.confidence, 4),
+            expected_diff=d.expected_diff,
+            judged_pairs=at,
+            pool_pairs=outcome.pool_pairs,
+        )
+        for key, d, at in zip(keys, outcome.decisions, outcome.decided_at, strict=True)
+    }
 
 
 def score_and_report(
@@ -282,6 +444,7 @@ def score_and_report(
     measures: Sequence[Any],
     options: SystemsOptions,
     backend_name: str,
+    adaptive: AdaptiveOutcome | None = None,
     scale: PoolScale | None = None,
 ) -> SystemsReport:
     """Everything after judging: pooled files, metrics, comparisons, report files.
@@ -348,6 +511,7 @@ def score_and_report(
         seed=options.seed,
         resamples=options.stability_resamples,
     )
+    decisions = _adaptive_decisions(adaptive, names, measures)
     comparisons = [
         SystemComparison(
             baseline=p.comparison.baseline,
@@ -369,6 +533,7 @@ def score_and_report(
             ties=p.ties,
             losses=p.losses,
             order_stability=stability[(p.comparison.system, p.comparison.measure)],
+            adaptive=decisions.get((p.comparison.system, p.comparison.measure)),
         )
         for p in paired
     ]
@@ -385,6 +550,12 @@ def score_and_report(
         calls=verdicts.calls,
         calls_saved=pool.pairs - pool.unique_pairs,
     )
+    if adaptive is not None and adaptive.judged_pairs < adaptive.pool_pairs:
+        warnings.append(
+            f"--until-decided judged {adaptive.judged_pairs} of {adaptive.pool_pairs} pooled pairs; "
+            "the others are left out of pool.qrels, so the means and tests above count them as not relevant; "
+            "each comparison's decision under the prior is in its 'adaptive' entry"
+        )
     if unjudged:
         warnings.append(
             f"{unjudged} pooled pair(s) are unjudged (left out of pool.qrels, so scored as not relevant); "
@@ -439,6 +610,16 @@ def score_and_report(
             f"{options.seed}; share in which sign(diff) holds; null without probabilities; "
             f"the {pool.human_labels} pooled pair(s) fixed by human labels are never redrawn"
         ),
+        **(
+            {
+                "adaptive": "pairs judged in rounds, the pair that most changes an undecided comparison's "
+                "difference first (Carterette et al. 2006 weights through the measure registry); "
+                f"stop when every decision (sign, Holm p < {ALPHA}) holds in >= {options.confidence:g} of "
+                f"{options.adaptive_draws} seeded draws of the pairs not judged from the prior"
+            }
+            if adaptive is not None
+            else {}
+        ),
         "reproduce": f"judge trec -l {level} -m {' -m '.join(m.trec_name for m in measures)} "
         "REPORT_DIR/pool.qrels REPORT_DIR/runs/NAME.run",
     }
@@ -449,6 +630,7 @@ def score_and_report(
         conventions=conventions,
         not_in_all_systems=not_in_all,
         warnings=warnings,
+        adaptive=_adaptive_summary(adaptive, options) if adaptive is not None else None,
     )
     data = ReportData(
         report=report,
@@ -506,9 +688,20 @@ async def acompare_systems(
     concurrency: int | None = None,
     retry_unjudged: bool = False,
     base_url: str | None = None,
+    until_decided: bool = False,
+    budget: int | None = None,
+    batch: int | None = None,
+    draws: int = 200,
+    cascade: str | None = None,
+    margin: float = 0.1,
 ) -> SystemsReport:
     """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
-    from judge.backends import CallPolicy, make_backend
+    from judge.backends import CallPolicy, make_backend, resolve_cascade
+
+    if cascade is not None:
+        if backend is not None:
+            raise InputError("give either backend or cascade, not both", field="cascade")
+        backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
 
     base = config if config is not None else JudgeConfig()
     if mode is not None and mode != base.mode:
@@ -525,6 +718,10 @@ async def acompare_systems(
         stability_resamples=stability_resamples,
         confidence=confidence,
         strict=strict,
+        until_decided=until_decided,
+        budget=budget,
+        adaptive_batch=batch,
+        adaptive_draws=draws,
     )
     policy = CallPolicy(concurrency=concurrency)
     resolved = make_backend(backend, policy=policy, base_url=base_url)
@@ -544,7 +741,7 @@ async def acompare_systems(
     finally:
         if own_store and store is not None:
             await store.aclose()  # type: ignore[attr-defined]
-        if backend is None or isinstance(backend, str):
+        if backend is None or isinstance(backend, str) or cascade is not None:
             await resolved.aclose()
 
 
@@ -566,7 +763,12 @@ def compare_systems(
     ``relevance_level``, ``cache`` (True: the default
     verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
     ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
-    ``retry_unjudged``, ``base_url``. Re-running resumes: judged pairs cost nothing.
+    ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
+    holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
+    ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
+    judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
+    threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
+    resumes: judged pairs cost nothing.
     """
     from judge.backends._sync import run_sync
 
