@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from judge.store import open_sqlite, run_migrations
+
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 STATUSES: tuple[str, ...] = ("queued", "running", "done", "failed", "cancelled")
@@ -103,22 +105,11 @@ def sha256_hex(text: str | bytes) -> str:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply the migrations this database has not seen; return the schema version."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"job database schema {version} is newer than this judge's ({SCHEMA_VERSION}); upgrade judge"
-        )
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in script.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+
+    def newer(found: int, known: int) -> SchemaError:
+        return SchemaError(f"job database schema {found} is newer than this judge's ({known}); upgrade judge")
+
+    run_migrations(conn, MIGRATIONS, newer=newer)
     return SCHEMA_VERSION
 
 
@@ -128,14 +119,10 @@ class JobDB:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        conn = open_sqlite(self.path)
         conn.row_factory = sqlite3.Row
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
             self.schema_version = migrate(conn)
         except BaseException:
             conn.close()

@@ -35,6 +35,7 @@ from judge.store._runstate import (
     recover_output,
     scan_output,
 )
+from judge.store._sqlite import Migration, open_sqlite, run_migrations, schema_version
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -49,6 +50,7 @@ __all__ = [
     "LabelFormat",
     "LabelSet",
     "LabelStore",
+    "Migration",
     "OutputWriter",
     "ResolvedLabel",
     "SQLiteVerdictStore",
@@ -63,7 +65,10 @@ __all__ = [
     "labels_to_jsonl",
     "labels_to_qrels",
     "migrate",
+    "open_sqlite",
     "read_label_file",
     "recover_output",
+    "run_migrations",
     "scan_output",
+    "schema_version",
 ]

@@ -34,10 +34,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from judge.io._errors import InputError
 from judge.judging._models import PassageVerdict
+from judge.store._sqlite import open_sqlite, run_migrations
 
 
 class CacheVersionError(InputError):
@@ -59,35 +61,22 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_m001_verdicts,)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
 def migrate(conn: sqlite3.Connection, path: str | Path = "") -> int:
     """Bring ``conn``'s schema to :data:`SCHEMA_VERSION`; returns the version found.
 
     ``conn`` must be in autocommit mode (``isolation_level=None``). Each migration runs in
     a ``BEGIN IMMEDIATE`` transaction (one writer at a time; another process migrating
     the same file waits, then finds the work done)."""
-    found = schema_version(conn)
-    if found > SCHEMA_VERSION:
-        raise CacheVersionError(
-            f"verdict cache schema version {found} is newer than this judge supports "
-            f"({SCHEMA_VERSION}); upgrade judge or use another --cache file",
-            path=path,
-            field="user_version",
-        )
-    for number in range(found + 1, SCHEMA_VERSION + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if schema_version(conn) < number:  # another process may have just done it
-                MIGRATIONS[number - 1](conn)
-                conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    return found
+    return run_migrations(conn, MIGRATIONS, newer=partial(_newer_cache, path))
+
+
+def _newer_cache(path: str | Path, found: int, known: int) -> CacheVersionError:
+    return CacheVersionError(
+        f"verdict cache schema version {found} is newer than this judge supports "
+        f"({known}); upgrade judge or use another --cache file",
+        path=path,
+        field="user_version",
+    )
 
 
 def judge_home() -> Path:
@@ -121,12 +110,8 @@ class SQLiteVerdictStore:
         self.path = Path(path) if path is not None else default_cache_path()
         self.stats = CacheStats()
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        conn = open_sqlite(self.path)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
             self.schema_found = migrate(conn, self.path)
         except (sqlite3.Error, CacheVersionError):
             conn.close()

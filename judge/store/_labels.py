@@ -45,7 +45,8 @@ from judge.io._errors import InputError
 from judge.io._trec import read_qrels
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 from judge.metrics import scale_of_labels as _scale_of_labels
-from judge.store._cache import CacheVersionError, judge_home, schema_version
+from judge.store._cache import CacheVersionError, judge_home
+from judge.store._sqlite import open_sqlite, run_migrations
 
 DEFAULT_COLLECTION = "default"
 LabelFormat = Literal["qrels", "jsonl"]
@@ -309,25 +310,15 @@ _COLUMNS = (
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> int:
-    found = schema_version(conn)
-    if found > LABEL_SCHEMA_VERSION:
-        raise CacheVersionError(
+    def newer(found: int, known: int) -> CacheVersionError:
+        return CacheVersionError(
             f"label store schema version {found} is newer than this judge supports "
-            f"({LABEL_SCHEMA_VERSION}); upgrade judge or use another label store",
+            f"({known}); upgrade judge or use another label store",
             path=path,
             field="user_version",
         )
-    for number in range(found + 1, LABEL_SCHEMA_VERSION + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if schema_version(conn) < number:
-                LABEL_MIGRATIONS[number - 1](conn)
-                conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    return found
+
+    return run_migrations(conn, LABEL_MIGRATIONS, newer=newer)
 
 
 def _row_label(row: Sequence[Any]) -> Label:
@@ -360,12 +351,8 @@ class LabelStore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_labels_path()
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        conn = open_sqlite(self.path)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
             self.schema_found = _migrate(conn, self.path)
         except (sqlite3.Error, CacheVersionError):
             conn.close()

@@ -1,0 +1,82 @@
+"""One way to open a SQLite file and bring its schema up to date, for every database of
+``judge``: the verdict cache, the label store and the service's job database.
+
+A database's schema version is its ``PRAGMA user_version``: the number of migrations applied.
+Migrations are a tuple, appended to and never edited; each is a function of the connection or a
+SQL script (statements separated by ``;``). :func:`run_migrations` applies the missing ones in
+order, each in its own ``BEGIN IMMEDIATE`` transaction together with its version bump, and
+re-reads the version under that lock, so two processes opening an old file at once apply each
+migration exactly once (the second waits, then finds it done). A file written by a newer
+``judge`` (version above the number of migrations known) is refused with the caller's error.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+Migration = Callable[[sqlite3.Connection], None] | str
+
+BUSY_TIMEOUT_S = 30.0
+
+
+def open_sqlite(path: str | Path) -> sqlite3.Connection:
+    """A connection to ``path`` (its folder created) in autocommit mode, usable from any
+    thread (callers serialise it with their own lock), WAL journal, ``synchronous=NORMAL``
+    and a 30 s busy timeout."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(file), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The file's schema version (``PRAGMA user_version``; 0 for a new file)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    if isinstance(migration, str):
+        for statement in migration.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    else:
+        migration(conn)
+
+
+def run_migrations(
+    conn: sqlite3.Connection,
+    migrations: Sequence[Migration],
+    *,
+    newer: Callable[[int, int], Exception],
+) -> int:
+    """Apply the migrations ``conn`` has not seen; return the version found before.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). ``newer(found, known)``
+    makes the error raised for a file whose version is above ``len(migrations)``."""
+    known = len(migrations)
+    found = schema_version(conn)
+    if found > known:
+        raise newer(found, known)
+    for number in range(found + 1, known + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = schema_version(conn)
+            if current > known:  # a newer judge migrated it while we waited for the lock
+                raise newer(current, known)
+            if current < number:  # else another process has just applied it
+                _apply(conn, migrations[number - 1])
+                conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return found
