@@ -302,6 +302,26 @@ def job_agreement(
     return label_agreement(items, reviewer_labels=humans, resamples=resamples, seed=seed)
 
 
+def _reviewed_pairs(records: Sequence[Mapping[str, Any]], labels: LabelSet | None) -> set[tuple[str, str]]:
+    """The (qid, docno) pairs of ``records`` that already carry a label in ``labels``."""
+    reviewed: set[tuple[str, str]] = set()
+    if labels is not None:
+        for r in records:
+            qid = trec_token(r["id"])
+            query = r.get("query") if isinstance(r.get("query"), str) else None
+            reviewed.update(
+                (qid, str(d)) for d in r["docnos"] if labels.lookup(qid, str(d), query) is not None
+            )
+    return reviewed
+
+
+def _queue_threshold(records: Sequence[Mapping[str, Any]], threshold: float | None) -> float:
+    """``threshold``, else the P(yes) threshold the records were decided at (0.5 without any)."""
+    if threshold is not None:
+        return threshold
+    return threshold_of(records[0]) if records else 0.5
+
+
 def job_review_queue(
     records: Sequence[Mapping[str, Any]],
     labels: LabelSet | None = None,
@@ -313,21 +333,12 @@ def job_review_queue(
 ) -> list[QueueItem]:
     """The review queue of a job (:func:`judge.judging.review_queue`): its verdicts without
     a label, at the P(yes) threshold its records were decided at (``threshold`` overrides)."""
-    reviewed: set[tuple[str, str]] = set()
-    if labels is not None:
-        for r in records:
-            qid = trec_token(r["id"])
-            query = r.get("query") if isinstance(r.get("query"), str) else None
-            for docno in r["docnos"]:
-                if labels.lookup(qid, str(docno), query) is not None:
-                    reviewed.add((qid, str(docno)))
-    t = threshold if threshold is not None else (threshold_of(records[0]) if records else 0.5)
     impacts = map_impacts(records)
     candidates = [replace(c, impact=impacts.get((c.qid, c.docno))) for c in candidates_from_records(records)]
     return review_queue(
         candidates,
-        threshold=t,
-        reviewed=reviewed,
+        threshold=_queue_threshold(records, threshold),
+        reviewed=_reviewed_pairs(records, labels),
         audit_every=audit_every,
         seed=seed,
         limit=limit,
@@ -419,19 +430,10 @@ def comparison_review_queue(
 ) -> list[QueueItem]:
     """The review queue of a comparison: the judged pool's unlabelled verdicts, weighted by
     the best rank in any system's list and doubled for a passage not in every list."""
-    reviewed: set[tuple[str, str]] = set()
-    if labels is not None:
-        for r in records:
-            qid = trec_token(r["id"])
-            query = r.get("query") if isinstance(r.get("query"), str) else None
-            reviewed.update(
-                (qid, str(d)) for d in r["docnos"] if labels.lookup(qid, str(d), query) is not None
-            )
-    t = threshold if threshold is not None else (threshold_of(records[0]) if records else 0.5)
     return review_queue(
         candidates_from_comparison(records, rankings),
-        threshold=t,
-        reviewed=reviewed,
+        threshold=_queue_threshold(records, threshold),
+        reviewed=_reviewed_pairs(records, labels),
         lists=len(rankings),
         audit_every=audit_every,
         seed=seed,
