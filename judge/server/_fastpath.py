@@ -22,23 +22,25 @@ from judge.judging._models import PassageVerdict
 
 
 class ConfigCache:
-    """Resolved :class:`JudgeConfig` per option set (at most ``size`` kept; the oldest goes)."""
+    """Resolved :class:`JudgeConfig` per unresolved config (at most ``size`` kept; the oldest
+    goes). ``build`` turns a request's options into its config (a few microseconds, and it
+    validates them); resolving it for the backend, which reads templates, is what is kept."""
 
     def __init__(self, build: Callable[[Mapping[str, Any]], JudgeConfig], backend: object, size: int = 256):
         self._build = build
         self._backend = backend
         self._size = size
-        self._configs: dict[tuple[tuple[str, Any], ...], JudgeConfig] = {}
+        self._configs: dict[JudgeConfig, JudgeConfig] = {}
 
     def get(self, options: Mapping[str, Any]) -> JudgeConfig:
         """The resolved config of ``options`` (raises what ``build`` raises for bad ones)."""
-        key = tuple(sorted((k, v) for k, v in options.items() if not isinstance(v, list | dict)))
-        found = self._configs.get(key)
+        config = self._build(options)
+        found = self._configs.get(config)
         if found is None:
-            found = resolve_config(self._build(options), self._backend)
+            found = resolve_config(config, self._backend)
             if len(self._configs) >= self._size:
                 self._configs.pop(next(iter(self._configs)))
-            self._configs[key] = found
+            self._configs[config] = found
         return found
 
 
