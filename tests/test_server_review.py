@@ -454,3 +454,22 @@ def test_review_page_and_script_are_local(client: Any) -> None:
     script = client.get("/static/review.js").text
     assert "http://" not in script and "https://" not in script  # nothing from the network
     assert "innerHTML" not in script and 'setAttribute("style"' not in script
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (b'{"qid": "q1", "docno": "d1", "label": 1}\n{"qid": "\xff"}\n', ["body"]),
+        (b'{"qid": "q\\ud800", "docno": "d1", "label": 1}\n', ["body", "qid"]),
+        (
+            b'{"qid": "q1", "docno": "d1", "label": 1, "x": ' + b"[" * 3000 + b"]" * 3000 + b"}\n",
+            ["body", "x"],
+        ),
+    ],
+)
+def test_hostile_label_imports_are_422_naming_the_line(client: Any, body: bytes, loc: list[str]) -> None:
+    r = client.post("/v1/labels?reviewer=x", content=body)
+    assert r.status_code == 422
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == loc and detail["msg"].startswith("line ")
+    assert client.get("/v1/labels?format=json").json()["count"] == 0  # nothing half-imported

@@ -180,6 +180,25 @@ def test_label_files_name_the_bad_place(tmp_path: Path) -> None:
         read_label_file(j)
 
 
+@pytest.mark.parametrize(
+    ("second_line", "line", "field", "message"),
+    [
+        (b'{"qid": "\xff"}\n', 2, None, "invalid UTF-8"),
+        (b'{"qid": "q\\ud800", "docno": "d2", "label": 1, "reviewer": "a"}\n', 2, "qid", "lone surrogate"),
+        (b'{"qid": "q2", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}\n", 2, "x", "nested deeper than 64"),
+    ],
+)
+def test_hostile_jsonl_lines_are_input_errors_naming_the_line(
+    tmp_path: Path, second_line: bytes, line: int, field: str | None, message: str
+) -> None:
+    j = tmp_path / "x.jsonl"
+    good = json.dumps({"qid": "q1", "docno": "d1", "label": 1, "reviewer": "a"}).encode() + b"\n"
+    j.write_bytes(good + second_line)
+    with pytest.raises(InputError, match=message) as err:
+        read_label_file(j)
+    assert (err.value.line, err.value.field) == (line, field)
+
+
 def test_named_calibrations(tmp_path: Path) -> None:
     with LabelStore(tmp_path / "l.sqlite") as store:
         store.save_calibration(Calibration("team-a", "binary.zh.v2", 0.61, "abc", 0.575, report={"n": 40}))

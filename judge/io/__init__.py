@@ -25,8 +25,7 @@ __all__ = [
     "write_run",
 ]
 
-# --- JSONL datasets (owned by another helper) ------------------------------------------
-# Append its imports below this line and extend __all__ with its names.
+# JSONL datasets.
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
     MAPPABLE_FIELDS,
@@ -36,6 +35,7 @@ from judge.io._jsonl import (
     DatasetRecord,
     count_lines,
     dataset_limits,
+    deep_field,
     iter_dataset,
     json_problem,
     parse_field_map,
@@ -51,6 +51,7 @@ __all__ += [
     "DatasetRecord",
     "count_lines",
     "dataset_limits",
+    "deep_field",
     "iter_dataset",
     "json_problem",
     "parse_field_map",

@@ -723,7 +723,8 @@ def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], stati
             labels = await asyncio.to_thread(_read_labels, raw, who, scale, review.collection)
         except InputError as err:
             raise _fail(
-                ("body", err.field or "body"), f"line {err.line}: {err.message}" if err.line else err.message
+                ("body", err.field) if err.field else ("body",),
+                f"line {err.line}: {err.message}" if err.line else err.message,
             ) from None
         stored = await asyncio.to_thread(review.store.put_many, labels)
         review.bump()
@@ -746,11 +747,12 @@ def _qrels_text(review: Review) -> str:
 
 
 def _read_labels(raw: bytes, reviewer: str, scale: str | None, collection: str) -> list[Label]:
-    text = raw.decode("utf-8")
-    suffix = ".jsonl" if text.lstrip().startswith("{") else ".qrels"
+    """The body as a labels file: its bytes as sent, so that every check of
+    :func:`judge.store.read_label_file` (invalid UTF-8 included) names the bad line."""
+    suffix = ".jsonl" if raw.lstrip().startswith(b"{") else ".qrels"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("labels" + suffix)
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(raw)
         return read_label_file(path, reviewer=reviewer, scale=scale, collection=collection)  # type: ignore[arg-type]
 
 

@@ -41,8 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.io._errors import InputError
-from judge.io._trec import read_qrels
+from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem, read_qrels
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 from judge.metrics import scale_of_labels as _scale_of_labels
 from judge.store._cache import CacheVersionError, judge_home
@@ -615,17 +614,31 @@ def read_label_file(
 
 
 def _read_jsonl_labels(p: Path, *, reviewer: str | None, scale: Scale | None, collection: str) -> list[Label]:
+    """Each line checked as a dataset line is (:func:`judge.io.json_problem`): invalid UTF-8,
+    a lone surrogate escape or nesting deeper than :data:`judge.io.MAX_JSON_DEPTH` is an
+    :class:`InputError` naming its line, never a crash."""
     out: list[Label] = []
-    with p.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
+    with p.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"invalid UTF-8 at byte {exc.start}", path=p, line=number) from None
             if not line.strip():
                 continue
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"not JSON: {exc.msg}", path=p, line=number) from None
+            except RecursionError:
+                raise InputError(
+                    f"nested deeper than {MAX_JSON_DEPTH} levels", path=p, line=number, field=deep_field(line)
+                ) from None
             if not isinstance(data, dict):
                 raise InputError("each line must be a JSON object", path=p, line=number)
+            problem = json_problem(data, line)
+            if problem is not None:
+                raise InputError(problem[1], path=p, line=number, field=problem[0] or None)
             data.setdefault("collection", collection)
             if reviewer:
                 data["reviewer"] = reviewer
