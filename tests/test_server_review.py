@@ -473,3 +473,11 @@ def test_hostile_label_imports_are_422_naming_the_line(client: Any, body: bytes,
     detail = r.json()["detail"][0]
     assert detail["loc"] == loc and detail["msg"].startswith("line ")
     assert client.get("/v1/labels?format=json").json()["count"] == 0  # nothing half-imported
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/x/labels", "/v1/jobs/x/calibrate"])
+def test_review_json_bodies_nested_too_deep_are_422_like_every_route(client: Any, path: str) -> None:
+    deep = b'{"query_id": "q1", "label": 1, "comment": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    r = client.post(path, content=deep, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert "nested deeper" in r.json()["detail"][0]["msg"]

@@ -45,7 +45,7 @@ from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
 from judge.judging import QueueItem, threshold_of
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
-from judge.server import _engine
+from judge.server import _bounds, _engine
 from judge.server._jobs import config_of
 from judge.store import (
     DEFAULT_COLLECTION,
@@ -573,7 +573,7 @@ def _borderline(records: Sequence[Mapping[str, Any]], threshold: float | None, m
 # ------------------------------------------------------------------------------ routes
 def review_router(review: Review, job_of: Callable[[str], dict[str, Any]], static_dir: Path) -> APIRouter:
     """The review routes; ``job_of(id)`` is the job row (raising the app's 404 when none)."""
-    router = APIRouter()
+    router = APIRouter(route_class=_bounds.ParsedBodyRoute)  # JSON bodies checked as on every route
 
     def done_job(job_id: str) -> dict[str, Any]:
         return job_of(job_id)
