@@ -437,3 +437,18 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
             at_kill,
             mark,
         )
+
+
+def test_the_workers_stat_records_are_kept_latest_first_and_summed() -> None:
+    """Each worker's newest snapshot counts once (one that arrives late changes nothing),
+    and the executor's stats are the sum over workers, unpriced calls included."""
+    from judge.backends import BackendStats
+
+    executor = RayExecutor(BackendSpec("openai:x", "http://127.0.0.1:9"), workers=2)
+    assert executor.stats == BackendStats()
+    executor._keep_stats("w1", BackendStats(requests=2, calls=3, retries=1, unpriced_calls=2, cost=0.5))
+    executor._keep_stats("w1", BackendStats(requests=1, calls=1, unpriced_calls=1, cost=0.25))  # late
+    executor._keep_stats("w2", BackendStats(requests=4, calls=4, unpriced_calls=4, currency="USD"))
+    assert executor.stats == BackendStats(
+        requests=6, calls=7, retries=1, unpriced_calls=6, cost=0.5, currency="USD"
+    )
