@@ -1,5 +1,6 @@
 """The Ray engine: an :class:`~judge.batch._executor.Executor` whose passages are judged by
-a pool of Ray actors (``judge score --engine ray``).
+a pool of Ray actors (``judge score --engine ray``). It fans a query out as the local
+engine does (:class:`~judge.batch.FanOutExecutor`), with actor calls as its calls.
 
 Shape (there is still one batch driver, in the driver process):
 
@@ -46,7 +47,7 @@ from typing import Any
 
 from judge.backends import AdaptiveLimiter, BackendStats, ResilientBackend
 from judge.backends._base import Backend, ConfigurationError
-from judge.batch._executor import OnVerdict, PassageJob
+from judge.batch._executor import FanOutExecutor, PassageJob
 from judge.judging import JudgeConfig, Passage
 from judge.judging._models import PassageVerdict
 
@@ -323,7 +324,7 @@ class _Slot:
     unavailable: int = 0  # ActorUnavailableError answers in a row
 
 
-class RayExecutor:
+class RayExecutor(FanOutExecutor):
     """Judges passages on a pool of Ray actors; see the module docstring.
 
     ``backend``: a :class:`BackendSpec`, a spec string (``openai:<model>``, ``local:...``),
@@ -591,31 +592,12 @@ class RayExecutor:
                 raise result
             return result
 
-    async def judge(
-        self,
-        query: str,
-        jobs: Sequence[PassageJob],
-        config: JudgeConfig,
-        *,
-        listwise: bool = False,
-        listwise_template: str | None = None,
-        on_verdict: OnVerdict | None = None,
+    async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
+        verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
+        return verdict
+
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
     ) -> list[PassageVerdict]:
-        await self.start()
-        if listwise:
-            found: list[PassageVerdict] = await self._call(
-                "judge_list", query, [j.passage for j in jobs], config, listwise_template
-            )
-            verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
-            if on_verdict is not None:
-                for job, verdict in zip(jobs, verdicts, strict=True):
-                    await on_verdict(job, verdict)
-            return verdicts
-
-        async def one(job: PassageJob) -> PassageVerdict:
-            verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
-            if on_verdict is not None:
-                await on_verdict(job, verdict)
-            return verdict
-
-        return list(await asyncio.gather(*(one(job) for job in jobs)))
+        found: list[PassageVerdict] = await self._call("judge_list", query, passages, config, template)
+        return found
