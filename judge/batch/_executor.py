@@ -88,7 +88,8 @@ class FanOutExecutor(ABC):
 
     A job whose call raises (a :class:`~judge.backends.PermanentError`, a bug) makes
     :meth:`judge` raise that exception as itself; the verdicts that came back before it
-    have been handed to ``on_verdict`` already (the driver has stored them).
+    have been handed to ``on_verdict`` already (the driver has stored them), and calls
+    still in flight are not cancelled (their verdicts still reach ``on_verdict``).
     """
 
     @property
