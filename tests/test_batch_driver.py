@@ -13,9 +13,9 @@ from judge.backends._fake import RuleBackend
 from judge.batch import (
     BatchDriver,
     Executor,
+    FanOutExecutor,
     FeedPlan,
     LocalExecutor,
-    OnVerdict,
     PassageJob,
     QueryWork,
     cache_keys,
@@ -53,7 +53,7 @@ class DictStore:
         self.data[key] = verdict
 
 
-class FakeExecutor:
+class FakeExecutor(FanOutExecutor):
     """Judges by text: ``yes`` if it contains RELEVANT, ``unjudged`` if it contains FAIL,
     else ``no``; records every job it is given and how many queries it holds at once."""
 
@@ -69,34 +69,25 @@ class FakeExecutor:
         return "fake"
 
     async def judge(
-        self,
-        query: str,
-        jobs: Sequence[PassageJob],
-        config: JudgeConfig,
-        *,
-        listwise: bool = False,
-        listwise_template: str | None = None,
-        on_verdict: OnVerdict | None = None,
+        self, query: str, jobs: Sequence[PassageJob], *args: Any, **kw: Any
     ) -> list[PassageVerdict]:
         self.seen.append((query, [j.index for j in jobs]))
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
             await asyncio.sleep(self.delays.get(query, self.delay))
-            out = []
-            for job in jobs:
-                text = job.passage.text
-                label = "unjudged" if "FAIL" in text else ("yes" if "RELEVANT" in text else "no")
-                verdict = _verdict(job.index, label)
-                if on_verdict is not None:
-                    await on_verdict(job, verdict)
-                out.append(verdict)
-            return out
+            return await super().judge(query, jobs, *args, **kw)
         finally:
             self.active -= 1
 
-    async def aclose(self) -> None:
-        return None
+    async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
+        text = job.passage.text
+        return _verdict(job.index, "unjudged" if "FAIL" in text else ("yes" if "RELEVANT" in text else "no"))
+
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
+    ) -> list[PassageVerdict]:
+        raise NotImplementedError("the driver tests judge pointwise")
 
 
 def test_the_fake_and_the_local_executor_fill_the_seam() -> None:

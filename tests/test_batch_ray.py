@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from _helpers import isolate_cli_env, load_sim
 
-from judge.backends import ConfigurationError, ensure_resilient, resolve_backend
+from judge.backends import BackendStats, ConfigurationError, ensure_resilient, resolve_backend
 from judge.backends._fake import RuleBackend
 from judge.batch import BatchOptions, score_dataset
 from judge.judging import JudgeConfig
@@ -271,7 +271,7 @@ async def test_an_unreachable_actor_is_asked_again_without_being_replaced() -> N
                 calls.append(args)
                 if len(calls) == 1:
                     raise ray.exceptions.ActorUnavailableError("node under load", None)
-                return "verdict", {"calls": 1}
+                return "verdict", BackendStats(calls=1)
 
             return answer()
 
@@ -284,6 +284,7 @@ async def test_an_unreachable_actor_is_asked_again_without_being_replaced() -> N
     assert calls == [("q", 0), ("q", 0)]
     assert executor.restarts == 0 and executor.reasked == 1
     assert slot.alive and slot.busy == 0 and slot.unavailable == 0
+    assert executor.stats.calls == 1
 
 
 async def test_a_limiter_that_never_starts_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -437,3 +438,16 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
             at_kill,
             mark,
         )
+
+
+def test_the_workers_stat_records_are_kept_latest_first_and_summed() -> None:
+    """Each worker's newest snapshot counts once (one that arrives late changes nothing),
+    and the executor's stats are the sum over workers, unpriced calls included."""
+    executor = RayExecutor(BackendSpec("openai:x", "http://127.0.0.1:9"), workers=2)
+    assert executor.stats == BackendStats()
+    executor._keep_stats("w1", BackendStats(requests=2, calls=3, retries=1, unpriced_calls=2, cost=0.5))
+    executor._keep_stats("w1", BackendStats(requests=1, calls=1, unpriced_calls=1, cost=0.25))  # late
+    executor._keep_stats("w2", BackendStats(requests=4, calls=4, unpriced_calls=4, currency="USD"))
+    assert executor.stats == BackendStats(
+        requests=6, calls=7, retries=1, unpriced_calls=6, cost=0.5, currency="USD"
+    )

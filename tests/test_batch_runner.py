@@ -532,3 +532,17 @@ async def test_score_and_retry_write_one_summary_shape(tmp_path: Path) -> None:
     assert set(scored.summary["this_run"]) == set(retried.summary["this_run"])
     assert retried.summary["this_run"]["queries_skipped_already_done"] == 3
     assert retried.summary["judge"] == scored.summary["judge"]
+
+
+async def test_the_summarys_backend_block_has_every_counter_unpriced_calls_included(tmp_path: Path) -> None:
+    """The summary's ``this_run.backend`` is the wrapper's whole stat record: six passages on a
+    model missing from the price table are six unpriced calls costing 0."""
+    from judge.backends import BackendStats, PriceTable
+
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    backend = ResilientBackend(_keyword(), prices=PriceTable.from_mapping({}))
+    outcome = await score_dataset(inp, tmp_path / "o.jsonl", backend, JudgeConfig(), options=QUIET)
+    block = outcome.summary["this_run"]["backend"]
+    assert block["unpriced_calls"] == 6
+    assert (block["requests"], block["calls"], block["successes"], block["cost"]) == (6, 6, 6, 0.0)
+    assert block == backend.stats.as_dict() and set(block) == {*BackendStats.counters(), "currency"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.store import open_sqlite, run_migrations, schema_version
+from judge.store import SQLiteHolder, open_sqlite, run_migrations, schema_version
 
 
 class Newer(Exception):
@@ -91,3 +91,40 @@ def test_two_openers_at_once_apply_each_migration_once(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=60)
     assert errors == [] and len(applied) == 1
+
+
+def test_a_holder_opens_migrates_and_closes_once(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "h.sqlite"
+
+    def migrate(conn: sqlite3.Connection) -> int:
+        return run_migrations(conn, ("CREATE TABLE t (a INTEGER)",), newer=_newer)
+
+    holder = SQLiteHolder(path, what="test store", migrate=migrate, row_factory=sqlite3.Row)
+    assert holder.path == path and holder.schema_found == 0
+    with holder._lock:
+        row = holder._connection().execute("SELECT COUNT(*) AS n FROM t").fetchone()
+    assert row["n"] == 0  # the row factory was set
+    holder.close()
+    holder.close()  # idempotent
+    with pytest.raises(RuntimeError, match="test store is closed"):
+        holder._connection()
+    again = SQLiteHolder(path, what="test store", migrate=migrate)
+    assert again.schema_found == 1
+    again.close()
+    # without migrate: the version is read and the file left as it is
+    plain = SQLiteHolder(path, what="plain")
+    assert plain.schema_found == 1 and schema_version(plain._connection()) == 1
+    plain.close()
+
+
+def test_a_holder_whose_migration_fails_closes_its_connection(tmp_path: Path) -> None:
+    opened: list[sqlite3.Connection] = []
+
+    def migrate(conn: sqlite3.Connection) -> int:
+        opened.append(conn)
+        raise Newer("9 > 1")
+
+    with pytest.raises(Newer, match="9 > 1"):
+        SQLiteHolder(tmp_path / "h.sqlite", what="test store", migrate=migrate)
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        opened[0].execute("SELECT 1")

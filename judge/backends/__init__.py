@@ -28,6 +28,7 @@ from judge.backends._base import (
     error_for_status,
     parse_retry_after,
 )
+from judge.backends._call_stats import BackendStats
 from judge.backends._cascade import CascadeBackend
 from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_to_model
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
@@ -40,7 +41,6 @@ from judge.backends._qwen import QwenBackend
 from judge.backends._redact import redact, register_secret
 from judge.backends._resilient import (
     AdaptiveLimiter,
-    BackendStats,
     ResilientBackend,
     ensure_resilient,
     estimate_tokens,

@@ -1,12 +1,14 @@
-"""Pieces shared by the backends: request building (OpenAI-compatible and DashScope), the
-JSON-schema name, reading token log-probabilities, one prompt string for single-prompt
-models, and mapping a foreign library's exception onto our error classes."""
+"""Pieces shared by the backends: what the two chat APIs (OpenAI-compatible and DashScope)
+have in common (:class:`ChatAPIBackend`: settings, request building, probabilities,
+closing), the JSON-schema name, reading token log-probabilities, one prompt string for
+single-prompt models, and mapping a foreign library's exception onto our error classes."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from judge.backends._base import (
@@ -17,6 +19,7 @@ from judge.backends._base import (
     PermanentError,
     TransientError,
     UnsupportedError,
+    candidate_probs,
     error_for_status,
 )
 from judge.backends._redact import redact
@@ -120,6 +123,83 @@ def first_token_logprobs(choice: Mapping[str, Any], name: str) -> list[tuple[str
     if not top:
         top = [(str(first.get("token", "")), logprob_value(first.get("logprob")))]
     return top
+
+
+class ChatAPIBackend:
+    """The part the chat-API backends share (``openai:``, ``qwen:``): the output-mode
+    settings (``structured``, ``strict_schema``, ``top_logprobs``; checked here) and how they
+    enter ``params()`` and a request, the request's messages and sampling, and reading
+    ``token_probs`` off a reply's choice. Each subclass keeps its own transport."""
+
+    def __init__(
+        self,
+        scheme: str,
+        model: str,
+        *,
+        structured: Structured,
+        strict_schema: bool,
+        top_logprobs: int,
+        timeout_s: float | None,
+        max_concurrency: int | None,
+    ) -> None:
+        if not model:
+            raise ConfigurationError(f"{scheme} backend needs a model name, e.g. {scheme}:qwen-plus")
+        check_structured(structured)
+        check_top_logprobs(top_logprobs)
+        self.name = f"{scheme}:{model}"
+        self.model = model
+        self.supports_probabilities = True
+        self.max_concurrency = max_concurrency
+        self.structured: Structured = structured
+        self.strict_schema = strict_schema
+        self.top_logprobs = top_logprobs
+        self.timeout_s = timeout_s
+
+    def output_params(self, **between: Any) -> dict[str, Any]:
+        """The output-mode entries of ``params()`` (``between``: the backend's own, placed
+        before ``top_logprobs``)."""
+        params: dict[str, Any] = {"structured": self.structured, **between, "top_logprobs": self.top_logprobs}
+        if self.structured == "json_schema":
+            params["strict_schema"] = self.strict_schema
+        return params
+
+    def request_kwargs(
+        self, request: ChatRequest, **fixed: Any
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The call's keywords so far (model, messages, ``fixed``, temperature and the
+        sampling the request sets) and its message list (to append a prefix to)."""
+        messages = chat_messages(request)
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, **fixed}
+        kwargs["temperature"] = request.temperature
+        add_sampling(kwargs, request)
+        return kwargs, messages
+
+    def add_output_mode(self, kwargs: dict[str, Any], request: ChatRequest) -> None:
+        """:func:`add_output_mode` with this backend's settings."""
+        add_output_mode(
+            kwargs,
+            request,
+            structured=self.structured,
+            strict_schema=self.strict_schema,
+            top_logprobs=self.top_logprobs,
+            schema_name=schema_name,
+        )
+
+    def token_probs(self, choice: Mapping[str, Any], request: ChatRequest) -> dict[str, float] | None:
+        """P(candidate) from the choice's first-token logprobs in probability mode, else None."""
+        if request.candidates is None:
+            return None
+        return candidate_probs(first_token_logprobs(choice, self.name), request.candidates)
+
+
+async def close_on_loop(loop: asyncio.AbstractEventLoop | None, close: Callable[[], Awaitable[Any]]) -> None:
+    """Await ``close()`` when the running loop is ``loop`` (a connection pool can only be
+    closed on the loop that made it); closing is best effort."""
+    try:
+        if loop is asyncio.get_running_loop():
+            await close()
+    except Exception:  # closing is best effort
+        pass
 
 
 def render_prompt(messages: tuple[Message, ...]) -> str:

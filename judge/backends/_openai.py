@@ -58,19 +58,9 @@ from judge.backends._base import (
     TransientError,
     UnsupportedError,
     Usage,
-    candidate_probs,
     error_for_status,
 )
-from judge.backends._common import (
-    Structured,
-    add_output_mode,
-    add_sampling,
-    chat_messages,
-    check_structured,
-    check_top_logprobs,
-    first_token_logprobs,
-    schema_name,
-)
+from judge.backends._common import ChatAPIBackend, Structured, close_on_loop
 from judge.backends._redact import redact, register_secret
 
 if TYPE_CHECKING:
@@ -93,7 +83,7 @@ def is_dashscope_url(url: str | None) -> bool:
     return host.endswith("aliyuncs.com") or host.endswith("aliyun.com")
 
 
-class OpenAIBackend:
+class OpenAIBackend(ChatAPIBackend):
     """An OpenAI-compatible chat server (see the module docstring)."""
 
     def __init__(
@@ -111,13 +101,21 @@ class OpenAIBackend:
         extra_body: Mapping[str, Any] | None = None,
         http_client: Any = None,
     ) -> None:
-        if not model:
-            raise ConfigurationError("openai backend needs a model name, e.g. openai:qwen-plus")
-        check_structured(structured)
-        if prefill not in _PREFILLS:
-            raise ConfigurationError(f"prefill must be one of {', '.join(_PREFILLS)}; got {prefill!r}")
         self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         dashscope = is_dashscope_url(self._base_url)
+        if top_logprobs is None:
+            top_logprobs = 5 if dashscope else 20
+        super().__init__(
+            "openai",
+            model,
+            structured=structured,
+            strict_schema=strict_schema,
+            top_logprobs=top_logprobs,
+            timeout_s=timeout_s,
+            max_concurrency=max_concurrency,
+        )
+        if prefill not in _PREFILLS:
+            raise ConfigurationError(f"prefill must be one of {', '.join(_PREFILLS)}; got {prefill!r}")
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key and dashscope:
             key = os.environ.get("DASHSCOPE_API_KEY")
@@ -137,18 +135,7 @@ class OpenAIBackend:
                 prefill = "none"
             else:
                 prefill = "continue_final_message"
-        if top_logprobs is None:
-            top_logprobs = 5 if dashscope else 20
-        check_top_logprobs(top_logprobs)
-        self.name = f"openai:{model}"
-        self.model = model
-        self.supports_probabilities = True
-        self.max_concurrency = max_concurrency
-        self.structured: Structured = structured
-        self.strict_schema = strict_schema
         self.prefill: Prefill = prefill
-        self.top_logprobs = top_logprobs
-        self.timeout_s = timeout_s
         self._extra_body = dict(extra_body or {})
         self._http_client = http_client
         self._client: AsyncOpenAI | None = None
@@ -163,13 +150,7 @@ class OpenAIBackend:
         return self._base_url
 
     def params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "structured": self.structured,
-            "prefill": self.prefill,
-            "top_logprobs": self.top_logprobs,
-        }
-        if self.structured == "json_schema":
-            params["strict_schema"] = self.strict_schema
+        params = self.output_params(prefill=self.prefill)
         if self._extra_body:
             params["extra_body"] = json.loads(json.dumps(self._extra_body, sort_keys=True, default=str))
         return params
@@ -200,13 +181,7 @@ class OpenAIBackend:
 
     def build_request(self, request: ChatRequest) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (no network)."""
-        messages = chat_messages(request)
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": request.temperature,
-        }
-        add_sampling(kwargs, request)
+        kwargs, messages = self.request_kwargs(request)
         extra_body = dict(self._extra_body)
         if request.answer_prefix is not None:
             if self.prefill == "none":
@@ -220,14 +195,7 @@ class OpenAIBackend:
                 extra_body["continue_final_message"] = True
                 extra_body["add_generation_prompt"] = False
             messages.append(prefix_message)
-        add_output_mode(
-            kwargs,
-            request,
-            structured=self.structured,
-            strict_schema=self.strict_schema,
-            top_logprobs=self.top_logprobs,
-            schema_name=schema_name,
-        )
+        self.add_output_mode(kwargs, request)
         if extra_body:
             kwargs["extra_body"] = extra_body
         return kwargs
@@ -274,9 +242,7 @@ class OpenAIBackend:
             if isinstance(usage_obj, dict)
             else Usage()
         )
-        token_probs = None
-        if request.candidates is not None:
-            token_probs = candidate_probs(first_token_logprobs(choice, self.name), request.candidates)
+        token_probs = self.token_probs(choice, request)
         model = data.get("model")
         finish_reason = choice.get("finish_reason")
         return Completion(
@@ -292,11 +258,7 @@ class OpenAIBackend:
         client, self._client = self._client, None
         self._wire = None
         if client is not None and self._http_client is None:
-            try:
-                if self._client_loop is asyncio.get_running_loop():
-                    await client.close()
-            except Exception:  # closing is best effort
-                pass
+            await close_on_loop(self._client_loop, client.close)
 
 
 class _Wire:

@@ -42,19 +42,9 @@ from judge.backends._base import (
     PermanentError,
     TransientError,
     Usage,
-    candidate_probs,
     error_for_status,
 )
-from judge.backends._common import (
-    Structured,
-    add_output_mode,
-    add_sampling,
-    chat_messages,
-    check_structured,
-    check_top_logprobs,
-    first_token_logprobs,
-    schema_name,
-)
+from judge.backends._common import ChatAPIBackend, Structured, close_on_loop
 from judge.backends._redact import redact, register_secret
 
 if TYPE_CHECKING:
@@ -65,7 +55,7 @@ __all__ = ["QwenBackend"]
 _QWEN3_OPEN = re.compile(r"^qwen3(\.\d+)?-\d")
 
 
-class QwenBackend:
+class QwenBackend(ChatAPIBackend):
     """Qwen through the DashScope native API (see the module docstring)."""
 
     def __init__(
@@ -82,10 +72,15 @@ class QwenBackend:
         max_concurrency: int | None = None,
         extra_parameters: Mapping[str, Any] | None = None,
     ) -> None:
-        if not model:
-            raise ConfigurationError("qwen backend needs a model name, e.g. qwen:qwen-plus")
-        check_structured(structured)
-        check_top_logprobs(top_logprobs)
+        super().__init__(
+            "qwen",
+            model,
+            structured=structured,
+            strict_schema=strict_schema,
+            top_logprobs=top_logprobs,
+            timeout_s=timeout_s,
+            max_concurrency=max_concurrency,
+        )
         key = api_key or os.environ.get("DASHSCOPE_API_KEY")
         if not key:
             raise ConfigurationError(
@@ -94,17 +89,9 @@ class QwenBackend:
         register_secret(key)
         self._api_key = key
         self._base_url = base_url
-        self.name = f"qwen:{model}"
-        self.model = model
-        self.supports_probabilities = True
-        self.max_concurrency = max_concurrency
-        self.structured: Structured = structured
-        self.strict_schema = strict_schema
-        self.top_logprobs = top_logprobs
         if enable_thinking is None and _QWEN3_OPEN.match(model):
             enable_thinking = False
         self.enable_thinking = enable_thinking
-        self.timeout_s = timeout_s
         self._extra = dict(extra_parameters or {})
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -113,9 +100,7 @@ class QwenBackend:
         return f"QwenBackend(name={self.name!r})"
 
     def params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"structured": self.structured, "top_logprobs": self.top_logprobs}
-        if self.structured == "json_schema":
-            params["strict_schema"] = self.strict_schema
+        params = self.output_params()
         if self.enable_thinking is not None:
             params["enable_thinking"] = self.enable_thinking
         if self._extra:
@@ -124,26 +109,12 @@ class QwenBackend:
 
     def build_parameters(self, request: ChatRequest) -> dict[str, Any]:
         """The keyword arguments for ``AioGeneration.call`` minus key/session (no network)."""
-        messages = chat_messages(request)
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "result_format": "message",
-            "temperature": request.temperature,
-        }
-        add_sampling(kwargs, request)
+        kwargs, messages = self.request_kwargs(request, result_format="message")
         if self.enable_thinking is not None:
             kwargs["enable_thinking"] = self.enable_thinking
         if request.answer_prefix is not None:
             messages.append({"role": "assistant", "content": request.answer_prefix, "partial": True})
-        add_output_mode(
-            kwargs,
-            request,
-            structured=self.structured,
-            strict_schema=self.strict_schema,
-            top_logprobs=self.top_logprobs,
-            schema_name=schema_name,
-        )
+        self.add_output_mode(kwargs, request)
         for key, value in self._extra.items():
             kwargs.setdefault(key, value)
         return kwargs
@@ -216,9 +187,7 @@ class QwenBackend:
             prompt_tokens=int(usage_raw.get("input_tokens") or 0),
             completion_tokens=int(usage_raw.get("output_tokens") or 0),
         )
-        token_probs = None
-        if request.candidates is not None:
-            token_probs = candidate_probs(first_token_logprobs(choice, self.name), request.candidates)
+        token_probs = self.token_probs(choice, request)
         return Completion(
             text=text,
             usage=usage,
@@ -231,11 +200,7 @@ class QwenBackend:
     async def aclose(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:
-            try:
-                if self._session_loop is asyncio.get_running_loop():
-                    await session.close()
-            except Exception:  # closing is best effort
-                pass
+            await close_on_loop(self._session_loop, session.close)
 
 
 def _translate(name: str, exc: Exception) -> BackendError:

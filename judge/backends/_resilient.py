@@ -32,7 +32,7 @@ import math
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from tenacity import (
@@ -53,13 +53,13 @@ from judge.backends._base import (
     TransientError,
     Usage,
 )
+from judge.backends._call_stats import BackendStats
 from judge.backends._policy import CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._redact import LOGGER, redact
 
 __all__ = [
     "AdaptiveLimiter",
-    "BackendStats",
     "CallLimiter",
     "ResilientBackend",
     "ensure_resilient",
@@ -68,35 +68,6 @@ __all__ = [
 
 SleepFn = Callable[[float], Awaitable[None]]
 ClockFn = Callable[[], float]
-
-
-@dataclass(frozen=True, slots=True)
-class BackendStats:
-    """Counters of one :class:`ResilientBackend` (a snapshot; the wrapper keeps counting).
-
-    ``requests``: ``complete()`` calls; ``calls``: provider calls made (attempts, so
-    ``calls = requests + retries`` once all have finished); ``successes``/``failures``:
-    requests that finally succeeded/failed; ``rate_limited``: 429 replies; ``timeouts``:
-    attempts that ran past ``timeout_s``; tokens and ``cost`` (in ``currency``) from
-    successful calls; ``unpriced_calls``: successes whose model is not in the price table.
-    """
-
-    requests: int = 0
-    calls: int = 0
-    successes: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    timeouts: int = 0
-    failures: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    currency: str = "CNY"
-    unpriced_calls: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
 
 
 class _WideChars(dict[int, int | None]):
@@ -304,28 +275,6 @@ class CallLimiter(Protocol):
     def pause_for(self, seconds: float) -> None: ...
 
 
-class _Counters:
-    __slots__ = (
-        "calls",
-        "completion_tokens",
-        "cost",
-        "failures",
-        "prompt_tokens",
-        "rate_limited",
-        "requests",
-        "retries",
-        "successes",
-        "timeouts",
-        "unpriced_calls",
-    )
-
-    def __init__(self) -> None:
-        self.requests = self.calls = self.successes = self.retries = 0
-        self.rate_limited = self.timeouts = self.failures = self.unpriced_calls = 0
-        self.prompt_tokens = self.completion_tokens = 0
-        self.cost = 0.0
-
-
 REMOTE_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 600.0
 
@@ -433,7 +382,7 @@ class ResilientBackend:
             )
         )
         self._backoff = _backoff(policy.backoff_base_s, policy.backoff_max_s)
-        self._c = _Counters()
+        self._c = BackendStats()
         self._unpriced_warned: set[str] = set()
         self._price_cache: dict[str, ModelPrice | None] = {}
         self._price_cache_table: PriceTable | None = None
@@ -512,21 +461,8 @@ class ResilientBackend:
 
     @property
     def stats(self) -> BackendStats:
-        c = self._c
-        return BackendStats(
-            requests=c.requests,
-            calls=c.calls,
-            successes=c.successes,
-            retries=c.retries,
-            rate_limited=c.rate_limited,
-            timeouts=c.timeouts,
-            failures=c.failures,
-            prompt_tokens=c.prompt_tokens,
-            completion_tokens=c.completion_tokens,
-            cost=c.cost,
-            currency=self.prices.currency,
-            unpriced_calls=c.unpriced_calls,
-        )
+        """A snapshot of the counters (the wrapper keeps counting)."""
+        return replace(self._c, currency=self.prices.currency)
 
     @property
     def currency(self) -> str:

@@ -7,7 +7,7 @@ Every entry point that judges many passages runs through one driver
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
-from judge.batch._executor import Executor, LocalExecutor, OnVerdict, PassageJob
+from judge.batch._executor import Executor, FanOutExecutor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
 from judge.batch._labels import (
     LabelOutcome,
@@ -58,6 +58,7 @@ __all__ = [
     "Commit",
     "DriverStats",
     "Executor",
+    "FanOutExecutor",
     "FeedPlan",
     "InputPlan",
     "KeyFn",

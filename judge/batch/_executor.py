@@ -16,19 +16,23 @@ return verdicts, the driver commits them.
 
 Executors: :class:`LocalExecutor` (asyncio tasks over one resilient backend, the default);
 a distributed one (Ray) implements the same protocol and is passed as
-``BatchOptions(executor=...)`` or ``BatchDriver(executor, ...)``.
+``BatchOptions(executor=...)`` or ``BatchDriver(executor, ...)``. Both fan a query's jobs
+out the same way, through :class:`FanOutExecutor`, and differ only in who makes the calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from judge.backends._base import Backend
 from judge.judging import JudgeConfig, Passage, judge_listwise, judge_passage
 from judge.judging._models import PassageVerdict
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,75 @@ class Executor(Protocol):
         ...
 
 
-class LocalExecutor:
+class FanOutExecutor(ABC):
+    """An executor that judges a query by fanning its jobs out over its own calls: every
+    job at once through :meth:`judge_one` (one passage per call), or, listwise, the whole
+    query through :meth:`judge_list` (one call). The fan-out, the ordering of the verdicts
+    and the ``on_verdict`` hand-off are written once here; an executor supplies the calls
+    (asyncio tasks over a backend for :class:`LocalExecutor`, Ray actors for the Ray
+    engine) and, if it needs one, a :meth:`start`.
+
+    A job whose call raises (a :class:`~judge.backends.PermanentError`, a bug) makes
+    :meth:`judge` raise that exception as itself; the verdicts that came back before it
+    have been handed to ``on_verdict`` already (the driver has stored them), and calls
+    still in flight are not cancelled (their verdicts still reach ``on_verdict``).
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Short label for logs and the summary (``local``, ``ray``)."""
+
+    async def start(self) -> None:
+        """Get ready to judge (idempotent); awaited before each query's calls."""
+        return None
+
+    @abstractmethod
+    async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
+        """The verdict on one job (its ``index`` the job's)."""
+
+    @abstractmethod
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
+    ) -> list[PassageVerdict]:
+        """One verdict per passage, in order, from one listwise call."""
+
+    async def judge(
+        self,
+        query: str,
+        jobs: Sequence[PassageJob],
+        config: JudgeConfig,
+        *,
+        listwise: bool = False,
+        listwise_template: str | None = None,
+        on_verdict: OnVerdict | None = None,
+    ) -> list[PassageVerdict]:
+        """See :meth:`Executor.judge`; no jobs make no call."""
+        if not jobs:
+            return []
+        await self.start()
+        if listwise:
+            found = await self.judge_list(query, [j.passage for j in jobs], config, listwise_template)
+            verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
+            if on_verdict is not None:
+                for job, verdict in zip(jobs, verdicts, strict=True):
+                    await on_verdict(job, verdict)
+            return verdicts
+
+        async def one(job: PassageJob) -> PassageVerdict:
+            verdict = await self.judge_one(query, job, config)
+            if on_verdict is not None:
+                await on_verdict(job, verdict)
+            return verdict
+
+        return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+    async def aclose(self) -> None:
+        """Release workers, pools and connections (nothing by default)."""
+        return None
+
+
+class LocalExecutor(FanOutExecutor):
     """asyncio tasks over one (resilient) backend in this process.
 
     At most ``window`` passages are in flight over every query handed to :meth:`judge`
@@ -93,62 +165,22 @@ class LocalExecutor:
     def name(self) -> str:
         return "local"
 
-    async def _slot(self, call: Callable[[], Awaitable[PassageVerdict]]) -> PassageVerdict:
+    async def _slot(self, call: Callable[[], Awaitable[_T]]) -> _T:
         if self._slots is None:
             return await call()
         async with self._slots:
             return await call()
 
-    async def judge(
-        self,
-        query: str,
-        jobs: Sequence[PassageJob],
-        config: JudgeConfig,
-        *,
-        listwise: bool = False,
-        listwise_template: str | None = None,
-        on_verdict: OnVerdict | None = None,
+    async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
+        return await self._slot(lambda: judge_passage(self.backend, query, job.passage, job.index, config))
+
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
     ) -> list[PassageVerdict]:
-        if listwise:
-            return await self._listwise(query, jobs, config, listwise_template, on_verdict)
-
-        async def one(job: PassageJob) -> PassageVerdict:
-            verdict = await self._slot(
-                lambda: judge_passage(self.backend, query, job.passage, job.index, config)
-            )
-            if on_verdict is not None:
-                await on_verdict(job, verdict)
-            return verdict
-
-        return list(await asyncio.gather(*(one(job) for job in jobs)))
-
-    async def _listwise(
-        self,
-        query: str,
-        jobs: Sequence[PassageJob],
-        config: JudgeConfig,
-        template: str | None,
-        on_verdict: OnVerdict | None,
-    ) -> list[PassageVerdict]:
-        """All jobs in one listwise call (pointwise fallbacks included); verdicts get their
-        job's rank position back."""
+        """All passages in one listwise call (pointwise fallbacks included), in one slot."""
 
         async def call() -> list[PassageVerdict]:
-            result = await judge_listwise(
-                self.backend, query, [j.passage for j in jobs], config, template=template
-            )
+            result = await judge_listwise(self.backend, query, passages, config, template=template)
             return result.verdicts
 
-        if self._slots is None:
-            found = await call()
-        else:
-            async with self._slots:
-                found = await call()
-        verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
-        if on_verdict is not None:
-            for job, verdict in zip(jobs, verdicts, strict=True):
-                await on_verdict(job, verdict)
-        return verdicts
-
-    async def aclose(self) -> None:
-        return None
+        return await self._slot(call)

@@ -1,5 +1,6 @@
 """The Ray engine: an :class:`~judge.batch._executor.Executor` whose passages are judged by
-a pool of Ray actors (``judge score --engine ray``).
+a pool of Ray actors (``judge score --engine ray``). It fans a query out as the local
+engine does (:class:`~judge.batch.FanOutExecutor`), with actor calls as its calls.
 
 Shape (there is still one batch driver, in the driver process):
 
@@ -44,9 +45,9 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from judge.backends import AdaptiveLimiter, BackendStats, ResilientBackend
 from judge.backends._base import Backend, ConfigurationError
-from judge.backends._resilient import AdaptiveLimiter, BackendStats, ResilientBackend
-from judge.batch._executor import OnVerdict, PassageJob
+from judge.batch._executor import FanOutExecutor, PassageJob
 from judge.judging import JudgeConfig, Passage
 from judge.judging._models import PassageVerdict
 
@@ -62,19 +63,6 @@ _FORWARDED_ENV = (
     "DEEPEVAL_TELEMETRY_OPT_OUT",
     "DEEPEVAL_FILE_SYSTEM",
     "DEEPEVAL_DISABLE_DOTENV",
-)
-_STAT_FIELDS = (
-    "requests",
-    "calls",
-    "successes",
-    "retries",
-    "rate_limited",
-    "timeouts",
-    "failures",
-    "prompt_tokens",
-    "completion_tokens",
-    "cost",
-    "unpriced_calls",
 )
 
 
@@ -275,11 +263,6 @@ class _RemoteLimiter:
         self._h.pause_for.remote(seconds)
 
 
-def _stats_of(backend: ResilientBackend) -> dict[str, Any]:
-    s = backend.stats
-    return {name: getattr(s, name) for name in (*_STAT_FIELDS, "currency")}
-
-
 class _Worker:
     """One judging worker (a Ray async actor) with its own resilient backend."""
 
@@ -305,7 +288,7 @@ class _Worker:
 
     async def judge_one(
         self, query: str, index: int, passage: Passage, config: JudgeConfig
-    ) -> tuple[PassageVerdict | BaseException, dict[str, Any]]:
+    ) -> tuple[PassageVerdict | BaseException, BackendStats]:
         from judge.judging import judge_passage
 
         try:
@@ -314,11 +297,11 @@ class _Worker:
             )
         except Exception as exc:  # returned, re-raised by the driver as itself
             verdict = exc
-        return verdict, _stats_of(self.backend)
+        return verdict, self.backend.stats
 
     async def judge_list(
         self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
-    ) -> tuple[list[PassageVerdict] | BaseException, dict[str, Any]]:
+    ) -> tuple[list[PassageVerdict] | BaseException, BackendStats]:
         from judge.judging import judge_listwise
 
         try:
@@ -326,7 +309,7 @@ class _Worker:
             found: list[PassageVerdict] | BaseException = result.verdicts
         except Exception as exc:
             found = exc
-        return found, _stats_of(self.backend)
+        return found, self.backend.stats
 
     async def aclose(self) -> None:
         await self.backend.aclose()
@@ -341,7 +324,7 @@ class _Slot:
     unavailable: int = 0  # ActorUnavailableError answers in a row
 
 
-class RayExecutor:
+class RayExecutor(FanOutExecutor):
     """Judges passages on a pool of Ray actors; see the module docstring.
 
     ``backend``: a :class:`BackendSpec`, a spec string (``openai:<model>``, ``local:...``),
@@ -411,7 +394,7 @@ class RayExecutor:
         self._numbered = 0
         self._changed: asyncio.Condition | None = None
         self._start_lock: asyncio.Lock | None = None
-        self._stats: dict[str, dict[str, Any]] = {}
+        self._stats: dict[str, BackendStats] = {}
 
     @property
     def name(self) -> str:
@@ -516,20 +499,11 @@ class RayExecutor:
     def stats(self) -> BackendStats:
         """The workers' backend counters, summed (the latest snapshot of each, dead ones
         included): read by the summary and progress like a local backend's stats."""
-        totals: dict[str, Any] = dict.fromkeys(_STAT_FIELDS, 0)
-        totals["cost"] = 0.0
-        currency = "CNY"
-        for snap in self._stats.values():
-            for name in _STAT_FIELDS:
-                totals[name] += snap.get(name, 0)
-            currency = snap.get("currency", currency)
-        return BackendStats(**totals, currency=currency)
+        return BackendStats.total(self._stats.values())
 
-    def _keep_stats(self, owner: str, snap: Mapping[str, Any]) -> None:
-        mine = self._stats.setdefault(owner, {})
-        for name in _STAT_FIELDS:  # counters only grow: the largest is the latest
-            mine[name] = max(mine.get(name, 0), snap.get(name, 0))
-        mine["currency"] = snap.get("currency", "CNY")
+    def _keep_stats(self, owner: str, snap: BackendStats) -> None:
+        mine = self._stats.get(owner)
+        self._stats[owner] = snap if mine is None else mine.merge(snap)
 
     async def limiter_state(self) -> dict[str, Any]:
         """The limiter actor's state (in flight, window, most ever in flight, pauses)."""
@@ -618,31 +592,12 @@ class RayExecutor:
                 raise result
             return result
 
-    async def judge(
-        self,
-        query: str,
-        jobs: Sequence[PassageJob],
-        config: JudgeConfig,
-        *,
-        listwise: bool = False,
-        listwise_template: str | None = None,
-        on_verdict: OnVerdict | None = None,
+    async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
+        verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
+        return verdict
+
+    async def judge_list(
+        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
     ) -> list[PassageVerdict]:
-        await self.start()
-        if listwise:
-            found: list[PassageVerdict] = await self._call(
-                "judge_list", query, [j.passage for j in jobs], config, listwise_template
-            )
-            verdicts = [v.model_copy(update={"index": j.index}) for j, v in zip(jobs, found, strict=True)]
-            if on_verdict is not None:
-                for job, verdict in zip(jobs, verdicts, strict=True):
-                    await on_verdict(job, verdict)
-            return verdicts
-
-        async def one(job: PassageJob) -> PassageVerdict:
-            verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
-            if on_verdict is not None:
-                await on_verdict(job, verdict)
-            return verdict
-
-        return list(await asyncio.gather(*(one(job) for job in jobs)))
+        found: list[PassageVerdict] = await self._call("judge_list", query, passages, config, template)
+        return found

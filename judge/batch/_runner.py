@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
+from judge.backends import BackendStats
 from judge.backends._base import Backend
 from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._policy import DEFAULT_CONCURRENCY
@@ -166,22 +167,7 @@ def _stat(backend: Backend, name: str) -> int:
 
 def _backend_stats(backend: Backend) -> dict[str, Any]:
     stats = getattr(backend, "stats", None)
-    if stats is None:
-        return {}
-    keys = (
-        "requests",
-        "calls",
-        "successes",
-        "retries",
-        "rate_limited",
-        "timeouts",
-        "failures",
-        "prompt_tokens",
-        "completion_tokens",
-        "cost",
-        "currency",
-    )
-    return {k: getattr(stats, k) for k in keys if hasattr(stats, k)}
+    return stats.as_dict() if isinstance(stats, BackendStats) else {}
 
 
 async def _ticker(fn: Callable[[], None], interval: float) -> None:

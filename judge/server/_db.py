@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.store import open_sqlite, run_migrations
+from judge.store import SQLiteHolder, run_migrations
 
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
@@ -113,32 +112,13 @@ def migrate(conn: sqlite3.Connection) -> int:
     return SCHEMA_VERSION
 
 
-class JobDB:
+class JobDB(SQLiteHolder):
     """Jobs in SQLite: a single connection behind a lock, called from the event loop
     (every statement is a primary-key or indexed lookup, microseconds in WAL mode)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        conn = open_sqlite(self.path)
-        conn.row_factory = sqlite3.Row
-        try:
-            self.schema_version = migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
-
-    def _c(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("job database is closed")
-        return self._conn
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        super().__init__(path, what="job database", migrate=migrate, row_factory=sqlite3.Row)
+        self.schema_version = SCHEMA_VERSION
 
     @staticmethod
     def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
@@ -167,7 +147,7 @@ class JobDB:
         concurrent submissions never overfill the queue."""
         now = time.time()
         with self._lock:
-            conn = self._c()
+            conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if max_queued is not None:
@@ -201,13 +181,17 @@ class JobDB:
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
-            row = self._c().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = self._connection().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(row)
 
     def by_idempotency(self, key_hash: str) -> tuple[dict[str, Any], str | None] | None:
         """The job created with this (hashed) key, and the hash of the body it came with."""
         with self._lock:
-            row = self._c().execute("SELECT * FROM jobs WHERE idempotency_hash = ?", (key_hash,)).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT * FROM jobs WHERE idempotency_hash = ?", (key_hash,))
+                .fetchone()
+            )
         job = self._row(row)
         return None if job is None or row is None else (job, row["body_hash"])
 
@@ -222,12 +206,12 @@ class JobDB:
         sql += " ORDER BY created DESC, id LIMIT ? OFFSET ?"
         args += [limit, offset]
         with self._lock:
-            rows = self._c().execute(sql, args).fetchall()
+            rows = self._connection().execute(sql, args).fetchall()
         return [j for j in (self._row(r) for r in rows) if j is not None]
 
     def count_by_status(self) -> dict[str, int]:
         with self._lock:
-            rows = self._c().execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+            rows = self._connection().execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
         counts = dict.fromkeys(STATUSES, 0)
         counts.update({str(r[0]): int(r[1]) for r in rows})
         return counts
@@ -236,7 +220,9 @@ class JobDB:
         """Jobs by (kind, status), every status of every kind present (0 where none)."""
         with self._lock:
             rows = (
-                self._c().execute("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status").fetchall()
+                self._connection()
+                .execute("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status")
+                .fetchall()
             )
         kinds = {str(r[0]) for r in rows}
         counts = {(k, s): 0 for k in kinds for s in STATUSES}
@@ -250,7 +236,7 @@ class JobDB:
             sql += " AND id NOT IN (" + ",".join("?" * len(skip)) + ")"
         sql += " ORDER BY created, id LIMIT 1"
         with self._lock:
-            row = self._c().execute(sql, skip).fetchone()
+            row = self._connection().execute(sql, skip).fetchone()
         return self._row(row)
 
     def update(self, job_id: str, **fields: Any) -> None:
@@ -265,16 +251,16 @@ class JobDB:
         ]
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._lock:
-            self._c().execute(
+            self._connection().execute(
                 f"UPDATE jobs SET {sets}, updated = ? WHERE id = ?", [*values, time.time(), job_id]
             )
 
     def requeue_interrupted(self) -> list[str]:
         """Jobs left ``running`` by a process that died: back to ``queued`` (they resume)."""
         with self._lock:
-            rows = self._c().execute("SELECT id FROM jobs WHERE status = 'running'").fetchall()
+            rows = self._connection().execute("SELECT id FROM jobs WHERE status = 'running'").fetchall()
             ids = [str(r[0]) for r in rows]
-            self._c().execute(
+            self._connection().execute(
                 "UPDATE jobs SET status = 'queued', updated = ? WHERE status = 'running'", (time.time(),)
             )
         return ids

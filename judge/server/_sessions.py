@@ -14,8 +14,6 @@ sign-in, else the key's label (``key-`` + 8 hex digits), or ``anonymous`` when a
 from __future__ import annotations
 
 import secrets
-import sqlite3
-import threading
 import time
 import unicodedata
 import urllib.parse
@@ -30,33 +28,20 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import sha256_hex
 from judge.server._security import request_is_https
+from judge.store import SQLiteHolder
 
 DEFAULT_TTL_S = 12 * 3600.0
 MAX_NAME_CHARS = 64
 ANONYMOUS = "anonymous"
 
 
-class SessionStore:
+class SessionStore(SQLiteHolder):
     """Sessions in the job database (its own connection; the table is made by the job
     database's migrations, so open :class:`~judge.server._db.JobDB` first)."""
 
     def __init__(self, db_path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(db_path, what="session store")
         self._clock = clock
-        self._lock = threading.Lock()
-        conn = sqlite3.connect(str(db_path), timeout=30.0, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=30000")
-        self._conn: sqlite3.Connection | None = conn
-
-    def _c(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("session store is closed")
-        return self._conn
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
     @staticmethod
     def _hash(token: str) -> str:
@@ -67,7 +52,7 @@ class SessionStore:
         token = secrets.token_urlsafe(32)
         now = self._clock()
         with self._lock:
-            conn = self._c()
+            conn = self._connection()
             conn.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
             conn.execute(
                 "INSERT INTO sessions (token_hash, principal, key_label, keyring, created, expires)"
@@ -80,7 +65,7 @@ class SessionStore:
         """The principal of a live session made under this key set, else None."""
         with self._lock:
             row = (
-                self._c()
+                self._connection()
                 .execute(
                     "SELECT principal, keyring, expires FROM sessions WHERE token_hash = ?",
                     (self._hash(token),),
@@ -93,11 +78,11 @@ class SessionStore:
 
     def delete(self, token: str) -> None:
         with self._lock:
-            self._c().execute("DELETE FROM sessions WHERE token_hash = ?", (self._hash(token),))
+            self._connection().execute("DELETE FROM sessions WHERE token_hash = ?", (self._hash(token),))
 
     def count(self) -> int:
         with self._lock:
-            return int(self._c().execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+            return int(self._connection().execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
 
 
 @dataclass(frozen=True)

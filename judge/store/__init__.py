@@ -35,7 +35,7 @@ from judge.store._runstate import (
     recover_output,
     scan_output,
 )
-from judge.store._sqlite import Migration, open_sqlite, run_migrations, schema_version
+from judge.store._sqlite import Migration, SQLiteHolder, open_sqlite, run_migrations, schema_version
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -53,6 +53,7 @@ __all__ = [
     "Migration",
     "OutputWriter",
     "ResolvedLabel",
+    "SQLiteHolder",
     "SQLiteVerdictStore",
     "atomic_write_bytes",
     "atomic_write_lines",

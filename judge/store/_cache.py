@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from pathlib import Path
 
 from judge.io._errors import InputError
 from judge.judging._models import PassageVerdict
-from judge.store._sqlite import open_sqlite, run_migrations
+from judge.store._sqlite import SQLiteHolder, run_migrations
 
 
 class CacheVersionError(InputError):
@@ -97,7 +96,7 @@ class CacheStats:
     puts: int = 0
 
 
-class SQLiteVerdictStore:
+class SQLiteVerdictStore(SQLiteHolder):
     """A :class:`judge.judging.VerdictStore` backed by one SQLite file.
 
     Use as ``async with SQLiteVerdictStore(path) as store: ...`` or call :meth:`aclose`.
@@ -107,21 +106,9 @@ class SQLiteVerdictStore:
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_cache_path()
+        file = Path(path) if path is not None else default_cache_path()
+        super().__init__(file, what="verdict cache", migrate=partial(migrate, path=file))
         self.stats = CacheStats()
-        self._lock = threading.Lock()
-        conn = open_sqlite(self.path)
-        try:
-            self.schema_found = migrate(conn, self.path)
-        except (sqlite3.Error, CacheVersionError):
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("verdict cache is closed")
-        return self._conn
 
     def get_sync(self, key: str) -> PassageVerdict | None:
         with self._lock:
@@ -185,13 +172,6 @@ class SQLiteVerdictStore:
     async def count(self) -> int:
         """Number of verdicts stored."""
         return self.count_sync()
-
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
     async def aclose(self) -> None:
         self.close()

@@ -34,10 +34,10 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem, read_
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 from judge.metrics import scale_of_labels as _scale_of_labels
 from judge.store._cache import CacheVersionError, judge_home
-from judge.store._sqlite import open_sqlite, run_migrations
+from judge.store._sqlite import SQLiteHolder, run_migrations
 
 DEFAULT_COLLECTION = "default"
 LabelFormat = Literal["qrels", "jsonl"]
@@ -340,7 +340,7 @@ def _row_label(row: Sequence[Any]) -> Label:
     )
 
 
-class LabelStore:
+class LabelStore(SQLiteHolder):
     """Human labels in one SQLite file (default :func:`default_labels_path`).
 
     ``put`` records a label (history row + the reviewer's latest), ``retract`` withdraws a
@@ -348,20 +348,8 @@ class LabelStore:
     (one connection behind a lock). Use as a context manager or call :meth:`close`."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_labels_path()
-        self._lock = threading.Lock()
-        conn = open_sqlite(self.path)
-        try:
-            self.schema_found = _migrate(conn, self.path)
-        except (sqlite3.Error, CacheVersionError):
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("label store is closed")
-        return self._conn
+        file = Path(path) if path is not None else default_labels_path()
+        super().__init__(file, what="label store", migrate=partial(_migrate, path=file))
 
     # --- writing ------------------------------------------------------------------------
     def put(self, label: Label) -> Label:
@@ -560,12 +548,6 @@ class LabelStore:
         with self._lock:
             names = [r[0] for r in self._connection().execute("SELECT name FROM calibrations ORDER BY name")]
         return [c for c in (self.calibration(n) for n in names) if c is not None]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
     def __enter__(self) -> LabelStore:
         return self

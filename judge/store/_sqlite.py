@@ -8,13 +8,18 @@ order, each in its own ``BEGIN IMMEDIATE`` transaction together with its version
 re-reads the version under that lock, so two processes opening an old file at once apply each
 migration exactly once (the second waits, then finds it done). A file written by a newer
 ``judge`` (version above the number of migrations known) is refused with the caller's error.
+
+Every store holds its file the same way (:class:`SQLiteHolder`): one connection behind a lock,
+opened and migrated once, closed once.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 Migration = Callable[[sqlite3.Connection], None] | str
 
@@ -80,3 +85,47 @@ def run_migrations(
             conn.execute("ROLLBACK")
             raise
     return found
+
+
+class SQLiteHolder:
+    """One connection to a SQLite file behind a lock: the base of every store of ``judge``.
+
+    Opens ``path`` with :func:`open_sqlite`, runs ``migrate(conn)`` (its result is kept as
+    :attr:`schema_found`; without ``migrate`` the file's version is read and nothing is
+    changed) and closes the connection again if that fails. Subclasses run their
+    statements under ``self._lock`` on ``self._connection()``, which names the store
+    (``what``) once :meth:`close` has run. Safe to share between threads and the event loop.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        what: str,
+        migrate: Callable[[sqlite3.Connection], int] | None = None,
+        row_factory: Any = None,
+    ) -> None:
+        self.path = Path(path)
+        self._what = what
+        self._lock = threading.Lock()
+        conn = open_sqlite(self.path)
+        try:
+            if row_factory is not None:
+                conn.row_factory = row_factory
+            self.schema_found = migrate(conn) if migrate is not None else schema_version(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"{self._what} is closed")
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
