@@ -53,7 +53,7 @@ from judge.backends._base import (
     TransientError,
     Usage,
 )
-from judge.backends._policy import CallPolicy
+from judge.backends._policy import LOCAL_TIMEOUT_S, REMOTE_TIMEOUT_S, CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._redact import LOGGER, redact
 
@@ -326,8 +326,6 @@ class _Counters:
         self.cost = 0.0
 
 
-REMOTE_TIMEOUT_S = 60.0
-LOCAL_TIMEOUT_S = 600.0
 
 
 def default_timeout(backend: Backend) -> float:
@@ -346,9 +344,9 @@ class ResilientBackend:
     Settings come from a :class:`~judge.backends.CallPolicy` (``policy=``; what
     :func:`~judge.backends.make_backend` passes, with the policy's defaults: 16 calls in
     flight, capped by the backend's own limit) or, for low-level use, from the same
-    settings as keywords (validated by the same ``CallPolicy``); here ``concurrency=None``
-    means no cap beyond ``inner.max_concurrency`` (unbounded for a remote API until a 429
-    sets a window). ``max_retries``: retries after the first attempt (so at most
+    settings as keywords (validated by the same ``CallPolicy``, with the same meaning of
+    None: ``concurrency=None`` is the policy's default, 16 capped by
+    ``inner.max_concurrency``). ``max_retries``: retries after the first attempt (so at most
     ``max_retries + 1`` provider calls per request). ``timeout_s``: per attempt; None picks
     :func:`default_timeout`. ``rpm``/``tpm``: requests and tokens per minute (None:
     unlimited). ``prices``: default ``PriceTable.from_env()``; a backend with ``free =
@@ -398,10 +396,9 @@ class ResilientBackend:
                 raise ConfigurationError(
                     f"and {', '.join(sorted(given))}= were both given: give one", field="policy"
                 )
-            limit: int | None = policy.concurrency_for(inner)
         else:
             policy = CallPolicy(**given)
-            limit = concurrency if concurrency is not None else inner.max_concurrency
+        limit = policy.concurrency_for(inner)
         self.policy = policy
         self.inner = inner
         self.name = inner.name
