@@ -267,7 +267,7 @@ async def test_unbounded_window_set_by_first_429() -> None:
     )
     # concurrency=None is the call policy's default (16): an unbounded window is a limiter
     # without a ceiling, given explicitly.
-    unbounded = AdaptiveLimiter(ceiling=None, clock=t.clock, sleep=t.sleep)
+    unbounded = AdaptiveLimiter(ceiling=None, rpm=None, tpm=None, clock=t.clock, sleep=t.sleep)
     rb = ResilientBackend(inner, sleep=t.sleep, clock=t.clock, limiter=unbounded)
     assert rb.limiter.limit is None
     tasks = [asyncio.create_task(rb.complete(req())) for _ in range(6)]
