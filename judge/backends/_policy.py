@@ -98,13 +98,15 @@ class CallPolicy:
                 field="prices",
             )
 
+    def ceiling(self) -> int:
+        """Calls in flight whatever the backend: ``concurrency``, else the default."""
+        return self.concurrency if self.concurrency is not None else DEFAULT_CONCURRENCY
+
     def concurrency_for(self, backend: Backend) -> int:
-        """Calls in flight for ``backend``: ``concurrency``, else the default, never more
-        than the backend can serve (``backend.max_concurrency``)."""
+        """Calls in flight for ``backend``: :meth:`ceiling`, never more than the backend
+        can serve (``backend.max_concurrency``)."""
         limit = backend.max_concurrency
-        if self.concurrency is not None:
-            return self.concurrency if limit is None else min(self.concurrency, limit)
-        return DEFAULT_CONCURRENCY if limit is None else min(DEFAULT_CONCURRENCY, limit)
+        return self.ceiling() if limit is None else min(self.ceiling(), limit)
 
     def price_table(self) -> PriceTable:
         """The price table in force (``prices`` resolved; None -> ``PriceTable.from_env()``)."""

@@ -406,7 +406,7 @@ class ResilientBackend:
         self.supports_probabilities = inner.supports_probabilities
         self.prefers_probabilities = bool(getattr(inner, "prefers_probabilities", False))
         self.free = bool(getattr(inner, "free", False))
-        self.max_concurrency = limit
+        self.max_concurrency: int | None = limit
         self.max_retries = policy.max_retries
         self.timeout_s = policy.timeout_s if policy.timeout_s is not None else default_timeout(inner)
         self.prices = policy.price_table()
