@@ -52,6 +52,7 @@ __all__ = [
     "RUN_DEFAULTS",
     "Engine",
     "RunSpec",
+    "run_default",
     "run_spec",
     "run_spec_from_args",
     "run_spec_from_job_options",
@@ -88,6 +89,16 @@ RUN_DEFAULTS: Mapping[str, Any] = {
     "grade_threshold": _config_default("grade_threshold"),
     "p_yes_threshold": _config_default("p_yes_threshold"),
 }
+
+
+def run_default(name: str) -> Any:
+    """The default of a run setting by name (:data:`RUN_DEFAULTS`, else the
+    :class:`JudgeConfig` field's); KeyError for a name that is neither."""
+    if name in RUN_DEFAULTS:
+        return RUN_DEFAULTS[name]
+    if name in CONFIG_FIELDS:
+        return _config_default(name)
+    raise KeyError(name)
 
 
 def _positive_int(value: object) -> bool:

@@ -85,7 +85,13 @@ def register(subparsers: Any) -> None:
         help="minimum grade counted relevant (default 1; graded mode: the judge's grade threshold, 2); "
         "with a binary judge and graded --qrels, the default --qrels-level",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed of every test and resample (default 0)")
+    p.add_argument(
+        "--seed",
+        dest="resample_seed",  # not the judge's seed (a run setting of that name)
+        type=int,
+        default=0,
+        help="random seed of every test and resample (default 0)",
+    )
     p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
     p.add_argument(
         "--stability-resamples",
@@ -185,7 +191,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         labels=label_set_of(args),
         labels_level=args.labels_level,
         labels_yes_grade=args.labels_yes_grade,
-        seed=args.seed,
+        seed=args.resample_seed,
         resamples=args.resamples,
         stability_resamples=args.stability_resamples,
         confidence=args.confidence,
