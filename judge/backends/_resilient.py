@@ -326,8 +326,6 @@ class _Counters:
         self.cost = 0.0
 
 
-
-
 def default_timeout(backend: Backend) -> float:
     """Per-call timeout when none is given: 60 s for remote APIs, 600 s for a backend that
     serves one call at a time or queues its calls on one model (``queues_calls``: the
