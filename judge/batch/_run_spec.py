@@ -41,7 +41,7 @@ from judge.judging import JudgeConfig
 
 if TYPE_CHECKING:
     from judge.backends import Backend
-    from judge.batch._executor import Executor
+    from judge.batch._ray import RayExecutor
 
 __all__ = [
     "CONFIG_FIELDS",
@@ -164,7 +164,7 @@ class RunSpec:
         cluster's one limiter enforces: it never sees the backend)."""
         return replace(self, policy=replace(self.policy, concurrency=self.concurrency_for(backend)))
 
-    def executor(self, backend: Backend, ship: Any = None) -> Executor | None:
+    def executor(self, backend: Backend, ship: Any = None) -> RayExecutor | None:
         """Who judges: None for the local engine (the batch runner's own
         :class:`~judge.batch.LocalExecutor` over ``backend``), a
         :class:`~judge.batch.RayExecutor` for ``ray`` (its workers build ``ship``, a
