@@ -116,15 +116,6 @@ def add_decision_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def decision_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The JudgeConfig fields set by :func:`add_decision_flags` (None: automatic)."""
-    return {
-        "probability": args.probability,
-        "p_yes_threshold": args.p_yes_threshold,
-        "explain": args.explain,
-    }
-
-
 #: Config-object field -> the flag that sets it. Errors carry the field
 #: (:class:`~judge.backends.ConfigError`); the CLI names the flag from this table, never
 #: from the message text. A field no flag sets keeps its own name.
@@ -186,11 +177,6 @@ def run_spec_of(args: argparse.Namespace, *, mode: str | None = None) -> RunSpec
 
     with flag_errors():
         return run_spec_from_args(args, mode=mode)
-
-
-def call_policy(args: argparse.Namespace) -> CallPolicy:
-    """The :class:`~judge.backends.CallPolicy` the call flags ask for (errors name the flag)."""
-    return run_spec_of(args).policy
 
 
 def open_backend(spec: Any, base_url: str | None, policy: CallPolicy) -> ResilientBackend:
