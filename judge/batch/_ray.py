@@ -48,7 +48,7 @@ from judge.backends._base import Backend, ConfigurationError
 from judge.backends._policy import DEFAULT_MAX_RETRIES, CallPolicy
 from judge.backends._resilient import AdaptiveLimiter, BackendStats, ResilientBackend
 from judge.batch._executor import OnVerdict, PassageJob
-from judge.batch._run_spec import RunSpec
+from judge.batch._run_spec import RunSpec, run_spec
 from judge.judging import JudgeConfig, Passage
 from judge.judging._models import PassageVerdict
 
@@ -383,8 +383,6 @@ class RayExecutor:
         max_worker_restarts: int | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
-        from judge.batch._run_spec import run_spec
-
         if isinstance(backend, ResilientBackend):
             if max_retries is None and (spec is None or spec.policy.max_retries == DEFAULT_MAX_RETRIES):
                 max_retries = backend.max_retries
