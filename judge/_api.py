@@ -3,19 +3,22 @@
 One query and its ranked passages in, one :class:`~judge.judging.JudgeResult` out: a
 verdict per passage (input order) with reasons, the share of relevant passages (``score``),
 AP, NDCG@k, the unjudged count, a summary reason and the usage (calls, tokens, cost).
-``evaluate`` is a thin synchronous wrapper of ``aevaluate``.
+``evaluate`` is ``aevaluate`` made synchronous (:func:`_synchronous`: same signature, same
+result). The settings of the call go through the one run resolution
+(:func:`judge.batch.run_spec_from_kwargs`), as the command line's and the server's do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from judge.backends._policy import CallPolicy
-from judge.backends._resolve import make_backend
+from judge.backends import CallPolicy, make_backend
 from judge.backends._sync import run_sync
+from judge.batch import run_spec_from_kwargs
 from judge.io._sites import SitePriors, read_site_priors
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import _as_passage, judge_query
@@ -26,6 +29,9 @@ from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 def _priors(value: SitePriors | Mapping[str, int] | str | Path | None) -> SitePriors | None:
     if value is None or isinstance(value, SitePriors):
@@ -33,13 +39,6 @@ def _priors(value: SitePriors | Mapping[str, int] | str | Path | None) -> SitePr
     if isinstance(value, str | Path):
         return read_site_priors(value)
     return SitePriors(value)
-
-
-def _config(mode: Mode | None, config: JudgeConfig | None) -> JudgeConfig:
-    base = config if config is not None else JudgeConfig()
-    if mode is not None and mode != base.mode:
-        return replace(base, mode=mode)
-    return base
 
 
 async def aevaluate(
@@ -59,6 +58,9 @@ async def aevaluate(
     expected_output: str | None = None,
     source_quality: bool = False,
     site_priors: SitePriors | Mapping[str, int] | str | Path | None = None,
+    concurrency: int | None = None,
+    max_retries: int | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeResult:
     """Judge every passage of ``retrieval_context`` (rank order) for ``query``.
 
@@ -69,7 +71,8 @@ async def aevaluate(
     embedded model); always made resilient by :func:`judge.backends.make_backend` under
     ``policy`` (a :class:`~judge.backends.CallPolicy`; default: 16 calls in flight capped by
     the backend's limit, 60 s per call, 5 retries; a backend that is already resilient keeps
-    its own policy unless one is given). ``mode``: ``binary`` or
+    its own policy unless one is given). ``concurrency``, ``max_retries``, ``timeout_s``: the
+    same settings one by one instead of ``policy`` (None: the policy's default). ``mode``: ``binary`` or
     ``graded`` (default: ``config.mode``, i.e. binary). ``config``: every other judging
     setting (probability mode, thresholds, samples, template). ``qrels``: passage id ->
     grade, makes NDCG's IDCG come from them (passages need ids: pass :class:`Passage`).
@@ -96,9 +99,19 @@ async def aevaluate(
     extras = ExtraOptions(
         recall=expected_output is not None, source_quality=source_quality, site_priors=priors
     )
-    resolved = make_backend(backend, policy=policy, base_url=base_url)
+    spec = run_spec_from_kwargs(
+        config=config,
+        mode=mode,
+        policy=policy,
+        concurrency=concurrency,
+        max_retries=max_retries,
+        timeout_s=timeout_s,
+    )
+    # No policy asked for: a backend that is already resilient keeps its own.
+    asked = policy is not None or any(v is not None for v in (concurrency, max_retries, timeout_s))
+    resolved = make_backend(backend, policy=spec.policy if asked else None, base_url=base_url)
     try:
-        cfg = _config(mode, config)
+        cfg = spec.config
         result = await judge_query(
             resolved, query, passages, cfg, store=store, k=k, qrels=qrels, with_summary=summary
         )
@@ -123,41 +136,18 @@ async def aevaluate(
             await resolved.aclose()
 
 
-def evaluate(
-    query: str,
-    retrieval_context: Sequence[str | Passage],
-    *,
-    backend: Any = None,
-    mode: Mode | None = None,
-    k: Sequence[int] = (5, 10),
-    config: JudgeConfig | None = None,
-    qrels: Mapping[str, int] | None = None,
-    store: VerdictStore | None = None,
-    summary: bool = True,
-    base_url: str | None = None,
-    measures: Sequence[str] = (),
-    policy: CallPolicy | None = None,
-    expected_output: str | None = None,
-    source_quality: bool = False,
-    site_priors: SitePriors | Mapping[str, int] | str | Path | None = None,
-) -> JudgeResult:
-    """Synchronous :func:`aevaluate` (same arguments, same result)."""
-    return run_sync(
-        aevaluate(
-            query,
-            retrieval_context,
-            backend=backend,
-            mode=mode,
-            k=k,
-            config=config,
-            qrels=qrels,
-            store=store,
-            summary=summary,
-            base_url=base_url,
-            measures=measures,
-            policy=policy,
-            expected_output=expected_output,
-            source_quality=source_quality,
-            site_priors=site_priors,
-        )
-    )
+def _synchronous(fn: Callable[P, Coroutine[Any, Any, T]], name: str) -> Callable[P, T]:
+    """``fn`` run to completion by :func:`~judge.backends._sync.run_sync`, with ``fn``'s
+    signature (``inspect.signature`` and ``help()`` show its parameters)."""
+
+    @functools.wraps(fn)
+    def sync(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(fn(*args, **kwargs))
+
+    sync.__name__ = sync.__qualname__ = name
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    sync.__doc__ = f"Synchronous :func:`{fn.__name__}` (same arguments, same result).\n\n{doc}"
+    return sync
+
+
+evaluate = _synchronous(aevaluate, "evaluate")

@@ -12,6 +12,7 @@ import logging
 import pytest
 
 from judge.backends import (
+    AdaptiveLimiter,
     Backend,
     BackendStats,
     ChatRequest,
@@ -264,7 +265,10 @@ async def test_unbounded_window_set_by_first_429() -> None:
     inner = ScriptedBackend(
         lambda r, i: RateLimitError("429") if i == 5 else "ok", latency_s=1.0, sleep=t.sleep
     )
-    rb = ResilientBackend(inner, sleep=t.sleep, clock=t.clock)
+    # concurrency=None is the call policy's default (16): an unbounded window is a limiter
+    # without a ceiling, given explicitly.
+    unbounded = AdaptiveLimiter(ceiling=None, rpm=None, tpm=None, clock=t.clock, sleep=t.sleep)
+    rb = ResilientBackend(inner, sleep=t.sleep, clock=t.clock, limiter=unbounded)
     assert rb.limiter.limit is None
     tasks = [asyncio.create_task(rb.complete(req())) for _ in range(6)]
     await settle()

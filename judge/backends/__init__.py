@@ -34,7 +34,13 @@ from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
 from judge.backends._langchain import LangChainBackend
 from judge.backends._openai import OpenAIBackend
-from judge.backends._policy import DEFAULT_CONCURRENCY, CallPolicy
+from judge.backends._policy import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
+    LOCAL_TIMEOUT_S,
+    REMOTE_TIMEOUT_S,
+    CallPolicy,
+)
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._qrels import QrelsBackend
 from judge.backends._qwen import QwenBackend
@@ -49,6 +55,9 @@ from judge.backends._resolve import describe_backend, make_backend, resolve_back
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_RETRIES",
+    "LOCAL_TIMEOUT_S",
+    "REMOTE_TIMEOUT_S",
     "AdaptiveLimiter",
     "Backend",
     "BackendError",

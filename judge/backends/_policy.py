@@ -3,15 +3,20 @@
 :class:`CallPolicy` holds the settings of the resilience layer (calls in flight, per-call
 timeout, retries, rate limits, price overrides). It is validated once, here, with errors
 that name the field (:class:`~judge.backends.ConfigurationError` with ``field=``), and
-it is the only place where defaults live:
+it is the only place where the call defaults live (the run's other defaults, workers and
+window, are in :mod:`judge.batch`'s ``RunSpec``). ``None`` always means "not given: the
+default below", whoever passes it (a CLI flag left out, a server option, a Python keyword,
+``ResilientBackend(concurrency=None)``):
 
 * ``concurrency`` None -> ``min(DEFAULT_CONCURRENCY, backend.max_concurrency)``: 16 calls
   in flight for a remote API, 1 for the embedded model. This is the one cap on concurrency:
   :class:`~judge.backends.ResilientBackend` enforces it (with AIMD on 429s) and every layer
   above reads it from ``backend.max_concurrency`` instead of keeping its own default;
-* ``timeout_s`` None -> 60 s for a remote API, 600 s for a one-call-at-a-time backend
+* ``timeout_s`` None -> :data:`REMOTE_TIMEOUT_S` (60 s) for a remote API,
+  :data:`LOCAL_TIMEOUT_S` (600 s) for a one-call-at-a-time backend
   (:func:`~judge.backends._resilient.default_timeout`);
-* ``max_retries`` 5; ``rpm``/``tpm`` None (unlimited);
+* ``max_retries`` :data:`DEFAULT_MAX_RETRIES` (5; a builder given None leaves it at that);
+  ``rpm``/``tpm`` None (unlimited);
 * ``prices`` None -> ``PriceTable.from_env()``; else a :class:`PriceTable`, a mapping laid
   over the default table (the ``from_mapping`` format) or a JSON file path.
 
@@ -33,12 +38,16 @@ from judge.backends._pricing import PriceTable
 if TYPE_CHECKING:
     from judge.backends._base import Backend
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_RETRIES", "CallPolicy"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_RETRIES", "LOCAL_TIMEOUT_S", "REMOTE_TIMEOUT_S", "CallPolicy"]
 
 #: Calls in flight when nobody says otherwise (capped by the backend's own limit).
 DEFAULT_CONCURRENCY = 16
 #: Retries after the first attempt (so at most 6 provider calls per request).
 DEFAULT_MAX_RETRIES = 5
+#: Seconds per attempt for a remote API when nobody says otherwise.
+REMOTE_TIMEOUT_S = 60.0
+#: Seconds per attempt for a backend that serves one call at a time (the embedded model).
+LOCAL_TIMEOUT_S = 600.0
 
 
 def _number(value: object) -> bool:
@@ -89,13 +98,15 @@ class CallPolicy:
                 field="prices",
             )
 
+    def ceiling(self) -> int:
+        """Calls in flight whatever the backend: ``concurrency``, else the default."""
+        return self.concurrency if self.concurrency is not None else DEFAULT_CONCURRENCY
+
     def concurrency_for(self, backend: Backend) -> int:
-        """Calls in flight for ``backend``: ``concurrency``, else the default, never more
-        than the backend can serve (``backend.max_concurrency``)."""
+        """Calls in flight for ``backend``: :meth:`ceiling`, never more than the backend
+        can serve (``backend.max_concurrency``)."""
         limit = backend.max_concurrency
-        if self.concurrency is not None:
-            return self.concurrency if limit is None else min(self.concurrency, limit)
-        return DEFAULT_CONCURRENCY if limit is None else min(DEFAULT_CONCURRENCY, limit)
+        return self.ceiling() if limit is None else min(self.ceiling(), limit)
 
     def price_table(self) -> PriceTable:
         """The price table in force (``prices`` resolved; None -> ``PriceTable.from_env()``)."""

@@ -54,7 +54,7 @@ from judge.backends._base import (
     Usage,
 )
 from judge.backends._call_stats import BackendStats
-from judge.backends._policy import CallPolicy
+from judge.backends._policy import LOCAL_TIMEOUT_S, REMOTE_TIMEOUT_S, CallPolicy
 from judge.backends._pricing import ModelPrice, PriceTable
 from judge.backends._redact import LOGGER, redact
 
@@ -275,10 +275,6 @@ class CallLimiter(Protocol):
     def pause_for(self, seconds: float) -> None: ...
 
 
-REMOTE_TIMEOUT_S = 60.0
-LOCAL_TIMEOUT_S = 600.0
-
-
 def default_timeout(backend: Backend) -> float:
     """Per-call timeout when none is given: 60 s for remote APIs, 600 s for a backend that
     serves one call at a time or queues its calls on one model (``queues_calls``: the
@@ -295,9 +291,9 @@ class ResilientBackend:
     Settings come from a :class:`~judge.backends.CallPolicy` (``policy=``; what
     :func:`~judge.backends.make_backend` passes, with the policy's defaults: 16 calls in
     flight, capped by the backend's own limit) or, for low-level use, from the same
-    settings as keywords (validated by the same ``CallPolicy``); here ``concurrency=None``
-    means no cap beyond ``inner.max_concurrency`` (unbounded for a remote API until a 429
-    sets a window). ``max_retries``: retries after the first attempt (so at most
+    settings as keywords (validated by the same ``CallPolicy``, with the same meaning of
+    None: ``concurrency=None`` is the policy's default, 16 capped by
+    ``inner.max_concurrency``). ``max_retries``: retries after the first attempt (so at most
     ``max_retries + 1`` provider calls per request). ``timeout_s``: per attempt; None picks
     :func:`default_timeout`. ``rpm``/``tpm``: requests and tokens per minute (None:
     unlimited). ``prices``: default ``PriceTable.from_env()``; a backend with ``free =
@@ -347,10 +343,9 @@ class ResilientBackend:
                 raise ConfigurationError(
                     f"and {', '.join(sorted(given))}= were both given: give one", field="policy"
                 )
-            limit: int | None = policy.concurrency_for(inner)
         else:
             policy = CallPolicy(**given)
-            limit = concurrency if concurrency is not None else inner.max_concurrency
+        limit = policy.concurrency_for(inner)
         self.policy = policy
         self.inner = inner
         self.name = inner.name
@@ -358,7 +353,7 @@ class ResilientBackend:
         self.supports_probabilities = inner.supports_probabilities
         self.prefers_probabilities = bool(getattr(inner, "prefers_probabilities", False))
         self.free = bool(getattr(inner, "free", False))
-        self.max_concurrency = limit
+        self.max_concurrency: int | None = limit
         self.max_retries = policy.max_retries
         self.timeout_s = policy.timeout_s if policy.timeout_s is not None else default_timeout(inner)
         self.prices = policy.price_table()

@@ -24,6 +24,18 @@ from judge.batch._labels import (
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import build_record, ground_truth_metrics, summarize_records
+from judge.batch._run_spec import (
+    DEFAULT_WORKER_CPUS,
+    DEFAULT_WORKERS,
+    RUN_DEFAULTS,
+    Engine,
+    RunSpec,
+    run_default,
+    run_spec,
+    run_spec_from_args,
+    run_spec_from_job_options,
+    run_spec_from_kwargs,
+)
 from judge.batch._runner import (
     BatchOptions,
     BatchOutcome,
@@ -51,12 +63,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DEFAULT_WORKERS",
+    "DEFAULT_WORKER_CPUS",
+    "RUN_DEFAULTS",
     "BackendSpec",
     "BatchDriver",
     "BatchOptions",
     "BatchOutcome",
     "Commit",
     "DriverStats",
+    "Engine",
     "Executor",
     "FanOutExecutor",
     "FeedPlan",
@@ -72,6 +88,7 @@ __all__ = [
     "RayExecutor",
     "RetryItem",
     "RetryPlan",
+    "RunSpec",
     "Snapshot",
     "agreement_items",
     "apply_labels",
@@ -90,7 +107,12 @@ __all__ = [
     "qrels_of",
     "relabel_record",
     "retry_unjudged",
+    "run_default",
     "run_of",
+    "run_spec",
+    "run_spec_from_args",
+    "run_spec_from_job_options",
+    "run_spec_from_kwargs",
     "score_dataset",
     "score_dataset_sync",
     "sidecar_path",

@@ -47,7 +47,9 @@ from typing import Any
 
 from judge.backends import AdaptiveLimiter, BackendStats, ResilientBackend
 from judge.backends._base import Backend, ConfigurationError
+from judge.backends._policy import DEFAULT_MAX_RETRIES, CallPolicy
 from judge.batch._executor import FanOutExecutor, PassageJob
+from judge.batch._run_spec import RunSpec, run_spec
 from judge.judging import JudgeConfig, Passage
 from judge.judging._models import PassageVerdict
 
@@ -272,15 +274,17 @@ class _Worker:
         spec: BackendSpec | None,
         pickled: bytes | None,
         limiter: Any,
-        policy: Mapping[str, Any],
+        policy: CallPolicy,
     ) -> None:
         inner: Backend = spec.build() if spec is not None else pickle.loads(pickled or b"")
         self.owner = owner
+        # The cluster's limiter holds the concurrency and rate limits; the rest of the
+        # policy (retries, timeout, prices) applies in each worker.
         self.backend = ResilientBackend(
             inner,
-            max_retries=int(policy.get("max_retries", 5)),
-            timeout_s=policy.get("timeout_s"),
-            limiter=_RemoteLimiter(limiter, owner, bool(policy.get("tpm")), policy.get("concurrency")),
+            max_retries=policy.max_retries,
+            timeout_s=policy.timeout_s,
+            limiter=_RemoteLimiter(limiter, owner, bool(policy.tpm), policy.ceiling()),
         )
 
     async def ready(self) -> dict[str, Any]:
@@ -329,12 +333,17 @@ class RayExecutor(FanOutExecutor):
 
     ``backend``: a :class:`BackendSpec`, a spec string (``openai:<model>``, ``local:...``),
     or a backend object that pickles (a :class:`ResilientBackend` is unwrapped; its
-    ``max_retries``/``timeout_s`` are kept). ``workers``: judging actors;
-    ``cpus_per_worker``: each actor's ``num_cpus`` (and the embedded model's threads).
-    ``concurrency``/``rpm``/``tpm``: the global limits (one limiter actor).
-    ``window``: passages handed to actors at once (default ``2 * concurrency``).
-    ``address``: the cluster (``None``/``"local"``: start a local one unless Ray is already
-    initialised; ``"auto"`` or ``HOST:PORT``: join). ``max_worker_restarts``: replacement
+    ``max_retries``/``timeout_s`` are kept unless the spec's policy sets them). ``spec``:
+    the run's :class:`~judge.batch.RunSpec`, taken as is: ``workers`` judging actors,
+    ``worker_cpus`` each (the actor's ``num_cpus`` and the embedded model's threads),
+    the policy's concurrency and rpm/tpm as the global limits (one limiter actor; its
+    concurrency is the cluster's: :meth:`RunSpec.for_backend` makes it concrete),
+    ``window`` passages handed to actors at once (default ``2 * concurrency``),
+    ``address`` the cluster (``None``/``"local"``: start a local one unless Ray is already
+    initialised; ``"auto"`` or ``HOST:PORT``: join). The keywords ``workers``,
+    ``cpus_per_worker``, ``concurrency``, ``rpm``, ``tpm``, ``max_retries``, ``timeout_s``,
+    ``window`` and ``address`` are laid over ``spec`` through the same resolution
+    (:func:`~judge.batch.run_spec`; None: not given). ``max_worker_restarts``: replacement
     actors a run may start (default ``workers``). ``ready_timeout_s``: how long to wait for
     the actors to be placed. The executor starts Ray on first use; :meth:`aclose` kills its
     actors (and shuts Ray down if it started it).
@@ -343,10 +352,11 @@ class RayExecutor(FanOutExecutor):
     def __init__(
         self,
         backend: BackendSpec | str | Backend,
+        spec: RunSpec | None = None,
         *,
-        workers: int = 2,
-        cpus_per_worker: float = 1.0,
-        concurrency: int | None = 16,
+        workers: int | None = None,
+        cpus_per_worker: float | None = None,
+        concurrency: int | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
         max_retries: int | None = None,
@@ -356,34 +366,42 @@ class RayExecutor(FanOutExecutor):
         max_worker_restarts: int | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
-        if workers < 1:
-            raise ConfigurationError(f"workers must be >= 1, got {workers}")
-        if concurrency is not None and concurrency < 1:
-            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
         if isinstance(backend, ResilientBackend):
-            max_retries = backend.max_retries if max_retries is None else max_retries
-            timeout_s = backend.timeout_s if timeout_s is None else timeout_s
+            if max_retries is None and (spec is None or spec.policy.max_retries == DEFAULT_MAX_RETRIES):
+                max_retries = backend.max_retries
+            if timeout_s is None and (spec is None or spec.policy.timeout_s is None):
+                timeout_s = backend.timeout_s
             backend = backend.inner
-        spec, pickled = _ship(backend)
-        if spec is not None and spec.is_local and "n_threads" not in spec.options:
-            threads = max(1, int(cpus_per_worker))
-            spec = BackendSpec(spec.spec, spec.base_url, {**dict(spec.options), "n_threads": threads})
-        self.spec = spec
+        spec = run_spec(
+            spec,
+            engine="ray",
+            workers=workers,
+            worker_cpus=cpus_per_worker,
+            concurrency=concurrency,
+            rpm=rpm,
+            tpm=tpm,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            window=window,
+            address=address,
+        )
+        shipped, pickled = _ship(backend)
+        if shipped is not None and shipped.is_local and "n_threads" not in shipped.options:
+            threads = max(1, int(spec.worker_cpus))
+            shipped = BackendSpec(
+                shipped.spec, shipped.base_url, {**dict(shipped.options), "n_threads": threads}
+            )
+        self.run_spec = spec
+        self.spec = shipped
         self._pickled = pickled
-        self.workers = workers
-        self.cpus_per_worker = cpus_per_worker
-        self.concurrency = concurrency
-        self.window = max(1, window if window is not None else 2 * (concurrency or 16))
-        self.per_worker = max(1, math.ceil(self.window / workers))
-        self.policy = {
-            "max_retries": 5 if max_retries is None else max_retries,
-            "timeout_s": timeout_s,
-            "concurrency": concurrency,
-            "rpm": rpm,
-            "tpm": tpm,
-        }
-        self.address = address
-        self.max_worker_restarts = workers if max_worker_restarts is None else max_worker_restarts
+        self.workers = spec.workers
+        self.cpus_per_worker = spec.worker_cpus
+        self.concurrency = spec.policy.ceiling()
+        self.window = spec.window if spec.window is not None else 2 * self.concurrency
+        self.per_worker = max(1, math.ceil(self.window / self.workers))
+        self.policy = spec.policy
+        self.address = spec.address
+        self.max_worker_restarts = self.workers if max_worker_restarts is None else max_worker_restarts
         self.ready_timeout_s = ready_timeout_s
         self.restarts = 0
         self.reasked = 0
@@ -428,7 +446,7 @@ class RayExecutor(FanOutExecutor):
                 self._started_ray = True
             limiter_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(_Limiter)
             policy = self.policy
-            self._limiter = limiter_cls.remote(policy["concurrency"], policy["rpm"], policy["tpm"])
+            self._limiter = limiter_cls.remote(policy.ceiling(), policy.rpm, policy.tpm)
             await self._within_ready_timeout(
                 self._limiter.state.remote(),
                 f"the Ray limiter actor did not start within {self.ready_timeout_s:g} s: is the "

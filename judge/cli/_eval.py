@@ -17,11 +17,9 @@ from judge.cli._flags import (
     add_call_flags,
     add_judge_flags,
     add_measure_flag,
-    call_policy,
     checked_measures,
-    decision_kwargs,
-    flag_errors,
     open_backend,
+    run_spec_of,
 )
 from judge.io._errors import InputError
 
@@ -59,7 +57,6 @@ def register(subparsers: Any) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.backends._sync import run_sync
-    from judge.judging._config import JudgeConfig
     from judge.judging._core import judge_query
     from judge.judging._summary import with_measures
 
@@ -71,11 +68,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if any(value < 1 for value in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
     measures = checked_measures(args.measures)
-    with flag_errors():
-        config = JudgeConfig(
-            mode=args.mode, language=args.language, template=args.template, **decision_kwargs(args)
-        )
-    backend = open_backend(args.backend, args.base_url, call_policy(args))
+    spec = run_spec_of(args)
+    config = spec.config
+    backend = open_backend(args.backend, args.base_url, spec.policy)
     print(describe_backend(backend), file=sys.stderr)
 
     async def go() -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,34 @@ from judge.io._errors import InputError
 
 if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
     from judge.backends import CallPolicy, ConfigError, ResilientBackend
+    from judge.batch import RunSpec
     from judge.judging import JudgeConfig
+
+#: ``{default:NAME}`` in a help text: the run setting's default (:func:`judge.batch.run_default`),
+#: filled in when the help is shown, from where the default is defined.
+_DEFAULT_MARK = re.compile(r"\{default:(\w+)\}")
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class _RunDefaultsHelp(argparse.HelpFormatter):
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and "{default:" in text:
+            from judge.batch import run_default
+
+            text = _DEFAULT_MARK.sub(lambda m: _shown(run_default(m.group(1))), text)
+        return text
+
+
+def with_run_defaults(p: argparse.ArgumentParser) -> None:
+    """Let ``p``'s help texts name run defaults as ``{default:NAME}`` (its formatter class
+    gains the substitution; nothing is imported until the help is shown)."""
+    cls: Any = p.formatter_class
+    if not (isinstance(cls, type) and issubclass(cls, _RunDefaultsHelp)):
+        p.formatter_class = type(f"RunDefaults{cls.__name__}", (_RunDefaultsHelp, cls), {})  # type: ignore[assignment]
 
 
 def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -40,20 +68,26 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
 def add_call_flags(p: argparse.ArgumentParser) -> None:
     """The call policy's flags: ``--concurrency``, ``--timeout``, ``--max-retries``, ``--rpm``,
     ``--tpm`` (None when not given: :class:`~judge.backends.CallPolicy` holds the defaults)."""
+    with_run_defaults(p)
     p.add_argument(
         "--concurrency",
         type=int,
         default=None,
-        help="provider calls in flight (default 16, or the backend's limit: 1 for the embedded model)",
+        help="provider calls in flight (default {default:concurrency}, or the backend's limit: 1 for the "
+        "embedded model)",
     )
     p.add_argument(
         "--timeout",
         type=float,
         default=None,
-        help="seconds per provider call (default 60; 600 for the embedded one-at-a-time model)",
+        help="seconds per provider call (default {default:timeout_s}; {default:local_timeout_s} for the "
+        "embedded one-at-a-time model)",
     )
     p.add_argument(
-        "--max-retries", type=int, default=None, help="retries per call on 5xx/timeouts/429 (default 5)"
+        "--max-retries",
+        type=int,
+        default=None,
+        help="retries per call on 5xx/timeouts/429 (default {default:max_retries})",
     )
     p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
     p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
@@ -82,15 +116,6 @@ def add_decision_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def decision_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The JudgeConfig fields set by :func:`add_decision_flags` (None: automatic)."""
-    return {
-        "probability": args.probability,
-        "p_yes_threshold": args.p_yes_threshold,
-        "explain": args.explain,
-    }
-
-
 #: Config-object field -> the flag that sets it. Errors carry the field
 #: (:class:`~judge.backends.ConfigError`); the CLI names the flag from this table, never
 #: from the message text. A field no flag sets keeps its own name.
@@ -114,6 +139,11 @@ FLAG_FOR_FIELD: dict[str, str] = {
     "samples": "--samples",
     "temperature": "--temperature",
     "seed": "--seed",
+    # RunSpec (the engine)
+    "engine": "--engine",
+    "workers": "--workers",
+    "worker_cpus": "--worker-cpus",
+    "address": "--ray-address",
 }
 
 
@@ -139,19 +169,14 @@ def flag_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
         raise config_error(exc, flags) from exc
 
 
-def call_policy(args: argparse.Namespace) -> CallPolicy:
-    """The :class:`~judge.backends.CallPolicy` the call flags ask for (errors name the flag)."""
-    from judge.backends import CallPolicy
+def run_spec_of(args: argparse.Namespace, *, mode: str | None = None) -> RunSpec:
+    """The :class:`~judge.batch.RunSpec` of a command's judge, call and engine flags
+    (:func:`judge.batch.run_spec_from_args`); ``mode`` decided by the caller (a resumed
+    output keeps its mode). A bad value names its flag (exit 2)."""
+    from judge.batch import run_spec_from_args
 
-    settings = {
-        "concurrency": getattr(args, "concurrency", None),
-        "timeout_s": getattr(args, "timeout", None),
-        "max_retries": getattr(args, "max_retries", None),
-        "rpm": getattr(args, "rpm", None),
-        "tpm": getattr(args, "tpm", None),
-    }
     with flag_errors():
-        return CallPolicy(**{k: v for k, v in settings.items() if v is not None})
+        return run_spec_from_args(args, mode=mode)
 
 
 def open_backend(spec: Any, base_url: str | None, policy: CallPolicy) -> ResilientBackend:
@@ -190,15 +215,90 @@ def checked_measures(texts: list[str]) -> tuple[str, ...]:
     return tuple(texts)
 
 
-def judge_config(args: argparse.Namespace, mode: str | None) -> JudgeConfig:
-    """The :class:`~judge.judging.JudgeConfig` of a batch command's judge flags; ``mode``
-    decided by the caller (a resumed output keeps its mode), binary when None."""
-    from judge.judging import JudgeConfig
+def judge_config(args: argparse.Namespace, mode: str | None = None) -> JudgeConfig:
+    """The :class:`~judge.judging.JudgeConfig` of a command's judge flags (:func:`run_spec_of`)."""
+    return run_spec_of(args, mode=mode).config
 
-    kwargs: dict[str, Any] = {"mode": mode or "binary", **decision_kwargs(args)}
-    if args.language:
-        kwargs["language"] = args.language
-    if args.template:
-        kwargs["template"] = args.template
-    with flag_errors():
-        return JudgeConfig(**kwargs)
+
+def add_cache_flags(p: argparse.ArgumentParser) -> None:
+    """``--no-cache`` and ``--cache``: the verdict cache of a batch command."""
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
+    p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
+
+
+def add_dataset_flags(p: argparse.ArgumentParser, *, strict_help: str, map_help: str) -> None:
+    """How a batch command reads and judges its dataset(s): ``--listwise``,
+    ``--listwise-template``, ``--strict``, ``--quiet``, ``--map``, ``--max-passage-chars``."""
+    p.add_argument(
+        "--listwise",
+        action="store_true",
+        help="judge all passages of a query in one call (fewer calls and tokens; generated verdicts)",
+    )
+    p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
+    p.add_argument("--strict", action="store_true", help=strict_help)
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--map", action="append", default=[], metavar="NAME=FIELD", help=map_help)
+    p.add_argument(
+        "--max-passage-chars", type=int, default=None, help="truncate longer passages (default 8000)"
+    )
+
+
+def add_batch_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    """The flags of every batch command (``judge score``, ``judge compare-systems``,
+    ``judge serve``): the judge flags (:func:`add_judge_flags`), the call flags
+    (:func:`add_call_flags`) and the cache flags (:func:`add_cache_flags`)."""
+    add_judge_flags(p, defaults=defaults)
+    add_call_flags(p)
+    add_cache_flags(p)
+
+
+def cache_setting(args: argparse.Namespace) -> str | None:
+    """The verdict cache as a run's summary echoes it."""
+    return None if args.no_cache else str(args.cache or "default")
+
+
+def call_settings(args: argparse.Namespace, backend: ResilientBackend) -> dict[str, Any]:
+    """The call settings in force as a run's summary echoes them (the backend's timeout and
+    retries: the defaults made concrete) and the cache."""
+    return {
+        "rpm": args.rpm,
+        "tpm": args.tpm,
+        "timeout_s": backend.timeout_s,
+        "max_retries": backend.max_retries,
+        "cache": cache_setting(args),
+    }
+
+
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--ray-address``, ``--workers``, ``--worker-cpus`` (None when not given:
+    :class:`~judge.batch.RunSpec` holds the defaults)."""
+    with_run_defaults(p)
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default=None,
+        help="who judges: this process (local, default) or a Ray cluster's actors (needs judge[ray])",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="--engine ray: join this cluster (auto, HOST:PORT); default: start a local one",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="--engine ray: judging actors (default {default:workers})"
+    )
+    p.add_argument(
+        "--worker-cpus",
+        type=float,
+        default=None,
+        help="--engine ray: CPUs per actor (the embedded model's threads; default {default:worker_cpus})",
+    )
+
+
+def check_engine_flags(args: argparse.Namespace) -> None:
+    """The Ray engine's flags need ``--engine ray`` (exit 2 before any work)."""
+    if getattr(args, "engine", None) != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
+            if value is not None:
+                raise InputError("needs --engine ray", field=flag)

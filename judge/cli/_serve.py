@@ -13,14 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import (
-    add_call_flags,
-    add_judge_flags,
-    call_policy,
-    decision_kwargs,
-    flag_errors,
-    open_backend,
-)
+from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
 from judge.io._errors import InputError
 
 
@@ -60,13 +53,10 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="a reverse proxy sets X-Forwarded-Proto: trust it to mark the session cookie Secure",
     )
-    add_judge_flags(p)
-    add_call_flags(p)
+    add_batch_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
     )
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
-    p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
     p.add_argument(
         "--labels-store",
         default=None,
@@ -179,8 +169,9 @@ def run_serve(args: argparse.Namespace) -> int:
             f"the server needs the [server] extra ({exc.name} is missing): pip install 'judge[server]'"
         ) from None
     from judge.backends import describe_backend, register_secret
-    from judge.judging import JudgeConfig
+    from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
     from judge.server._bounds import JobBounds
+    from judge.server._schemas import JUDGE_OPTION_KEYS
     from judge.store import SQLiteVerdictStore
     from judge.store._cache import judge_home
 
@@ -197,7 +188,7 @@ def run_serve(args: argparse.Namespace) -> int:
     for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
         if grade is not None and not 1 <= grade <= 3:
             raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
-    policy = call_policy(args)
+    spec = run_spec_of(args)  # the server's run spec: every job's options are laid over it
     for value, flag in (
         (args.max_jobs, "--max-jobs"),
         (args.queue_size, "--queue-size"),
@@ -212,18 +203,13 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InputError("cutoffs must be positive integers", field="-k")
     session_ttl_s = _duration_s(args.session_ttl, "--session-ttl")
     defaults: dict[str, Any] = {
-        "mode": args.mode,
-        "language": args.language,
-        "template": args.template,
-        **decision_kwargs(args),
+        **{key: getattr(spec.config, key) for key in JUDGE_OPTION_KEYS},
         "k": list(dict.fromkeys(args.k)),
         "listwise": False,
         "listwise_template": None,
-        "max_passage_chars": 8000,
+        "max_passage_chars": DEFAULT_MAX_PASSAGE_CHARS,
         "map": {},
     }
-    with flag_errors():
-        JudgeConfig(**{k: v for k, v in defaults.items() if k in JudgeConfig.__dataclass_fields__})
 
     from judge.server._lock import DatabaseBusy, DatabaseLock
     from judge.server._security import redact_access_log
@@ -239,27 +225,21 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InputError(
             f"cannot lock the job database: {exc.strerror}", path=str(db_lock.path), field="--db"
         ) from None
-    spec = _factory_backend(args.backend_factory) if args.backend_factory else args.backend
-    backend = open_backend(spec, args.base_url, policy)
+    backend_spec = _factory_backend(args.backend_factory) if args.backend_factory else args.backend
+    backend = open_backend(backend_spec, args.base_url, spec.policy)
     print(describe_backend(backend), file=sys.stderr)
-    concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
     jobs_dir = Path(args.jobs_dir) if args.jobs_dir else db_path.parent / "jobs"
     store = None if args.no_cache else SQLiteVerdictStore(args.cache)
     runtime = Runtime(
         backend=backend,
         store=store,
         jobs_dir=jobs_dir,
-        concurrency=concurrency,
+        concurrency=spec.concurrency_for(backend),
         max_jobs=args.max_jobs,
         queue_size=args.queue_size,
         bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
-        settings={
-            "rpm": args.rpm,
-            "tpm": args.tpm,
-            "timeout_s": backend.timeout_s,
-            "max_retries": policy.max_retries,
-            "cache": None if args.no_cache else str(args.cache or "default"),
-        },
+        settings=call_settings(args, backend),
+        spec=spec,
     )
     from judge.server._db import SchemaError
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, call_policy, flag_errors, open_backend
+from judge.cli._flags import add_call_flags, add_judge_flags, open_backend, run_spec_of
 from judge.io._errors import InputError
 
 EXIT_PASS = 0
@@ -24,11 +24,19 @@ EXIT_BREACH = 1
 def _judge_flags(p: argparse.ArgumentParser) -> None:
     add_judge_flags(p)
     p.add_argument(
-        "--samples", type=int, default=1, metavar="N", help="majority vote over N samples per passage"
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="majority vote over N samples per passage (default {default:samples})",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    p.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default {default:temperature})"
+    )
     seed = p.add_mutually_exclusive_group()
-    seed.add_argument("--seed", type=int, default=42, help="seed sent to the backend (default 42)")
+    seed.add_argument(
+        "--seed", type=int, default=None, help="seed sent to the backend (default {default:seed})"
+    )
     seed.add_argument("--no-seed", action="store_true", help="send no seed")
     add_call_flags(p)
 
@@ -118,17 +126,16 @@ def register(subparsers: Any) -> None:
 
 def _nightly_policy(cfg: Any, path: str) -> Any:
     """The call policy of a nightly config; a bad setting names the config file and key."""
-    from judge.backends import CallPolicy, ConfigError
+    from judge.backends import ConfigError
+    from judge.batch import run_spec
 
-    settings = {
-        "concurrency": cfg.options.concurrency,
-        "timeout_s": cfg.timeout_s,
-        "max_retries": cfg.max_retries,
-    }
     try:
-        return CallPolicy(**{k: v for k, v in settings.items() if v is not None})
+        spec = run_spec(
+            concurrency=cfg.options.concurrency, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries
+        )
     except ConfigError as exc:
         raise InputError(exc.message, path=path, field=exc.field) from exc
+    return spec.policy
 
 
 def _describe(backend: Any) -> str:
@@ -136,23 +143,6 @@ def _describe(backend: Any) -> str:
 
     text = str(describe_backend(backend))
     return text.removeprefix("judge: using judge ")
-
-
-def _judge_config(args: argparse.Namespace) -> Any:
-    from judge.judging import JudgeConfig
-
-    with flag_errors():
-        return JudgeConfig(
-            mode=args.mode,
-            language=args.language,
-            template=args.template,
-            probability=args.probability,
-            p_yes_threshold=args.p_yes_threshold,
-            explain=args.explain,
-            samples=args.samples,
-            temperature=args.temperature,
-            seed=None if args.no_seed else args.seed,
-        )
 
 
 class _QueryProgress:
@@ -216,20 +206,23 @@ def run_stability_command(args: argparse.Namespace) -> int:
         labels_level=args.labels_level,
         labels_yes_grade=args.labels_yes_grade,
     )
-    config = _judge_config(args)
+    spec = run_spec_of(args)
+    config = spec.config
     settings = None
     if args.compare_settings:
+        from judge.batch import run_default
+
         names = [s.strip() for s in args.settings.split(",") if s.strip()]
         settings = variance_settings(
             config,
             names=names,
             vote_samples=args.vote_samples,
             sampled_temperature=args.sampled_temperature,
-            seed=42 if args.no_seed else args.seed,
+            seed=config.seed if config.seed is not None else run_default("seed"),
         )
     records = load_records(args.dataset)  # bad input fails here, before any backend work
     out_dir = Path(args.output) if args.output else Path(f"{Path(args.dataset).name.split('.')[0]}.stability")
-    backend = open_backend(args.backend, args.base_url, call_policy(args))
+    backend = open_backend(args.backend, args.base_url, spec.policy)
     description = _describe(backend)
     if not args.quiet:
         print(f"judge: using judge {description}", file=sys.stderr)
@@ -251,7 +244,7 @@ def run_stability_command(args: argparse.Namespace) -> int:
             return await run_stability(
                 backend,
                 records,
-                config,
+                spec,
                 options,
                 dataset=args.dataset,
                 backend_description=description,

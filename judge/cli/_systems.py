@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import (
-    add_call_flags,
-    add_judge_flags,
-    call_policy,
-    judge_config,
+    add_batch_flags,
+    add_dataset_flags,
+    call_settings,
     open_backend,
+    run_spec_of,
 )
 from judge.io._errors import InputError
 
@@ -85,7 +85,13 @@ def register(subparsers: Any) -> None:
         help="minimum grade counted relevant (default 1; graded mode: the judge's grade threshold, 2); "
         "with a binary judge and graded --qrels, the default --qrels-level",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed of every test and resample (default 0)")
+    p.add_argument(
+        "--seed",
+        dest="resample_seed",  # not the judge's seed (a run setting of that name)
+        type=int,
+        default=0,
+        help="random seed of every test and resample (default 0)",
+    )
     p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
     p.add_argument(
         "--stability-resamples",
@@ -117,7 +123,7 @@ def register(subparsers: Any) -> None:
         help="with --until-decided: pairs judged per round (default max(8, pool/25))",
     )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
-    add_judge_flags(p, defaults=False)
+    add_batch_flags(p, defaults=False)
     p.add_argument(
         "--cascade",
         default=None,
@@ -131,22 +137,10 @@ def register(subparsers: Any) -> None:
         default=0.1,
         help="with --cascade: the cheap judge's unsure band (default 0.1)",
     )
-    p.add_argument("--listwise", action="store_true", help="judge each query's pooled passages in one call")
-    p.add_argument("--listwise-template", default=None, help="listwise template id or .toml path")
-    add_call_flags(p)
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
-    p.add_argument("--cache", default=None, help="verdict cache file (default $JUDGE_HOME/cache.sqlite)")
-    p.add_argument("--strict", action="store_true", help="check every input first; refuse on any problem")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument(
-        "--map",
-        action="append",
-        default=[],
-        metavar="NAME=FIELD",
-        help="read NAME from FIELD in every input (as judge score --map)",
-    )
-    p.add_argument(
-        "--max-passage-chars", type=int, default=None, help="truncate longer passages (default 8000)"
+    add_dataset_flags(
+        p,
+        strict_help="check every input first; refuse on any problem",
+        map_help="read NAME from FIELD in every input (as judge score --map)",
     )
     p.add_argument(
         "--retry-unjudged",
@@ -171,7 +165,6 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.systems._run import read_human_labels
 
     systems = parse_system_args(args.systems)
-    policy = call_policy(args)
     if args.top_queries < 0:
         raise InputError("must be >= 0", field="--top-queries")
     out = Path(args.output)
@@ -185,7 +178,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         labels=label_set_of(args),
         labels_level=args.labels_level,
         labels_yes_grade=args.labels_yes_grade,
-        seed=args.seed,
+        seed=args.resample_seed,
         resamples=args.resamples,
         stability_resamples=args.stability_resamples,
         confidence=args.confidence,
@@ -199,11 +192,12 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
-    config = judge_config(args, args.mode or existing_mode(out / "pool.judged.jsonl"))
+    spec = run_spec_of(args, mode=args.mode or existing_mode(out / "pool.judged.jsonl"))
+    config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config)
 
-    spec: Any = args.backend
+    backend_spec: Any = args.backend
     if args.cascade:
         from judge.backends import resolve_cascade
         from judge.cli._flags import flag_errors
@@ -211,24 +205,17 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         if args.backend:
             raise InputError("give either --backend or --cascade, not both", field="--cascade")
         with flag_errors({"cascade": "--cascade", "margin": "--margin", "backend": "--cascade"}):
-            spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
-    backend = open_backend(spec, args.base_url, policy)
+            backend_spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
+    backend = open_backend(backend_spec, args.base_url, spec.policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
-    concurrency = policy.concurrency_for(backend.inner)  # the cap the backend enforces
     run = PoolRun(
-        concurrency=concurrency,
+        spec=spec,
         progress="quiet" if args.quiet else "auto",
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
         retry_unjudged=bool(args.retry_unjudged),
-        settings={
-            "rpm": args.rpm,
-            "tpm": args.tpm,
-            "timeout_s": backend.timeout_s,
-            "max_retries": policy.max_retries,
-            "cache": None if args.no_cache else str(args.cache or "default"),
-        },
+        settings=call_settings(args, backend),
     )
 
     async def go() -> Any:

@@ -40,11 +40,17 @@ from judge.io._errors import InputError
 from judge.server import _bounds, _engine, _failures, _fastpath
 from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
-from judge.server._jobs import JobManager, Runtime, config_of, new_job_id
+from judge.server._jobs import JobManager, Runtime, config_of, new_job_id, option_error
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
 from judge.server._review import Review, review_router
-from judge.server._schemas import CompareRequest, EvaluateRequest, JobOptions, JobRequest
+from judge.server._schemas import (
+    JUDGE_OPTION_KEYS,
+    CompareRequest,
+    EvaluateRequest,
+    JobOptions,
+    JobRequest,
+)
 from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
 from judge.server._sessions import (
     DEFAULT_TTL_S,
@@ -67,7 +73,6 @@ REPORT_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'self'; sandbox"
 )
-JUDGE_OPTION_KEYS = ("mode", "language", "template", "probability", "p_yes_threshold", "explain")
 STATIC_DIR = Path(str(resources.files("judge.server") / "static"))
 OPEN_PATHS = frozenset({"/healthz"})
 
@@ -455,10 +460,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             judge_config = configs.get(opts)
         except ValueError as exc:
-            name = str(exc).split(" ", 1)[0]
-            raise RequestValidationError(
-                [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
-            ) from None
+            raise option_error(exc, "body", "config") from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
         store = None if rt.store is None else _fastpath.RequestStore(rt.store)
         try:
@@ -592,12 +594,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         options["systems"] = list(body.systems)
         options["qrels"] = _engine.HUMAN_QRELS if qrels_text is not None else None
         try:
-            config_of(options)
+            config_of(options, rt.spec)
         except ValueError as exc:
-            name = str(exc).split(" ", 1)[0]
-            raise RequestValidationError(
-                [{"loc": ("body", "options", name), "msg": str(exc), "type": "value_error"}]
-            ) from None
+            raise option_error(exc, "body", "options") from None
         await asyncio.to_thread(_engine.write_systems, job_dir, body.systems)
         if qrels_text is not None:
             (job_dir / _engine.HUMAN_QRELS).write_text(qrels_text, encoding="utf-8")

@@ -22,7 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fastapi.exceptions import RequestValidationError
+
 from judge.backends._base import Backend
+from judge.batch import RunSpec, run_spec_from_job_options
 from judge.io import dataset_limits
 from judge.judging import JudgeConfig, VerdictStore
 from judge.server import _engine
@@ -30,6 +33,7 @@ from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
 from judge.server._failures import job_error
 from judge.server._metrics import ServerMetrics
+from judge.server._schemas import JUDGE_OPTION_KEYS
 
 TICK_S = 0.5
 
@@ -37,7 +41,10 @@ TICK_S = 0.5
 @dataclass
 class Runtime:
     """What every job of this server shares: the backend (one call policy for all jobs),
-    the verdict cache and the server's defaults."""
+    the verdict cache and the server's defaults. ``spec``: the server's
+    :class:`~judge.batch.RunSpec` (its judge flags, call policy and engine); each job's
+    judging options are laid over it (:func:`job_spec`). ``concurrency``: the calls in
+    flight the backend enforces (the spec's, made concrete for the backend)."""
 
     backend: Backend
     store: VerdictStore | None
@@ -47,6 +54,7 @@ class Runtime:
     queue_size: int = 100
     settings: Mapping[str, Any] = field(default_factory=dict)
     bounds: JobBounds = field(default_factory=JobBounds)
+    spec: RunSpec = field(default_factory=RunSpec)
 
 
 def new_job_id() -> str:
@@ -57,14 +65,24 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def config_of(options: Mapping[str, Any]) -> JudgeConfig:
-    """The JudgeConfig of a job's (merged, validated) options."""
-    kwargs = {
-        key: options[key]
-        for key in ("mode", "language", "template", "probability", "p_yes_threshold", "explain")
-        if options.get(key) is not None
-    }
-    return JudgeConfig(**kwargs)
+def job_spec(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
+    """The :class:`~judge.batch.RunSpec` of a job: its judging options
+    (:data:`~judge.server._schemas.JUDGE_OPTION_KEYS`; a job's other options, such as a
+    comparison's resampling ``seed``, are not judge settings) over ``base``, the server's."""
+    return run_spec_from_job_options({k: options.get(k) for k in JUDGE_OPTION_KEYS}, base)
+
+
+def config_of(options: Mapping[str, Any], base: RunSpec | None = None) -> JudgeConfig:
+    """The JudgeConfig of a job's (merged, validated) options (:func:`job_spec`)."""
+    return job_spec(options, base).config
+
+
+def option_error(exc: ValueError, *where: str) -> RequestValidationError:
+    """A judging option refused by its config object as a 422 whose ``loc`` ends with the
+    field the error names (``exc.field``, as :class:`~judge.backends.ConfigError` and
+    :class:`~judge.io.InputError` carry it)."""
+    name = getattr(exc, "field", None) or "config"
+    return RequestValidationError([{"loc": (*where, name), "msg": str(exc), "type": "value_error"}])
 
 
 Runner = Callable[["JobManager", dict[str, Any], Path], Awaitable[dict[str, Any]]]
@@ -73,7 +91,7 @@ Runner = Callable[["JobManager", dict[str, Any], Path], Awaitable[dict[str, Any]
 async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     rt = manager.runtime
     opts = job["options"]
-    config = config_of(opts)
+    config = config_of(opts, rt.spec)
     batch = _engine.batch_options(
         k=opts["k"],
         concurrency=rt.concurrency,
@@ -97,7 +115,7 @@ async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: P
     return await _engine.run_compare(
         job_dir,
         rt.backend,
-        config_of(opts),
+        config_of(opts, rt.spec),
         rt.store,
         opts,
         concurrency=rt.concurrency,

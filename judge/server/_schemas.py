@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from judge.batch import RUN_DEFAULTS
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
 
 
@@ -24,9 +25,15 @@ def _check_template(value: str | None) -> str | None:
 
 
 class JudgeOptions(BaseModel):
-    """How passages are judged (the ``judge score`` flags); unset fields take the server's defaults."""
+    """How passages are judged (the ``judge score`` flags); unset fields take the server's defaults.
 
-    model_config = ConfigDict(extra="forbid")
+    The schema's ``x-run-defaults``: the defaults of the run settings every job and request
+    is judged under unless ``judge serve``'s flags set them (calls in flight, retries, the
+    per-call timeout of a remote API and of the embedded model, the judging thresholds;
+    ``p_yes_threshold`` null: the template's tuned threshold), read from where each is
+    defined (:data:`judge.batch.RUN_DEFAULTS`)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"x-run-defaults": dict(RUN_DEFAULTS)})
 
     mode: Literal["binary", "graded"] | None = None
     language: Literal["auto", "zh", "en"] | None = None
@@ -39,6 +46,10 @@ class JudgeOptions(BaseModel):
     @classmethod
     def _template(cls, value: str | None) -> str | None:
         return _check_template(value)
+
+
+#: The judging options of a job or request: the fields of :class:`JudgeOptions`.
+JUDGE_OPTION_KEYS: tuple[str, ...] = tuple(JudgeOptions.model_fields)
 
 
 class JobOptions(JudgeOptions):

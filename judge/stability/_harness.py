@@ -54,7 +54,7 @@ import numpy as np
 from judge.backends._base import Backend
 from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._policy import DEFAULT_CONCURRENCY
-from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork
+from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork, RunSpec
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
@@ -341,7 +341,7 @@ class _Runs:
 async def run_stability(
     backend: Backend,
     records: Sequence[DatasetRecord],
-    config: JudgeConfig,
+    config: JudgeConfig | RunSpec,
     options: StabilityOptions = StabilityOptions(),
     *,
     dataset: str = "",
@@ -358,7 +358,9 @@ async def run_stability(
     ``concurrency`` queries are in flight over all runs, and each query's passages are
     bounded by ``backend.max_concurrency`` (the executor's window is their product).
     ``executor``: who judges (default a :class:`~judge.batch.LocalExecutor` over
-    ``backend``; the caller owns it).
+    ``backend``; the caller owns it). ``config``: a :class:`JudgeConfig`, or the run's
+    :class:`~judge.batch.RunSpec`, taken as is (its config; its ``window``, when set, over
+    the product above; a Ray engine's executor when no ``executor`` is given).
 
     ``runs_dir``: where ``run-<i>.jsonl`` is written as each run completes. ``on_run`` is
     called with each finished run, ``on_query(run_index, done, total)`` after each judged
@@ -367,25 +369,32 @@ async def run_stability(
     """
     if not records:
         raise InputError("the dataset has no queries", path=dataset or None)
-    config = resolve_config(config, backend)  # the report echoes the settings in force
+    spec = config if isinstance(config, RunSpec) else RunSpec(config=config)
+    config = resolve_config(spec.config, backend)  # the report echoes the settings in force
     _check_probability(backend, config)
     check_templates(config)  # fail fast on a bad template, before any call
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
     runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)  # labels checked here
+    own = spec.executor(backend) if executor is None else None
+    window = spec.window if spec.window is not None else limit * per_query
     driver = BatchDriver(
-        executor or LocalExecutor(backend, window=limit * per_query),
+        executor or own or LocalExecutor(backend, window=window),
         config,
         store=None,
         max_queries=limit,
     )
     sequential = backend.max_concurrency == 1
-    if sequential:
-        for index in range(options.runs):
-            await driver.run(runs.plan([index]), runs.commit)
-    else:
-        await driver.run(runs.plan(range(options.runs)), runs.commit)
+    try:
+        if sequential:
+            for index in range(options.runs):
+                await driver.run(runs.plan([index]), runs.commit)
+        else:
+            await driver.run(runs.plan(range(options.runs)), runs.commit)
+    finally:
+        if own is not None:
+            await own.aclose()
     report = analyse(
         [runs.finished[i] for i in range(options.runs)],
         records,

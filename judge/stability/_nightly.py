@@ -56,7 +56,9 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from judge.backends import DEFAULT_MAX_RETRIES
 from judge.backends._base import Backend
+from judge.batch import RunSpec, run_spec
 from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord
 from judge.judging import JudgeConfig
@@ -174,16 +176,15 @@ def load_nightly_config(path: str | Path) -> NightlyConfig:
     k = obj.get("k", [5, 10])
     if not k or any(isinstance(c, bool) or not isinstance(c, int) for c in k):
         raise InputError("must be a non-empty list of integers", path=where, field="k")
+    settings = {
+        key: obj.get(key) for key in ("mode", "language", "template", "probability", "samples", "seed")
+    }
+    if obj.get("temperature") is not None:
+        settings["temperature"] = float(obj["temperature"])
     try:
-        judge = JudgeConfig(
-            mode=obj.get("mode", "binary"),
-            language=obj.get("language", "auto"),
-            template=obj.get("template"),
-            probability=obj.get("probability"),
-            samples=obj.get("samples", 1),
-            temperature=float(obj.get("temperature", 0.0)),
-            seed=obj.get("seed", 42),
-        )
+        # ``"seed": null`` sends no seed; a key left out takes the JudgeConfig default.
+        no_seed = RunSpec(config=JudgeConfig(seed=None)) if "seed" in obj and obj["seed"] is None else None
+        judge = run_spec(no_seed, **settings).config
     except ValueError as exc:
         raise InputError(str(exc), path=where) from exc
     try:
@@ -199,7 +200,7 @@ def load_nightly_config(path: str | Path) -> NightlyConfig:
     timeout = float(obj["timeout"]) if obj.get("timeout") is not None else None
     if timeout is not None and timeout <= 0:
         raise InputError("must be > 0", path=where, field="timeout")
-    retries = obj.get("max_retries", 5)
+    retries = obj.get("max_retries", DEFAULT_MAX_RETRIES)
     if retries < 0:
         raise InputError("must be >= 0", path=where, field="max_retries")
     history = resolve(obj.get("history", "nightly/history.jsonl"))

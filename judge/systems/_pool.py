@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from judge.backends._base import Backend
 from judge.io._errors import InputError
@@ -27,6 +27,9 @@ from judge.io._trec import Qrels
 from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
 from judge.store import atomic_write_lines, atomic_write_text, recover_output
 from judge.systems._inputs import Inputs
+
+if TYPE_CHECKING:
+    from judge.batch import RunSpec
 
 
 @dataclass
@@ -120,11 +123,24 @@ def pool_dataset_lines(pool: Pool, inputs: Inputs) -> list[dict[str, Any]]:
     return lines
 
 
+def _default_spec() -> RunSpec:
+    from judge.batch import RunSpec
+
+    return RunSpec()
+
+
 @dataclass(frozen=True)
 class PoolRun:
-    """How the pool is judged (the batch settings ``judge score`` takes)."""
+    """How the pool is judged (the batch settings ``judge score`` takes).
 
-    concurrency: int = 16
+    ``spec``: the run's :class:`~judge.batch.RunSpec`, taken as is: its call policy and
+    engine decide the calls in flight (:meth:`RunSpec.concurrency_for` the backend), the
+    window and who judges (a Ray engine's executor); the judging config is the one
+    :func:`run_compare_systems` is given. ``concurrency``: None (the spec's), or a number
+    of calls in flight that overrides it."""
+
+    spec: RunSpec = field(default_factory=_default_spec)
+    concurrency: int | None = None
     progress: str = "quiet"
     listwise: bool = False
     listwise_template: str | None = None
@@ -207,7 +223,8 @@ async def judge_pool(
     summary: dict[str, Any] | None = None
     if lines:
         options = BatchOptions(
-            concurrency=run.concurrency,
+            concurrency=run.concurrency if run.concurrency is not None else run.spec.concurrency_for(backend),
+            window=run.spec.window,
             progress=run.progress,  # type: ignore[arg-type]
             fsync=run.fsync,
             listwise=run.listwise,

@@ -696,16 +696,15 @@ async def acompare_systems(
     margin: float = 0.1,
 ) -> SystemsReport:
     """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
-    from judge.backends import CallPolicy, make_backend, resolve_cascade
+    from judge.backends import make_backend, resolve_cascade
+    from judge.batch import run_spec_from_kwargs
 
     if cascade is not None:
         if backend is not None:
             raise InputError("give either backend or cascade, not both", field="cascade")
         backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
 
-    base = config if config is not None else JudgeConfig()
-    if mode is not None and mode != base.mode:
-        base = replace(base, mode=mode)
+    spec = run_spec_from_kwargs(config=config, mode=mode, concurrency=concurrency)
     options = SystemsOptions(
         depth=depth,
         measures=tuple(measures) if measures is not None else None,
@@ -723,20 +722,17 @@ async def acompare_systems(
         adaptive_batch=batch,
         adaptive_draws=draws,
     )
-    policy = CallPolicy(concurrency=concurrency)
-    resolved = make_backend(backend, policy=policy, base_url=base_url)
+    resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
     store, own_store = _store_of(cache)
     try:
         return await run_compare_systems(
             systems,
             output_dir,
             resolved,
-            base,
+            spec.config,
             store=store,
             options=options,
-            pool_run=PoolRun(
-                concurrency=policy.concurrency_for(resolved.inner), retry_unjudged=retry_unjudged
-            ),
+            pool_run=PoolRun(spec=spec, retry_unjudged=retry_unjudged),
         )
     finally:
         if own_store and store is not None:
