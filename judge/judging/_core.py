@@ -429,7 +429,7 @@ async def judge_passage(
     template = template_for(config)
     key: str | None = None
     if store is not None:
-        key = verdict_cache_key(backend, config, query, passage.text)
+        key = verdict_cache_key(backend, config, query, passage.text, template=template)
         hit = await store.get(key)
         if hit is not None:
             return cached_verdict(hit, index, passage)
