@@ -21,6 +21,11 @@ from judge.server._jobs import Runtime, config_of
 from judge.server._metrics import ServerMetrics
 from judge.server._schemas import EvaluateRequest
 
+# The youngest generation is collected after this many allocations (Python's default: 700).
+GC_YOUNG_THRESHOLD = 20_000
+_GC_SAVED: list[tuple[int, int, int]] = []  # the settings before the first server started
+_GC_USERS = [0]  # servers running in this process
+
 
 @contextlib.asynccontextmanager
 async def _frozen_heap(_: object) -> AsyncIterator[None]:
@@ -28,13 +33,24 @@ async def _frozen_heap(_: object) -> AsyncIterator[None]:
     of the garbage collector's way: a request allocates many short-lived objects, and each
     full collection would otherwise walk the whole heap (about a sixth of a request's CPU).
     Frozen objects are still freed when their last reference goes; they are handed back to
-    the collector when the server stops."""
-    gc.collect()
-    gc.freeze()
+    the collector when the server stops. The youngest generation is also collected less
+    often, so that the objects of the requests in flight are not scanned (and promoted)
+    again and again (a few percent of a request's CPU; a few MB more between collections).
+    Both settings are put back when the last server of the process stops."""
+    if not _GC_SAVED:
+        threshold = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(max(threshold[0], GC_YOUNG_THRESHOLD), *threshold[1:])
+        _GC_SAVED.append(threshold)
+    _GC_USERS[0] += 1
     try:
         yield
     finally:
-        gc.unfreeze()
+        _GC_USERS[0] -= 1
+        if _GC_USERS[0] == 0 and _GC_SAVED:
+            gc.set_threshold(*_GC_SAVED.pop())
+            gc.unfreeze()
 
 
 def evaluate_router(
