@@ -6,10 +6,19 @@
    a deterministic fake answering at once (``fake_backend`` below; every request has its own
    query, so every passage is judged and its verdict written to a fresh verdict cache, which
    is checked at the end; ``--no-cache`` runs without one): latency p50 / p99, errors,
-   requests/s. What this measures is the service's own overhead (HTTP, validation, the
-   judging core, the cache, JSON), not an LLM. ``--code DIR`` (repeatable) runs the server
-   from other checkouts too (e.g. a ``git worktree`` of main), alternated ``--rounds``
-   times in one run, and prints each one's median and its ratio to the first.
+   requests/s, and the server process's CPU time per request (user + system, from /proc:
+   the figure a shared machine disturbs least). What this measures is the service's own
+   overhead (HTTP, validation, the judging core, the cache, JSON), not an LLM. The load
+   comes from a lean client by default (one keep-alive connection per client over asyncio
+   streams: on 2 cores the client shares the CPU with the server, and httpx spends several
+   times the server's CPU per request); ``--client httpx`` is the earlier client,
+   ``--client both`` runs each in turn. ``--code DIR`` (repeatable) runs the server from
+   other checkouts too (e.g. a ``git archive`` of main), ``--code DIR:SITE`` with a
+   directory of extra packages on its import path (e.g. ``pip install --target SITE
+   httptools uvloop``), alternated ``--rounds`` times in one run, and prints each one's
+   medians and their ratios to the first's. ``--recording-fake``: the earlier bench's fake
+   judge, which keeps every request it gets (its garbage-collector work is then charged to
+   the server).
 2. A 3,000-passage job (300 queries x 10 passages by default) against the simulated LLM
    server (``scripts/sim_llm_server.py``: 50 ms +/- 10 ms per call, capacity 64), beside
    ``judge score`` on the same dataset and server, in the same run, each with a fresh
