@@ -458,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_FAKE_RECORDS"] = "1"
     if args.kill_run:
         with tempfile.TemporaryDirectory(prefix="bench_server_kill_") as tmp_s:
-            for i, code in enumerate(Path(c.split(os.pathsep)[0]).resolve() for c in (args.code or [ROOT])):
+            checkouts = [Path(c.split(os.pathsep)[0]).resolve() for c in (args.code or [str(ROOT)])]
+            for i, code in enumerate(checkouts):
                 print(json.dumps(_kill_run(Path(tmp_s) / str(i), code, args.latency_ms, args.limit_s)))
         return 0
 
