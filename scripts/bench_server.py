@@ -6,10 +6,19 @@
    a deterministic fake answering at once (``fake_backend`` below; every request has its own
    query, so every passage is judged and its verdict written to a fresh verdict cache, which
    is checked at the end; ``--no-cache`` runs without one): latency p50 / p99, errors,
-   requests/s. What this measures is the service's own overhead (HTTP, validation, the
-   judging core, the cache, JSON), not an LLM. ``--code DIR`` (repeatable) runs the server
-   from other checkouts too (e.g. a ``git worktree`` of main), alternated ``--rounds``
-   times in one run, and prints each one's median and its ratio to the first.
+   requests/s, and the server process's CPU time per request (user + system, from /proc:
+   the figure a shared machine disturbs least). What this measures is the service's own
+   overhead (HTTP, validation, the judging core, the cache, JSON), not an LLM. The load
+   comes from a lean client by default (one keep-alive connection per client over asyncio
+   streams: on 2 cores the client shares the CPU with the server, and httpx spends several
+   times the server's CPU per request); ``--client httpx`` is the earlier client,
+   ``--client both`` runs each in turn. ``--code DIR`` (repeatable) runs the server from
+   other checkouts too (e.g. a ``git archive`` of main), ``--code DIR:SITE`` with a
+   directory of extra packages on its import path (e.g. ``pip install --target SITE
+   httptools uvloop``), alternated ``--rounds`` times in one run, and prints each one's
+   medians and their ratios to the first's. ``--recording-fake``: the earlier bench's fake
+   judge, which keeps every request it gets (its garbage-collector work is then charged to
+   the server).
 2. A 3,000-passage job (300 queries x 10 passages by default) against the simulated LLM
    server (``scripts/sim_llm_server.py``: 50 ms +/- 10 ms per call, capacity 64), beside
    ``judge score`` on the same dataset and server, in the same run, each with a fresh
@@ -56,17 +65,35 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<rel=3>"
 
 
+class _Unrecorded(list[Any]):
+    """A request log that keeps nothing."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
 def fake_backend() -> Any:
-    """The judge of part 1 (``judge serve --backend-factory bench_server:fake_backend``)."""
+    """The judge of part 1 (``judge serve --backend-factory bench_server:fake_backend``):
+    yes iff the passage carries the marker. A scripted backend records every request it
+    gets (for tests); a real one keeps none, so this one does not either (the log's
+    garbage-collector work would be charged to the server) unless ``BENCH_FAKE_RECORDS=1``
+    (``--recording-fake``) asks for the earlier bench's judge."""
     from judge.backends import RuleBackend
 
-    return RuleBackend.keyword(MARKER)
+    backend = RuleBackend.keyword(MARKER)
+    if os.environ.get("BENCH_FAKE_RECORDS") != "1":
+        backend.requests = _Unrecorded()
+    return backend
 
 
 @contextmanager
-def serve(args: list[str], home: Path, limit_s: float = 60.0, code: Path = ROOT) -> Iterator[tuple[str, int]]:
+def serve(
+    args: list[str], home: Path, limit_s: float = 60.0, code: Path = ROOT, extra_path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
+    """``judge serve ARGS`` from checkout ``code`` (``extra_path``: more import directories,
+    e.g. one with optional packages such as httptools), until the block ends."""
     env = _env(home)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "scripts"), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(code), *extra_path, str(ROOT / "scripts"), env["PYTHONPATH"]])
     env.pop("JUDGE_API_KEYS", None)
     cmd = [
         sys.executable,
@@ -118,12 +145,7 @@ async def _evaluate_load(url: str, clients: int, per_client: int, limit_s: float
             if time.monotonic() > deadline:
                 errors["time limit"] = errors.get("time limit", 0) + 1
                 return
-            body = {
-                "query": f"客户端 {c} 的第 {r} 个问题",
-                "retrieval_context": [
-                    f"段落 {j}（{c}-{r}）" + (MARKER if j % 2 == 0 else "") for j in range(5)
-                ],
-            }
+            body = _request_body(c, r)
             t0 = time.perf_counter()
             try:
                 resp = await http.post("/v1/evaluate", json=body)
@@ -141,16 +163,91 @@ async def _evaluate_load(url: str, clients: int, per_client: int, limit_s: float
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c, http) for c in range(clients)))
         wall = time.perf_counter() - t0
+    return _load_figures(clients * per_client, latencies, errors, wall)
+
+
+def _request_body(c: int, r: int) -> dict[str, Any]:
+    """The ``r``-th request of client ``c``: its own query, so every passage is judged."""
     return {
-        "requests": clients * per_client,
+        "query": f"客户端 {c} 的第 {r} 个问题",
+        "retrieval_context": [f"段落 {j}（{c}-{r}）" + (MARKER if j % 2 == 0 else "") for j in range(5)],
+    }
+
+
+async def _raw_load(url: str, clients: int, per_client: int, limit_s: float) -> dict[str, Any]:
+    """Part 1's load from a lean client: one keep-alive HTTP/1.1 connection per client over
+    asyncio streams, requests built before the clock starts, a response read by its
+    ``Content-Length``. On a 2-core machine the client shares the CPU with the server; this
+    one costs a fraction of httpx's per request, so the figure is the server's."""
+    host, _, port = url.removeprefix("http://").rstrip("/").rpartition(":")
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    deadline = time.monotonic() + limit_s
+    requests = [
+        [_http_post(host, int(port), "/v1/evaluate", _request_body(c, r)) for r in range(per_client)]
+        for c in range(clients)
+    ]
+
+    async def client(c: int) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for raw in requests[c]:
+                if time.monotonic() > deadline:
+                    errors["time limit"] = errors.get("time limit", 0) + 1
+                    return
+                t0 = time.perf_counter()
+                writer.write(raw)
+                status, body = await _read_response(reader)
+                if status != 200 or len(json.loads(body)["verdicts"]) != 5:
+                    errors[str(status)] = errors.get(str(status), 0) + 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+        finally:
+            writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return _load_figures(clients * per_client, latencies, errors, time.perf_counter() - t0)
+
+
+def _http_post(host: str, port: int, path: str, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + data
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length = None
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    if length is None:
+        raise ValueError("response without Content-Length")
+    return status, await reader.readexactly(length)
+
+
+def _load_figures(
+    requests: int, latencies: list[float], errors: dict[str, int], wall: float
+) -> dict[str, Any]:
+    return {
+        "requests": requests,
         "ok": len(latencies),
         "errors": errors,
         "wall_s": round(wall, 3),
         "requests_per_s": round(len(latencies) / wall, 1),
         "passages_per_s": round(5 * len(latencies) / wall, 1),
-        "p50_ms": round(1000 * _pct(latencies, 0.50), 1),
-        "p99_ms": round(1000 * _pct(latencies, 0.99), 1),
-        "max_ms": round(1000 * max(latencies), 1),
+        "p50_ms": round(1000 * _pct(latencies, 0.50), 1) if latencies else None,
+        "p99_ms": round(1000 * _pct(latencies, 0.99), 1) if latencies else None,
+        "max_ms": round(1000 * max(latencies), 1) if latencies else None,
     }
 
 
@@ -253,6 +350,76 @@ def _job_run(url: str, data: Path, passages: int, limit_s: float) -> dict[str, A
     }
 
 
+def _serve_evaluate(args: argparse.Namespace, home: Path, code: str, client: str) -> dict[str, Any]:
+    """One server of part 1 (fresh job database and verdict cache) under one client's load."""
+    cache = home / "cache.sqlite"
+    cache_args = ["--no-cache"] if args.no_cache else ["--cache", str(cache)]
+    server_args = ["--backend-factory", "bench_server:fake_backend", *cache_args]
+    server_args += ["--concurrency", "64", "--db", str(home / "eval.sqlite")]
+    run = _raw_load if client == "raw" else _evaluate_load
+    checkout, *extra = code.split(os.pathsep)
+    with serve(server_args, home, code=Path(checkout), extra_path=tuple(extra)) as (url, pid):
+        cpu0 = _cpu_s(pid)
+        load = asyncio.run(run(url, args.clients, args.requests, args.limit_s))
+        cpu1 = _cpu_s(pid)
+    if cpu0 is not None and cpu1 is not None and load["ok"]:
+        # The server's own CPU per request: what a shared, loaded machine disturbs least
+        # (wall-clock rates follow the other processes' load).
+        load["server_cpu_ms_per_request"] = round(1000 * (cpu1 - cpu0) / load["ok"], 3)
+    if not args.no_cache:
+        load["cached_verdicts"] = _cached(cache)
+        load["every_verdict_cached"] = load["cached_verdicts"] == 5 * load["ok"]
+    return load
+
+
+def _evaluate_part(args: argparse.Namespace, tmp: Path, codes: list[str]) -> None:
+    """Part 1: every checkout under every client kind, alternated ``--rounds`` times."""
+    clients = ["raw", "httpx"] if args.client == "both" else [args.client]
+    print(
+        f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge, "
+        f"{'no cache' if args.no_cache else 'verdict cache'}; load {os.getloadavg()[0]:.2f}"
+    )
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {(k, c): [] for k in clients for c in codes}
+    for rnd in range(args.rounds if len(codes) > 1 else 1):
+        for kind in clients:
+            for i, code in enumerate(codes):
+                load = _serve_evaluate(args, tmp / f"eval-{rnd}-{kind}-{i}", code, kind)
+                load.update(client=kind, code=_code_name(code), round=rnd)
+                load["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                rows[(kind, code)].append(load)
+                print(json.dumps(load, ensure_ascii=False))
+    if len(codes) > 1:
+        for kind in clients:
+            _print_medians(kind, codes, rows)
+
+
+def _print_medians(kind: str, codes: list[str], rows: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+    """Each checkout's medians under one client kind, and their ratios to the first's."""
+
+    def median(code: str, key: str) -> float | None:
+        found = [r[key] for r in rows[(kind, code)] if r.get(key) is not None]
+        return statistics.median(found) if found else None
+
+    first = _code_name(codes[0])
+    base_rate, base_cpu = median(codes[0], "requests_per_s"), median(codes[0], "server_cpu_ms_per_request")
+    for code in codes:
+        row: dict[str, Any] = {"client": kind, "code": _code_name(code)}
+        for key in ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_request"):
+            row[f"median_{key}"] = median(code, key)
+        rate, cpu = row["median_requests_per_s"], row["median_server_cpu_ms_per_request"]
+        if base_rate and rate is not None:
+            row[f"rate_ratio_vs_{first}"] = round(rate / base_rate, 3)
+        if base_cpu and cpu is not None:
+            row[f"cpu_ratio_vs_{first}"] = round(cpu / base_cpu, 3)
+        print(json.dumps(row))
+
+
+def _code_name(code: str) -> str:
+    """A checkout's name in the figures: its directory, ``+site`` when extra paths are given."""
+    checkout, *extra = code.split(os.pathsep)
+    return Path(checkout).name + ("+" + "+".join(Path(e).name for e in extra) if extra else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=50)
@@ -267,80 +434,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--code",
         action="append",
-        type=Path,
         default=None,
-        help="a checkout to run part 1's server from (repeatable; default: this one)",
+        help="a checkout to run the server from (repeatable; default: this one); "
+        f"CHECKOUT{os.pathsep}DIR... also puts DIR on the server's import path (e.g. a directory "
+        "with httptools and uvloop installed by pip install --target)",
+    )
+    ap.add_argument(
+        "--client",
+        choices=("raw", "httpx", "both"),
+        default="raw",
+        help="part 1's load generator: lean keep-alive HTTP over asyncio streams (default), "
+        "httpx (the earlier client, CPU-heavy), or both in turn",
+    )
+    ap.add_argument(
+        "--recording-fake",
+        action="store_true",
+        help="part 1's judge keeps every request it gets, as the earlier bench's did",
     )
     ap.add_argument("--skip-job", action="store_true", help="part 1 only")
     ap.add_argument("--kill-run", action="store_true", help="part 3 only: the kill -9 run")
     args = ap.parse_args(argv)
+    if args.recording_fake:
+        os.environ["BENCH_FAKE_RECORDS"] = "1"
     if args.kill_run:
         with tempfile.TemporaryDirectory(prefix="bench_server_kill_") as tmp_s:
-            for i, code in enumerate(c.resolve() for c in (args.code or [ROOT])):
+            checkouts = [Path(c.split(os.pathsep)[0]).resolve() for c in (args.code or [str(ROOT)])]
+            for i, code in enumerate(checkouts):
                 print(json.dumps(_kill_run(Path(tmp_s) / str(i), code, args.latency_ms, args.limit_s)))
         return 0
 
     with tempfile.TemporaryDirectory(prefix="bench_server_") as tmp_s:
         tmp = Path(tmp_s)
-        codes = [c.resolve() for c in (args.code or [ROOT])]
-        print(
-            f"== /v1/evaluate: {args.clients} clients x {args.requests} requests x 5 passages, fake judge, "
-            f"{'no cache' if args.no_cache else 'verdict cache'}; load {os.getloadavg()[0]:.2f}"
-        )
-        rates: dict[Path, list[float]] = {c: [] for c in codes}
-        p99s: dict[Path, list[float]] = {c: [] for c in codes}
-        cpus: dict[Path, list[float]] = {c: [] for c in codes}
-        for rnd in range(args.rounds if len(codes) > 1 else 1):
-            for i, code in enumerate(codes):
-                home = tmp / f"eval-{rnd}-{i}"
-                cache = home / "cache.sqlite"
-                cache_args = ["--no-cache"] if args.no_cache else ["--cache", str(cache)]
-                with serve(
-                    [
-                        "--backend-factory",
-                        "bench_server:fake_backend",
-                        *cache_args,
-                        "--concurrency",
-                        "64",
-                        "--db",
-                        str(home / "eval.sqlite"),
-                    ],
-                    home,
-                    code=code,
-                ) as (url, pid):
-                    cpu0 = _cpu_s(pid)
-                    load = asyncio.run(_evaluate_load(url, args.clients, args.requests, args.limit_s))
-                    cpu1 = _cpu_s(pid)
-                if cpu0 is not None and cpu1 is not None and load["ok"]:
-                    # The server's own CPU per request: what a shared, loaded machine
-                    # disturbs least (wall-clock rates follow the other processes' load).
-                    load["server_cpu_ms_per_request"] = round(1000 * (cpu1 - cpu0) / load["ok"], 3)
-                    cpus[code].append(load["server_cpu_ms_per_request"])
-                if not args.no_cache:
-                    load["cached_verdicts"] = _cached(cache)
-                    load["every_verdict_cached"] = load["cached_verdicts"] == 5 * load["ok"]
-                load["code"] = str(code)
-                load["round"] = rnd
-                load["load_avg_1m"] = round(os.getloadavg()[0], 2)
-                rates[code].append(load["requests_per_s"])
-                p99s[code].append(load["p99_ms"])
-                print(json.dumps(load, ensure_ascii=False))
-        if len(codes) > 1:
-            base = statistics.median(rates[codes[0]])
-            base_cpu = statistics.median(cpus[codes[0]]) if cpus[codes[0]] else None
-            for code in codes:
-                median = statistics.median(rates[code])
-                row: dict[str, Any] = {
-                    "code": str(code),
-                    "median_requests_per_s": median,
-                    "median_p99_ms": statistics.median(p99s[code]),
-                    f"rate_ratio_vs_{codes[0].name}": round(median / base, 3),
-                }
-                if base_cpu and cpus[code]:
-                    cpu = statistics.median(cpus[code])
-                    row["median_server_cpu_ms_per_request"] = cpu
-                    row[f"cpu_ratio_vs_{codes[0].name}"] = round(cpu / base_cpu, 3)
-                print(json.dumps(row))
+        _evaluate_part(args, tmp, args.code or [str(ROOT)])
+        codes = [Path(c.split(os.pathsep)[0]).resolve() for c in (args.code or [str(ROOT)])]
         if args.skip_job:
             return 0
 

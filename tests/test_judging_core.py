@@ -549,3 +549,19 @@ async def test_automatic_probability_mode_explains_the_verdict() -> None:
     assert v.verdict == "yes" and v.p_yes == pytest.approx(0.9)
     assert v.reason == "段落给出了贫血的表现" and len(backend.requests) == 2
     assert backend.requests[0].candidates == ("yes", "no") and backend.requests[1].candidates is None
+
+
+@pytest.mark.parametrize("language", ["auto", "en"])
+def test_a_querys_verdicts_are_cached_under_their_cache_keys(language: str) -> None:
+    """judge_query and judge_passage store each verdict under ``verdict_cache_key`` of the
+    config bound for the query (the batch driver looks them up by it)."""
+    backend = RuleBackend.keyword("贫血", params={"quant": "q4"})
+    config = JudgeConfig(language=language)  # type: ignore[arg-type]
+    store = DictStore()
+    result = asyncio.run(judge_query(backend, QUERY, PASSAGES, config, store=store))
+    assert result.unjudged == 0
+    bound = bind_language(resolve_config(config, backend), QUERY, PASSAGES)
+    assert set(store.data) == {verdict_cache_key(backend, bound, QUERY, p) for p in PASSAGES}
+    single = DictStore()
+    asyncio.run(judge_passage(backend, QUERY, Passage(PASSAGES[0]), 0, bound, single))
+    assert set(single.data) == {verdict_cache_key(backend, bound, QUERY, PASSAGES[0])}

@@ -196,3 +196,27 @@ def test_listwise_items_follow_the_same_rules() -> None:
     assert problems == ['passage 3: \'verdict\' must be "yes" or "no"']
     graded, problems = parse_listwise('{"verdicts": [{"id": 1, "grade": 2, "verdict": "yes"}]}', 1, "graded")
     assert graded == {1: ("", 2, "")} and problems == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"verdict": "yes", "reason": "r"}',
+        '  \n{"verdict": "no", "reason": "r"}\n ',
+        '{"verdict": "no", "reason": "a } and a { in a string"}',
+        '{"outer": {"verdict": "yes"}, "reason": "nested"}',
+        '{"verdict": "yes"} {"verdict": "no"}',
+        '{"reason": "a fence ```{\\"verdict\\": \\"no\\"}``` inside a string", "verdict": "yes"}',
+        "{'verdict': 'yes'}",
+        '{"verdict": "yes", "reason": "unterminated}',
+        '[1, 2] {"verdict": "yes"}',
+        "{}",
+        '{"a": NaN}',
+    ],
+)
+def test_the_first_object_is_the_same_whether_or_not_the_reply_is_one_bare_object(text: str) -> None:
+    """A reply that is one bare object is parsed whole; the answer is the one the scan of
+    every candidate gives."""
+    from judge.backends._json import first_json_object, json_objects
+
+    assert first_json_object(text) == next(json_objects(text), None)

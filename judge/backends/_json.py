@@ -75,4 +75,17 @@ def json_objects(text: str) -> Iterator[dict[str, Any]]:
 
 def first_json_object(text: str) -> dict[str, Any] | None:
     """The first candidate of :func:`json_objects`, or None when the text holds none."""
+    if "```" not in text:
+        # The usual reply is one bare object. With no fence, the first candidate starts at
+        # the first brace; when the whole (stripped) reply parses as an object, that brace's
+        # match is the last character, so the candidate is the whole reply: parse it once
+        # instead of scanning it brace by brace first.
+        stripped = text.strip()
+        if stripped.startswith("{") and stripped.endswith("}"):
+            try:
+                value = json.loads(stripped)
+            except json.JSONDecodeError:
+                value = None
+            if isinstance(value, dict):
+                return value
     return next(json_objects(text), None)

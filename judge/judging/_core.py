@@ -426,18 +426,53 @@ async def judge_passage(
     that no caller bound for the whole query is bound from this query and passage."""
     config = bind_language(resolve_config(config, backend), query, [passage.text])
     _check_probability(backend, config)
-    template = template_for(config)
+    return await _judge_bound(
+        _QueryFrame(backend, config, query, template_for(config)), passage, index, store
+    )
+
+
+class _QueryFrame:
+    """What every passage of one query shares once its config is resolved and bound: the
+    template, the query as it goes into the prompt, and the cache key's text around the
+    passage (:func:`verdict_cache_key`'s, computed once per query instead of per passage)."""
+
+    def __init__(self, backend: Backend, config: JudgeConfig, query: str, template: PromptTemplate) -> None:
+        self.backend = backend
+        self.config = config
+        self.query = query
+        self.template = template
+        self.prompt_query = _defuse(query)
+        self._key_around: tuple[str, str] | None = None
+
+    def key(self, passage_text: str) -> str:
+        """``verdict_cache_key(backend, config, query, passage_text, template=template)``."""
+        if self._key_around is None:
+            backend, template = self.backend, self.template
+            params = _dumps(backend.params())
+            head, tail = _key_frame(
+                backend.name, params, self.config, backend.model, template.id, template.hash
+            )
+            self._key_around = head, f',"query":{_dumps(self.query)}{tail}'
+        head, tail = self._key_around
+        return hashlib.sha256(f"{head}{_dumps(passage_text)}{tail}".encode()).hexdigest()
+
+
+async def _judge_bound(
+    frame: _QueryFrame, passage: Passage, index: int, store: VerdictStore | None
+) -> PassageVerdict:
+    """:func:`judge_passage` once the config is resolved and bound for the query."""
     key: str | None = None
     if store is not None:
-        key = verdict_cache_key(backend, config, query, passage.text)
+        key = frame.key(passage.text)
         hit = await store.get(key)
         if hit is not None:
             return cached_verdict(hit, index, passage)
-    messages = template.render(query=_defuse(query), passage=_defuse(passage.text))
+    template = frame.template
+    messages = template.render(query=frame.prompt_query, passage=_defuse(passage.text))
     return await ask_verdict(
-        backend,
+        frame.backend,
         template,
-        config,
+        frame.config,
         messages,
         index=index,
         key=key,
@@ -569,8 +604,8 @@ async def judge_query(
     # ``auto``: one language for the whole query, from the query and all its passages.
     config = bind_language(resolve_config(config, backend), query, [p.text for p in items])
     _check_probability(backend, config)
-    template_for(config)
-    jobs = [partial(judge_passage, backend, query, p, i, config, store) for i, p in enumerate(items)]
+    frame = _QueryFrame(backend, config, query, template_for(config))
+    jobs = [partial(_judge_bound, frame, p, i, store) for i, p in enumerate(items)]
     verdicts = await _bounded(getattr(backend, "max_concurrency", None), jobs)
     result = summarize(query, verdicts, config, backend.name, k=k, qrels=qrels)
     if not with_summary:

@@ -165,19 +165,14 @@ def summarize(
         used = next((by_template[v.template_id] for v in verdicts if v.template_id in by_template), None)
         config = bind_language(config, query, language=used)
     listed = judged_list(verdicts, config.mode, qrels=qrels, grade_threshold=config.grade_threshold)
-    ndcgs: dict[int, float] = {}
-    if listed.judged:
-        for c in cutoffs:
-            value = listed.value(judge_measure(f"ndcg_cut_{c}"))
-            assert value is not None  # pragma: no cover - judged passages exist
-            ndcgs[c] = value
+    score, ap, ndcgs = _figures(listed, cutoffs)
     return JudgeResult(
         query=query,
         mode=config.mode,
         backend=backend_name,
         verdicts=list(verdicts),
-        score=listed.value(judge_measure(JUDGE_SCORE)),
-        ap=listed.value(judge_measure(JUDGE_AP)),
+        score=score,
+        ap=ap,
         ndcg=ndcgs,
         unjudged=len(verdicts) - listed.judged,
         reason=reason,
@@ -186,6 +181,39 @@ def summarize(
         measures=listed.values(named),
         measure_conventions=measure_conventions(named),
     )
+
+
+Figures = tuple[float | None, float | None, dict[int, float]]
+_FIGURES: dict[tuple[bytes, bytes, bytes, bytes, tuple[int, ...]], Figures] = {}
+_FIGURES_KEPT = 4096
+
+
+def _figures(listed: JudgedList, cutoffs: tuple[int, ...]) -> Figures:
+    """``(score, ap, {k: ndcg@k})`` of a judged list. They depend on its arrays and the
+    cutoffs only, and a query has few passages, so the same arrays recur all the time (5
+    binary verdicts have 3^5 patterns): each is computed once and kept (the most recent
+    few thousand), instead of a dozen small numpy operations per query."""
+    key = (
+        listed.relevant.tobytes(),
+        listed.gains.tobytes(),
+        listed.pool_relevant.tobytes(),
+        listed.pool_gains.tobytes(),
+        cutoffs,
+    )
+    found = _FIGURES.get(key)
+    if found is None:
+        ndcgs: dict[int, float] = {}
+        if listed.judged:
+            for c in cutoffs:
+                value = listed.value(judge_measure(f"ndcg_cut_{c}"))
+                assert value is not None  # pragma: no cover - judged passages exist
+                ndcgs[c] = value
+        found = (listed.value(judge_measure(JUDGE_SCORE)), listed.value(judge_measure(JUDGE_AP)), ndcgs)
+        if len(_FIGURES) >= _FIGURES_KEPT:
+            _FIGURES.pop(next(iter(_FIGURES)), None)
+        _FIGURES[key] = found
+    score, ap, ndcgs = found
+    return score, ap, dict(ndcgs)
 
 
 def measure_conventions(named: Sequence[NamedMeasure]) -> dict[str, dict[str, object]]:

@@ -35,22 +35,16 @@ from fastapi.responses import (
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
-from judge.backends import PermanentError
 from judge.io._errors import InputError
-from judge.server import _bounds, _engine, _failures, _fastpath
+from judge.server import _bounds, _engine, _failures
 from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
+from judge.server._evaluate_route import evaluate_router
 from judge.server._jobs import JobManager, Runtime, config_of, new_job_id, option_error
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import CONTENT_TYPE, ServerMetrics
 from judge.server._review import Review, review_router
-from judge.server._schemas import (
-    JUDGE_OPTION_KEYS,
-    CompareRequest,
-    EvaluateRequest,
-    JobOptions,
-    JobRequest,
-)
+from judge.server._schemas import JUDGE_OPTION_KEYS, CompareRequest, JobOptions, JobRequest
 from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
 from judge.server._sessions import (
     DEFAULT_TTL_S,
@@ -268,7 +262,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )
     manager = JobManager(db, rt, metrics)
-    configs = _fastpath.ConfigCache(config_of, rt.backend)  # /v1/evaluate's, per option set
     keys = config.keys
     review = Review.open(
         config.labels_path or config.db_path.with_name("labels.sqlite"),
@@ -435,54 +428,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     # --- one query -----------------------------------------------------------------------
-    @app.post("/v1/evaluate", tags=["evaluate"])
-    async def evaluate(body: EvaluateRequest) -> Response:
-        """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
-
-        ``summary: true`` also asks for a summary reason (one more LLM call)."""
-        from judge._api import aevaluate
-        from judge.judging import Passage
-
-        if len(body.retrieval_context) > config.max_passages:
-            return _json_error(
-                413,
-                f"retrieval_context has {len(body.retrieval_context)} passages; at most "
-                f"{config.max_passages} per request (submit a job for more)",
-                field="retrieval_context",
-            )
-        if (refused := _bounds.query_too_long(body.query, rt.bounds)) is not None:
-            return refused
-        opts = dict(config.defaults)
-        if body.config is not None:
-            opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
-        if body.mode is not None:
-            opts["mode"] = body.mode
-        try:
-            judge_config = configs.get(opts)
-        except ValueError as exc:
-            raise option_error(exc, "body", "config") from None
-        passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
-        store = None if rt.store is None else _fastpath.RequestStore(rt.store)
-        try:
-            result = await aevaluate(
-                body.query,
-                passages,
-                backend=rt.backend,
-                config=judge_config,
-                k=body.k,
-                store=store,
-                summary=body.summary,
-            )
-        except PermanentError as exc:
-            return _failures.upstream_error(exc, rt.backend.name)
-        finally:
-            if store is not None:
-                await store.flush()  # what was judged is cached, even when the request fails
-        counts: dict[str, int] = {}
-        for v in result.verdicts:
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        metrics.count_verdicts(counts)
-        return _fastpath.json_response(result.model_dump_json())
+    app.include_router(evaluate_router(rt, config.defaults, config.max_passages, metrics))
 
     # --- jobs ----------------------------------------------------------------------------
     @app.post("/v1/jobs", tags=["jobs"], status_code=202)

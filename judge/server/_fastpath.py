@@ -3,15 +3,17 @@ change between requests:
 
 * the judging config of a set of options is built and resolved for the backend once
   (:class:`ConfigCache`; a handful of distinct option sets in practice, bounded anyway);
-* the verdicts a request judges are written to the verdict cache together, in one
-  transaction, before the answer is sent (:class:`RequestStore`), instead of one commit
-  per passage; every judged verdict is still cached;
+* the verdicts a request judges are written to the verdict cache together, before the
+  answer is sent (:class:`RequestStore`), instead of one commit per passage; requests
+  that finish together share one transaction (:class:`GroupCommit`). Every judged verdict
+  is committed to the cache before its request is answered;
 * the answer is the result's JSON as pydantic writes it (no parse and re-dump).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi.responses import Response
@@ -44,12 +46,66 @@ class ConfigCache:
         return found
 
 
-class RequestStore:
-    """A verdict store for one request: reads go to the cache (this request's own pending
-    verdicts first), writes wait for :meth:`flush`, which writes them in one go."""
+Items = Sequence[tuple[str, PassageVerdict]]
+
+
+class GroupCommit:
+    """The verdict cache's writer for concurrent requests: :meth:`write` returns once the
+    items are committed, and the items of every request that writes while a commit is being
+    prepared go into the same one (one transaction for several requests instead of one
+    each). An error of the commit is raised in every request of the group. Items whose
+    request was cancelled meanwhile are still written."""
 
     def __init__(self, store: VerdictStore) -> None:
         self.store = store
+        self._items: list[tuple[str, PassageVerdict]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self.commits = 0  # how many transactions were made (for tests and benchmarks)
+
+    async def write(self, items: Items) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._items.extend(items)
+        self._waiters.append(done)
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(0)  # requests that finish in this turn of the loop join in
+        while self._items:
+            items, waiters = self._items, self._waiters
+            self._items, self._waiters = [], []
+            try:
+                await self._put(items)
+            except Exception as exc:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _put(self, items: Items) -> None:
+        self.commits += 1
+        put_many = getattr(self.store, "put_many", None)
+        if put_many is not None:
+            await put_many(list(items))
+        else:
+            for key, verdict in items:
+                await self.store.put(key, verdict)
+
+
+class RequestStore:
+    """A verdict store for one request: reads go to the cache (this request's own pending
+    verdicts first), writes wait for :meth:`flush`, which writes them in one go (through
+    ``writer``, shared by the requests of a server, when given)."""
+
+    def __init__(self, store: VerdictStore, writer: GroupCommit | None = None) -> None:
+        self.store = store
+        self.writer = writer
         self.pending: dict[str, PassageVerdict] = {}
 
     async def get(self, key: str) -> PassageVerdict | None:
@@ -62,6 +118,9 @@ class RequestStore:
     async def flush(self) -> None:
         pending, self.pending = self.pending, {}
         if not pending:
+            return
+        if self.writer is not None:
+            await self.writer.write(list(pending.items()))
             return
         put_many = getattr(self.store, "put_many", None)
         if put_many is not None:

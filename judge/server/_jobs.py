@@ -129,6 +129,38 @@ RUNNERS: dict[str, Runner] = {"score": _run_score_kind, "compare": _run_compare_
 PROGRESS_FILES: dict[str, str] = {"score": _engine.OUTPUT_NAME, "compare": _engine.POOL_JUDGED}
 
 
+class _Progress:
+    """A running job's counters and ETA, from its progress file as it grows. The file is
+    read and parsed in a worker thread: a resumed job's file can be large, and reading it
+    on the event loop would hold every other request (``/healthz`` too) meanwhile."""
+
+    def __init__(self, manager: JobManager, job: Mapping[str, Any], tail: _engine.OutputTail) -> None:
+        self.manager = manager
+        self.job = job
+        self.tail = tail
+        self.started = time.monotonic()
+        self.done_at_start = 0
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.tail.poll)
+        self.done_at_start = self.tail.queries
+
+    async def update(self) -> None:
+        tail, job_id = self.tail, self.job["id"]
+        await asyncio.to_thread(tail.poll)
+        rate = (tail.queries - self.done_at_start) / max(time.monotonic() - self.started, 1e-9)
+        remaining = max(0, self.job["queries_total"] - tail.queries)
+        self.manager._eta[job_id] = 0.0 if remaining == 0 else (remaining / rate if rate > 0 else None)
+        self.manager.db.update(
+            job_id, queries_done=tail.queries, passages_done=tail.passages, unjudged=tail.unjudged
+        )
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            await self.update()
+
+
 class JobManager:
     def __init__(self, db: JobDB, runtime: Runtime, metrics: ServerMetrics) -> None:
         self.db = db
@@ -191,29 +223,14 @@ class JobManager:
     async def _run(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
         job_dir = self.job_dir(job_id)
-        tail = _engine.OutputTail(job_dir / PROGRESS_FILES[job["kind"]])
-        started = time.monotonic()
-        tail.poll()
-        done_at_start = tail.queries
+        progress = _Progress(self, job, _engine.OutputTail(job_dir / PROGRESS_FILES[job["kind"]]))
         seen_verdicts: Counter[str] = Counter()
-
-        def progress() -> None:
-            tail.poll()
-            rate = (tail.queries - done_at_start) / max(time.monotonic() - started, 1e-9)
-            remaining = max(0, job["queries_total"] - tail.queries)
-            self._eta[job_id] = 0.0 if remaining == 0 else (remaining / rate if rate > 0 else None)
-            self.db.update(
-                job_id, queries_done=tail.queries, passages_done=tail.passages, unjudged=tail.unjudged
-            )
-
-        async def ticker() -> None:
-            while True:
-                await asyncio.sleep(TICK_S)
-                progress()
-
         before_summary = job.get("summary") or {}
-        tick = asyncio.create_task(ticker()) if job["phase"] != "retry" else None
+        tick: asyncio.Task[None] | None = None
         try:
+            await progress.start()
+            if job["phase"] != "retry":
+                tick = asyncio.create_task(progress.ticker())
             with dataset_limits(self.runtime.bounds.dataset()):
                 summary = await RUNNERS[job["kind"]](self, job, job_dir)
         except asyncio.CancelledError:
