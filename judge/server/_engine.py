@@ -81,6 +81,12 @@ def validate_input(
     return Validation(queries, passages, rejects)
 
 
+def score_rejects(job_dir: Path) -> list[dict[str, Any]]:
+    """A scoring job's rejected input lines (line, field, error), each naming the input file."""
+    lines, _ = complete_lines(job_dir / REJECTS_NAME)
+    return [{**json.loads(x), "path": INPUT_NAME} for x in lines if x.strip()]
+
+
 def write_rejects(job_dir: Path, rejects: Sequence[Mapping[str, Any]]) -> None:
     """The checked input's rejects as the job's rejects file (the run rewrites it)."""
     with open(job_dir / REJECTS_NAME, "w", encoding="utf-8") as fh:
@@ -149,6 +155,11 @@ def complete_lines(path: Path, start: int = 0) -> tuple[list[bytes], int]:
     if end < 0:
         return [], start
     return data[: end + 1].splitlines(), start + end + 1
+
+
+def results_path(job_dir: Path, kind: str) -> Path:
+    """The job's result records: a scoring job's output, a comparison's pooled verdicts."""
+    return job_dir / (POOL_JUDGED if kind == "compare" else OUTPUT_NAME)
 
 
 def iter_records(job_dir: Path) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,90 @@
+"""``POST /v1/evaluate``: judge one query's passages now and answer with the result.
+
+The route's per-request work is kept small by :mod:`judge.server._fastpath` (configs
+resolved once per option set, one cache write per request, the answer serialised once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from judge.backends import PermanentError
+from judge.server import _bounds, _failures, _fastpath
+from judge.server._jobs import Runtime, config_of
+from judge.server._metrics import ServerMetrics
+from judge.server._schemas import EvaluateRequest
+
+
+def evaluate_router(
+    rt: Runtime,
+    defaults: dict[str, Any],
+    max_passages: int,
+    metrics: ServerMetrics,
+) -> APIRouter:
+    """The ``/v1/evaluate`` route of a server: ``defaults`` are its judging options,
+    ``max_passages`` the most passages one request may carry."""
+    router = APIRouter(route_class=_bounds.ParsedBodyRoute)  # JSON bodies checked as on every route
+    configs = _fastpath.ConfigCache(config_of, rt.backend)  # per option set
+
+    @router.post("/v1/evaluate", tags=["evaluate"])
+    async def evaluate(body: EvaluateRequest) -> Response:
+        """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
+
+        ``summary: true`` also asks for a summary reason (one more LLM call)."""
+        from judge._api import aevaluate
+        from judge.judging import Passage
+
+        if len(body.retrieval_context) > max_passages:
+            return JSONResponse(
+                {
+                    "detail": f"retrieval_context has {len(body.retrieval_context)} passages; at most "
+                    f"{max_passages} per request (submit a job for more)",
+                    "field": "retrieval_context",
+                },
+                status_code=413,
+            )
+        if (refused := _bounds.query_too_long(body.query, rt.bounds)) is not None:
+            return refused
+        opts = dict(defaults)
+        if body.config is not None:
+            opts.update({k: v for k, v in body.config.model_dump().items() if v is not None})
+        if body.mode is not None:
+            opts["mode"] = body.mode
+        try:
+            judge_config = configs.get(opts)
+        except ValueError as exc:
+            name = str(exc).split(" ", 1)[0]
+            raise RequestValidationError(
+                [{"loc": ("body", "config", name), "msg": str(exc), "type": "value_error"}]
+            ) from None
+        passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
+        store = None if rt.store is None else _fastpath.RequestStore(rt.store)
+        try:
+            result = await aevaluate(
+                body.query,
+                passages,
+                backend=rt.backend,
+                config=judge_config,
+                k=body.k,
+                store=store,
+                summary=body.summary,
+            )
+        except PermanentError as exc:
+            return _failures.upstream_error(exc, rt.backend.name)
+        finally:
+            if store is not None:
+                await store.flush()  # what was judged is cached, even when the request fails
+        counts: dict[str, int] = {}
+        for v in result.verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        metrics.count_verdicts(counts)
+        return _fastpath.json_response(result.model_dump_json())
+
+    return router
+
+
+__all__ = ["evaluate_router"]
