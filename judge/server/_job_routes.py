@@ -195,10 +195,10 @@ async def _compare_file(state: AppState, job: dict[str, Any], fmt: str, system: 
     if fmt == "run" and system not in job["options"]["systems"]:
         raise field_error(("query", "system"), f"format=run needs system= one of {job['options']['systems']}")
     job_dir = state.manager.job_dir(job["id"])
-    text = await asyncio.to_thread(_engine.compare_export, job_dir, fmt, system)
-    if text is None:
+    found = await asyncio.to_thread(_engine.compare_export, job_dir, fmt, system)
+    if found is None:
         return json_error(409, f"job is {job['status']}; the pool's files are written when it is done")
-    name = "pool.qrels" if fmt == "qrels" else f"{system}.run"
+    name, text = found
     return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{name}"'})
 
 

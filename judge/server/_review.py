@@ -60,10 +60,10 @@ from judge.store import (
     read_label_file,
 )
 from judge.store._labels import trec_token
+from judge.systems import ReportFolder
 
 ANONYMOUS = "anonymous"
 AUDIT_WINDOW = 1000  # queue items searched for a label's audit flag when the client does not say
-POOL_INPUT = "pool.input.jsonl"
 
 
 class LabelIn(BaseModel):
@@ -158,7 +158,8 @@ class JobFiles:
 
 def job_files(job_dir: Path, kind: str) -> JobFiles:
     if kind == "compare":
-        return JobFiles(job_dir / _engine.POOL_JUDGED, job_dir / POOL_INPUT)
+        folder = ReportFolder(job_dir)
+        return JobFiles(folder.pool_judged, folder.pool_input)
     return JobFiles(job_dir / _engine.OUTPUT_NAME, job_dir / _engine.INPUT_NAME)
 
 
