@@ -97,11 +97,16 @@ async def _submit_compare(
     state: AppState, body: CompareRequest, intake: Intake, job_dir: Path
 ) -> JSONResponse:
     options = compare_options(state.config.defaults, body)
+    bounds = state.runtime.bounds
+    refused = await asyncio.to_thread(_bounds.too_many_system_records, body.systems, bounds)
+    if refused is not None:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        return refused
     await asyncio.to_thread(_engine.write_systems, job_dir, body.systems)
     if body.options.qrels is not None:
         (job_dir / _engine.HUMAN_QRELS).write_text(body.options.qrels, encoding="utf-8")
     try:
-        check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, state.runtime.bounds)
+        check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, bounds)
     except InputError as err:
         return _refusal(job_dir, options, err)
     return state.accept_job(job_dir, intake, options, check)
