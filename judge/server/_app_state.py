@@ -167,7 +167,8 @@ def idempotency_hash(request: Request) -> str | None:
     return sha256_hex("idem:" + idem) if idem else None
 
 
-def app_state(request: Request) -> AppState:
+async def app_state(request: Request) -> AppState:
+    """The app's shared state (async: a plain function would cost each request a thread hop)."""
     state: AppState = request.app.state.judge
     return state
 
