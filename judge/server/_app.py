@@ -118,9 +118,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.router.route_class = ParsedBodyRoute
     app.state.judge = state
     add_error_handlers(app)
+    app.include_router(evaluate_router(config.runtime, config.defaults, config.max_passages, state.metrics))
     app.include_router(_review.router)  # queue, labels, agreement
     app.include_router(_service_routes.router)
-    app.include_router(evaluate_router(config.runtime, config.defaults, config.max_passages, state.metrics))
     app.include_router(_job_routes.router)
     app.include_router(_compare_routes.router)
     app.include_router(_viewer_routes.router)
