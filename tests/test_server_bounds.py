@@ -131,6 +131,24 @@ def test_a_job_over_the_records_bound_is_413(tmp_path: Path) -> None:
         assert r.status_code == 202
 
 
+def test_a_comparison_with_a_system_over_the_records_bound_is_422_naming_it(tmp_path: Path) -> None:
+    three, four = records(3), records(4)
+    with TestClient(bounded_app(tmp_path, max_records=3)) as client:
+        for b_given in (four, ndjson(four).decode(), ndjson(four).decode().replace("\n", "\n\n")):
+            r = client.post("/v1/compare", json={"systems": {"A": three, "B.v2": b_given}})
+            assert r.status_code == 422, r.text
+            assert r.json()["fields"] == ["body.systems.B.v2"]
+            assert r.json()["detail"][0]["loc"] == ["body", "systems", "B.v2"]
+            assert "more than 3 records" in r.json()["detail"][0]["msg"]
+        assert client.get("/v1/jobs").json()["jobs"] == []
+        assert list((tmp_path / "jobs").iterdir()) == []
+        # blank lines are not records: three records and blank lines are within the bound
+        r = client.post(
+            "/v1/compare", json={"systems": {"A": three, "B.v2": ndjson(three).decode() + "\n\n"}}
+        )
+        assert r.status_code == 202, r.text
+
+
 def test_healthz_answers_while_a_large_json_body_is_parsed(tmp_path: Path, monkeypatch: Any) -> None:
     """Ordered, not timed: the parse of a ~10 MB job body waits (bounded) for /healthz to be
     answered; if the parse held the event loop, /healthz could not be answered meanwhile."""

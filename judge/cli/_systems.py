@@ -159,9 +159,8 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.cli._labels import label_set_of
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.store import SQLiteVerdictStore
-    from judge.systems import PoolRun, SystemsOptions, run_compare_systems
+    from judge.systems import PoolRun, ReportFolder, SystemsOptions, run_comparison
     from judge.systems._inputs import parse_system_args
-    from judge.systems._pool import existing_mode
     from judge.systems._run import read_human_labels
 
     systems = parse_system_args(args.systems)
@@ -192,7 +191,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
-    spec = run_spec_of(args, mode=args.mode or existing_mode(out / "pool.judged.jsonl"))
+    spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config)
@@ -221,7 +220,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     async def go() -> Any:
         store = None if args.no_cache else SQLiteVerdictStore(args.cache)
         try:
-            return await run_compare_systems(
+            return await run_comparison(
                 systems, out, backend, config, store=store, options=options, pool_run=run
             )
         finally:
@@ -229,17 +228,16 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
                 await store.aclose()
             await backend.aclose()
 
-    report = asyncio.run(go())
-    if args.json:
-        print(report.to_json_text(), end="")
-    else:
-        print((out / "report.md").read_text(encoding="utf-8"), end="")
+    comparison = asyncio.run(go())
+    report = comparison.report
+    print(comparison.json_text() if args.json else comparison.markdown(), end="")
     if not args.quiet:
         pool = report.pool
         print(
             f"judge compare-systems: {len(report.systems)} systems, {pool.queries} queries, "
             f"{pool.unique_pairs} unique pairs ({pool.human_labels} human, {pool.judged} judged, "
-            f"{pool.unjudged} unjudged), {pool.calls} LLM calls this run; report {out / 'report.html'}",
+            f"{pool.unjudged} unjudged), {pool.calls} LLM calls this run; "
+            f"report {comparison.folder.html_path}",
             file=sys.stderr,
         )
         if report.adaptive is not None:

@@ -4,7 +4,9 @@
   ``max_query_chars`` is refused (422 naming ``query`` on ``/v1/evaluate``; in a job, the
   line is a reject naming its field), never cut: a shortened query asks another question.
   A record with more than ``max_record_passages`` passages is a reject; a job with more
-  than ``max_records`` records is refused (413 naming ``records``).
+  than ``max_records`` records is refused (413 naming ``records``), and so is a
+  comparison with a system of more than ``max_records`` records (422 naming
+  ``body.systems.NAME``).
 * **Hostile input** (a lone surrogate escape, JSON nested too deep, wrong types) in a job's
   line is a reject of that line (:mod:`judge.io._jsonl`); in a JSON body it is a 422
   naming the problem.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,10 +57,16 @@ class JobBounds:
         }
 
 
-def _unprocessable(message: str, field: str) -> JSONResponse:
+def _unprocessable(message: str, field: str, loc: Sequence[str] | None = None) -> JSONResponse:
     return JSONResponse(
         {
-            "detail": [{"loc": field.split("."), "msg": message, "type": "value_error"}],
+            "detail": [
+                {
+                    "loc": list(loc) if loc is not None else field.split("."),
+                    "msg": message,
+                    "type": "value_error",
+                }
+            ],
             "fields": [field],
         },
         status_code=422,
@@ -131,6 +139,36 @@ def too_many_records(check: _engine.Validation, bounds: JobBounds) -> JSONRespon
         },
         status_code=413,
     )
+
+
+def _records_in(given: Sequence[Any] | str, stop_after: int) -> int:
+    """A system's records as submitted: list items, or NDJSON lines that are not blank
+    (counting stops at ``stop_after``)."""
+    if not isinstance(given, str):
+        return len(given)
+    count = 0
+    for line in given.split("\n"):
+        if line.strip():
+            count += 1
+            if count >= stop_after:
+                break
+    return count
+
+
+def too_many_system_records(
+    systems: Mapping[str, Sequence[Any] | str], bounds: JobBounds
+) -> JSONResponse | None:
+    """``/v1/compare``'s refusal of a system with more records than a job may have (422
+    naming ``body.systems.NAME``). Blocking for a large body: call it in a worker thread."""
+    for name, given in systems.items():
+        if _records_in(given, bounds.max_records + 1) > bounds.max_records:
+            return _unprocessable(
+                f"system {name!r} has more than {bounds.max_records} records; at most "
+                f"{bounds.max_records} per system (judge serve --max-records)",
+                f"body.systems.{name}",
+                ("body", "systems", name),
+            )
+    return None
 
 
 def validate_input(

@@ -33,14 +33,18 @@ from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset
 from judge.io._trec import read_qrels
 from judge.judging import JudgeConfig, VerdictStore
-from judge.store import atomic_write_text
-from judge.systems import PoolRun, SystemsOptions, SystemsReport, run_compare_systems
+from judge.systems import (
+    ComparisonReport,
+    PoolRun,
+    ReportFolder,
+    SystemsOptions,
+    SystemsReport,
+    run_comparison,
+)
 from judge.systems._inputs import Inputs, read_systems
 from judge.systems._labels import map_human
-from judge.systems._pool import build_pool, pool_dataset_lines, read_pool_verdicts
-from judge.systems._render import ReportData, _differing_queries
+from judge.systems._pool import build_pool, pool_dataset_lines
 from judge.systems._run import pool_scale
-from judge.systems._scoring import evaluate_files, parse_measures, system_verdicts
 
 INPUT_NAME = "input.jsonl"
 OUTPUT_NAME = "output.jsonl"
@@ -79,6 +83,12 @@ def validate_input(
         queries += 1
         passages += len(item.passages)
     return Validation(queries, passages, rejects)
+
+
+def score_rejects(job_dir: Path) -> list[dict[str, Any]]:
+    """A scoring job's rejected input lines (line, field, error), each naming the input file."""
+    lines, _ = complete_lines(job_dir / REJECTS_NAME)
+    return [{**json.loads(x), "path": INPUT_NAME} for x in lines if x.strip()]
 
 
 def write_rejects(job_dir: Path, rejects: Sequence[Mapping[str, Any]]) -> None:
@@ -149,6 +159,11 @@ def complete_lines(path: Path, start: int = 0) -> tuple[list[bytes], int]:
     if end < 0:
         return [], start
     return data[: end + 1].splitlines(), start + end + 1
+
+
+def results_path(job_dir: Path, kind: str) -> Path:
+    """The job's result records: a scoring job's output, a comparison's pooled verdicts."""
+    return ReportFolder(job_dir).pool_judged if kind == "compare" else job_dir / OUTPUT_NAME
 
 
 def iter_records(job_dir: Path) -> Iterator[dict[str, Any]]:
@@ -235,18 +250,15 @@ def query_detail(job_dir: Path, query_id: str, options: Mapping[str, Any]) -> di
 
 # ------------------------------------------------------------------------ compare jobs
 # A comparison of systems (``judge compare-systems``) runs in the job's directory, which is
-# its report directory: ``systems/NAME.jsonl`` (each system's submitted records),
-# ``human.qrels`` (the optional human labels), then what compare-systems writes there
-# (``pool.input.jsonl``, ``pool.judged.jsonl``, ``pool.qrels``, ``runs/NAME.run``,
-# ``report.json|md|html``). Resuming is re-running it: the pool's output and the verdict
-# cache hold what was judged.
+# its report folder (:class:`judge.systems.ReportFolder`): ``systems/NAME.jsonl`` (each
+# system's submitted records), ``human.qrels`` (the optional human labels), then what
+# compare-systems writes there. Resuming is re-running it: the pool's output and the
+# verdict cache hold what was judged.
 SYSTEMS_DIR = "systems"
 HUMAN_QRELS = "human.qrels"
 COMPARE_REJECTS = "compare.rejects.jsonl"
-POOL_JUDGED = "pool.judged.jsonl"
-POOL_QRELS = "pool.qrels"
-DIFFERENCES_NAME = "differences.json"
-REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html"}
+# the file whose appended records are a comparison's progress (its pool's judged records)
+POOL_JUDGED = ReportFolder(Path()).pool_judged.name
 
 
 def system_path(job_dir: Path, name: str) -> Path:
@@ -409,7 +421,7 @@ async def run_compare(
         retry_unjudged=retry,
         settings=dict(settings),
     )
-    report = await run_compare_systems(
+    comparison = await run_comparison(
         _systems_of(job_dir, options),
         job_dir,
         backend,
@@ -418,8 +430,8 @@ async def run_compare(
         options=systems_options(job_dir, options),
         pool_run=run,
     )
-    await asyncio.to_thread(write_differences, job_dir, options)
-    return await asyncio.to_thread(compare_summary, job_dir, report)
+    await asyncio.to_thread(comparison.save_differences)
+    return await asyncio.to_thread(compare_summary, job_dir, comparison.report)
 
 
 def compare_summary(job_dir: Path, report: SystemsReport) -> dict[str, Any]:
@@ -463,21 +475,25 @@ def _best(data: Mapping[str, Any], primary: str | None) -> str | None:
 
 
 def iter_pool_records(job_dir: Path) -> Iterator[dict[str, Any]]:
-    lines, _ = complete_lines(job_dir / POOL_JUDGED)
+    lines, _ = complete_lines(ReportFolder(job_dir).pool_judged)
     for line in lines:
         if line.strip():
             yield json.loads(line)
 
 
 def report_text(job_dir: Path, fmt: str) -> str | None:
-    path = job_dir / REPORT_FILES[fmt]
-    return path.read_text(encoding="utf-8") if path.exists() else None
+    """The finished comparison's report as ``json``, ``md`` or ``html`` (None: not yet)."""
+    return ReportFolder(job_dir).view(fmt)
 
 
-def compare_export(job_dir: Path, kind: str, system: str | None) -> str | None:
-    """``pool.qrels``, or ``runs/NAME.run`` of one system (None: not written yet / no such)."""
-    path = job_dir / POOL_QRELS if kind == "qrels" else job_dir / "runs" / f"{system}.run"
-    return path.read_text(encoding="utf-8") if path.exists() else None
+def compare_export(job_dir: Path, kind: str, system: str | None) -> tuple[str, str] | None:
+    """The pool's qrels (``kind="qrels"``) or one system's run, as ``(file name, text)``
+    (None: not written yet / no such)."""
+    folder = ReportFolder(job_dir)
+    text = folder.export(kind, system)
+    if text is None:
+        return None
+    return (folder.pool_qrels if kind == "qrels" else folder.run(str(system))).name, text
 
 
 def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
@@ -494,96 +510,18 @@ def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict
     }
 
 
-def write_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
-    data = differences(job_dir, options)
-    atomic_write_text(job_dir / DIFFERENCES_NAME, json.dumps(data, ensure_ascii=False))
-    return data
-
-
 def read_differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The viewer's per-query view of a finished comparison (computed once, then read)."""
-    path = job_dir / DIFFERENCES_NAME
-    if path.exists():
-        loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return loaded
-    if not (job_dir / REPORT_FILES["json"]).exists():
-        return None
-    return write_differences(job_dir, options)
+    """The viewer's per-query view of a finished comparison (computed once, then read;
+    None: not finished)."""
+    folder = ReportFolder(job_dir)
+    found = folder.saved_differences()
+    if found is not None or not folder.written:
+        return found
+    return load_report(job_dir, options).save_differences()
 
 
-def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The queries where the systems differ most on the primary measure (as report.html
-    picks them), each with every system's value and top passages: verdict, grade, P(yes),
-    reason. Rebuilt from the files compare-systems wrote in the job's directory."""
-    report = SystemsReport.model_validate(json.loads((job_dir / REPORT_FILES["json"]).read_text("utf-8")))
-    conv = report.conventions
-    inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
-    pool = build_pool(
-        inputs, depth=options.get("depth"), human=_on_pool_scale(job_dir, options, _human(job_dir))
+def load_report(job_dir: Path, options: Mapping[str, Any]) -> ComparisonReport:
+    """A finished comparison job's report with its views, from the job's directory."""
+    return ComparisonReport.load(
+        job_dir, systems_options(job_dir, options), systems=_systems_of(job_dir, options)
     )
-    verdicts = read_pool_verdicts(job_dir / POOL_JUDGED)
-    measures = parse_measures(conv.get("measures"))
-    level = int(conv["relevance_level"])
-    mode = str(conv.get("mode") or "binary")
-    thresholds: dict[str, float] = dict(conv.get("p_yes_thresholds") or {})
-    qrels_path = job_dir / POOL_QRELS
-    evaluations = {
-        s.name: evaluate_files(qrels_path, job_dir / "runs" / f"{s.name}.run", measures, level)
-        for s in inputs.systems
-    }
-    top_passages = int(options.get("top_passages", 5))
-    data = ReportData(
-        report=report,
-        inputs=inputs,
-        pool=pool,
-        verdicts=verdicts,
-        evaluations=evaluations,
-        paired=[],
-        measures=measures,
-        level=level,
-        mode=mode,
-        top_queries=int(options.get("top_queries", 10)),
-        top_passages=top_passages,
-        thresholds=thresholds,
-    )
-    primary, rows = _differing_queries(data)
-    queries = []
-    for qid, values in rows:
-        systems: list[dict[str, Any]] = []
-        for system in inputs.systems:
-            sq = system.queries.get(qid)
-            if sq is None:
-                systems.append(
-                    {"name": system.name, "value": values.get(system.name), "passages": [], "more": 0}
-                )
-                continue
-            shown: list[dict[str, Any]] = []
-            pvs = system_verdicts(system, qid, pool, verdicts, level)
-            for rank, (v, docno) in enumerate(zip(pvs, sq.docnos, strict=True), start=1):
-                if rank > top_passages:
-                    break
-                shown.append(
-                    {
-                        "rank": rank,
-                        "docno": docno,
-                        "text": inputs.passages[qid][docno].text,
-                        "verdict": v.verdict,
-                        "grade": v.grade,
-                        "p_yes": v.p_yes,
-                        # the threshold that P(yes) was compared with (binary probability mode)
-                        "p_yes_threshold": thresholds.get(v.template_id),
-                        "reason": v.reason if v.judged else (v.error or ""),
-                        "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
-                    }
-                )
-            systems.append(
-                {
-                    "name": system.name,
-                    "value": values.get(system.name),
-                    "passages": shown,
-                    "more": max(0, len(sq.docnos) - top_passages),
-                }
-            )
-        spread = max(values.values()) - min(values.values())
-        queries.append({"id": qid, "query": inputs.queries[qid], "spread": spread, "systems": systems})
-    return {"measure": primary, "queries": queries}

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judge.batch import RUN_DEFAULTS
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
@@ -24,6 +24,27 @@ def _check_template(value: str | None) -> str | None:
     return value
 
 
+def _check_cutoffs(value: list[int] | None) -> list[int] | None:
+    if value is not None and any(c < 1 or c > 10_000 for c in value):
+        raise ValueError("cutoffs must be integers in 1..10000")
+    return None if value is None else list(dict.fromkeys(value))
+
+
+def _check_field_map(value: dict[str, str]) -> dict[str, str]:
+    from judge.io._jsonl import parse_field_map
+
+    return parse_field_map([f"{a}={b}" for a, b in value.items()]) if value else {}
+
+
+# The checks shared by every body that has such a field (each written once).
+TemplateId = Annotated[str | None, AfterValidator(_check_template)]
+"""A built-in template id (None: the default)."""
+Cutoffs = Annotated[list[int], AfterValidator(_check_cutoffs)]
+"""Rank cutoffs in 1..10000, repeats dropped."""
+FieldMap = Annotated[dict[str, str], AfterValidator(_check_field_map)]
+"""``{name: field}``: read a record's ``name`` from ``field`` (as ``judge score --map``)."""
+
+
 class JudgeOptions(BaseModel):
     """How passages are judged (the ``judge score`` flags); unset fields take the server's defaults.
 
@@ -37,15 +58,10 @@ class JudgeOptions(BaseModel):
 
     mode: Literal["binary", "graded"] | None = None
     language: Literal["auto", "zh", "en"] | None = None
-    template: str | None = None
+    template: TemplateId = None
     probability: bool | None = None
     p_yes_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     explain: bool | None = None
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str | None) -> str | None:
-        return _check_template(value)
 
 
 #: The judging options of a job or request: the fields of :class:`JudgeOptions`.
@@ -55,32 +71,13 @@ JUDGE_OPTION_KEYS: tuple[str, ...] = tuple(JudgeOptions.model_fields)
 class JobOptions(JudgeOptions):
     """Options of a scoring job: ``POST /v1/jobs?mode=graded&k=5&k=10`` or ``{"options": {...}}``."""
 
-    k: list[int] | None = Field(default=None, min_length=1, max_length=20)
+    k: Cutoffs | None = Field(default=None, min_length=1, max_length=20)
     listwise: bool = False
-    listwise_template: str | None = None
+    listwise_template: TemplateId = None
     max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
-    map: dict[str, str] = Field(default_factory=dict)
+    map: FieldMap = Field(default_factory=dict)
     # a named calibration of the label store (POST /v1/jobs/{id}/calibrate): its P(yes) threshold
     calibration: str | None = Field(default=None, min_length=1, max_length=200)
-
-    @field_validator("k")
-    @classmethod
-    def _k(cls, value: list[int] | None) -> list[int] | None:
-        if value is not None and any(c < 1 or c > 10_000 for c in value):
-            raise ValueError("cutoffs must be integers in 1..10000")
-        return None if value is None else list(dict.fromkeys(value))
-
-    @field_validator("listwise_template")
-    @classmethod
-    def _listwise_template(cls, value: str | None) -> str | None:
-        return _check_template(value)
-
-    @field_validator("map")
-    @classmethod
-    def _map(cls, value: dict[str, str]) -> dict[str, str]:
-        from judge.io._jsonl import parse_field_map
-
-        return parse_field_map([f"{a}={b}" for a, b in value.items()]) if value else {}
 
 
 class JobRequest(BaseModel):
@@ -107,7 +104,7 @@ class EvaluateRequest(BaseModel):
     query: str = Field(min_length=1)
     retrieval_context: list[str | PassageIn]
     mode: Literal["binary", "graded"] | None = None
-    k: list[int] = Field(default_factory=lambda: [5, 10], min_length=1, max_length=20)
+    k: Cutoffs = Field(default_factory=lambda: [5, 10], min_length=1, max_length=20)
     summary: bool = False
     config: JudgeOptions | None = None
 
@@ -117,13 +114,6 @@ class EvaluateRequest(BaseModel):
         if not value.strip():
             raise ValueError("query is blank")
         return value
-
-    @field_validator("k")
-    @classmethod
-    def _k(cls, value: list[int]) -> list[int]:
-        if any(c < 1 or c > 10_000 for c in value):
-            raise ValueError("cutoffs must be integers in 1..10000")
-        return list(dict.fromkeys(value))
 
 
 class CompareOptions(JudgeOptions):
@@ -142,9 +132,9 @@ class CompareOptions(JudgeOptions):
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
     strict: bool = False
     listwise: bool = False
-    listwise_template: str | None = None
+    listwise_template: TemplateId = None
     max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
-    map: dict[str, str] = Field(default_factory=dict)
+    map: FieldMap = Field(default_factory=dict)
     top_queries: int = Field(default=10, ge=0, le=1000)
     top_passages: int = Field(default=5, ge=1, le=100)
     until_decided: bool = False
@@ -170,18 +160,6 @@ class CompareOptions(JudgeOptions):
         except InputError as exc:
             raise ValueError(exc.message) from None
         return list(dict.fromkeys(value))
-
-    @field_validator("listwise_template")
-    @classmethod
-    def _listwise_template(cls, value: str | None) -> str | None:
-        return _check_template(value)
-
-    @field_validator("map")
-    @classmethod
-    def _map(cls, value: dict[str, str]) -> dict[str, str]:
-        from judge.io._jsonl import parse_field_map
-
-        return parse_field_map([f"{a}={b}" for a, b in value.items()]) if value else {}
 
 
 class CompareRequest(BaseModel):

@@ -1,4 +1,5 @@
-"""Who is calling: bearer keys, the viewer's sign-in sessions, and the sign-in routes.
+"""Who is calling: bearer keys, the viewer's sign-in sessions and the sign-in page (its
+routes are in :mod:`judge.server._viewer_routes`).
 
 Signing in with a key creates a random session token: the browser keeps it in an HttpOnly,
 SameSite=Strict cookie (``Secure`` over HTTPS); the server keeps only its SHA-256 in the
@@ -22,12 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-
 from judge.server._auth import COOKIE_NAME, KeyRing
 from judge.server._db import sha256_hex
-from judge.server._security import request_is_https
 from judge.store import SQLiteHolder
 
 DEFAULT_TTL_S = 12 * 3600.0
@@ -172,62 +169,6 @@ autofocus><label for="name">Your name <span class="muted">(optional: the reviewe
 <button type="submit">Sign in</button></form></body></html>"""
 
 
-def _local_target(next_path: str) -> str:
-    local = next_path.startswith("/") and not next_path.startswith("//") and "\\" not in next_path
-    return next_path if local else "/"
-
-
-def session_router(
-    auth: Authenticator, *, ttl_s: float = DEFAULT_TTL_S, trust_forwarded_proto: bool = False
-) -> APIRouter:
-    """``POST /login`` (the sign-in form: ``key``, optional ``name``) and ``POST /logout``."""
-    router = APIRouter(include_in_schema=False)
-    keys = auth.keys
-
-    @router.post("/login")
-    async def login(request: Request, next: str = "/") -> Response:
-        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        key = (form.get("key") or [""])[0].strip()
-        name = clean_name((form.get("name") or [""])[0])
-        target = _local_target(next)
-        if not keys.enabled:
-            return RedirectResponse(target, status_code=303)
-        label = keys.label_for(key)
-        if label is None:
-            return HTMLResponse(signin_page(target, True), status_code=401)
-        token = auth.sessions.create(
-            principal=name or label, key_label=label, keyring=keys.fingerprint, ttl_s=ttl_s
-        )
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(
-            COOKIE_NAME,
-            token,
-            max_age=int(ttl_s),
-            httponly=True,
-            samesite="strict",
-            path="/",
-            secure=request_is_https(request.scope, trust_forwarded_proto),
-        )
-        return response
-
-    @router.post("/logout")
-    async def logout(request: Request) -> Response:
-        token = cookie_value(request.scope)
-        if token is not None:
-            auth.sessions.delete(token)
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(
-            COOKIE_NAME,
-            path="/",
-            httponly=True,
-            samesite="strict",
-            secure=request_is_https(request.scope, trust_forwarded_proto),
-        )
-        return response
-
-    return router
-
-
 __all__ = [
     "ANONYMOUS",
     "DEFAULT_TTL_S",
@@ -235,6 +176,5 @@ __all__ = [
     "Identity",
     "SessionStore",
     "clean_name",
-    "session_router",
     "signin_page",
 ]

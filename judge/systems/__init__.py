@@ -6,6 +6,7 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 (the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
 """
 
+from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._model import SCHEMA, PoolSummary, SystemComparison, SystemsReport, SystemSummary
 from judge.systems._pool import PoolRun
 from judge.systems._run import (
@@ -14,6 +15,7 @@ from judge.systems._run import (
     acompare_systems,
     compare_systems,
     run_compare_systems,
+    run_comparison,
 )
 from judge.systems._scoring import DEFAULT_MEASURES
 
@@ -21,8 +23,10 @@ __all__ = [
     "DEFAULT_MEASURES",
     "DEFAULT_REPORT_DIR",
     "SCHEMA",
+    "ComparisonReport",
     "PoolRun",
     "PoolSummary",
+    "ReportFolder",
     "SystemComparison",
     "SystemSummary",
     "SystemsOptions",
@@ -30,4 +34,5 @@ __all__ = [
     "acompare_systems",
     "compare_systems",
     "run_compare_systems",
+    "run_comparison",
 ]

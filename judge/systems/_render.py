@@ -1,4 +1,5 @@
-"""``report.md`` and ``report.html`` of ``judge compare-systems``.
+"""The views of a comparison of systems: ``report.md``, ``report.html`` and the
+differences (the queries where the systems differ most, as data for the server's viewer).
 
 The HTML page is one self-contained file: inline CSS, inline SVG charts drawn here, no
 script, no font or image from anywhere (it opens offline); UTF-8 with a ``<meta charset>``
@@ -12,15 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 
 import numpy as np
 
 from judge.judging import PassageVerdict
 from judge.metrics import Evaluation, Measure
-from judge.systems._inputs import Inputs
+from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._model import SystemComparison, SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
 from judge.systems._scoring import Paired, system_verdicts
@@ -38,7 +40,8 @@ class ReportData:
     pool: Pool
     verdicts: PoolVerdicts
     evaluations: Mapping[str, Evaluation | None]
-    paired: Sequence[Paired]
+    paired: Sequence[Paired] | Callable[[], Sequence[Paired]]
+    """The per-query differences of each comparison, or how to compute them when needed."""
     measures: tuple[Measure, ...]
     level: int
     mode: str
@@ -46,6 +49,11 @@ class ReportData:
     top_passages: int = 5
     thresholds: Mapping[str, float] = field(default_factory=dict)
     """The P(yes) threshold each verdict template decided with (binary probability mode)."""
+
+    def differences(self) -> Sequence[Paired]:
+        if callable(self.paired):
+            self.paired = self.paired()
+        return self.paired
 
     @property
     def primary(self) -> str | None:
@@ -487,7 +495,7 @@ def _snippet(text: str, limit: int = 280) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
+def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
     """The queries with the largest spread of the primary measure across systems."""
     primary = data.primary
     if primary is None:
@@ -634,7 +642,7 @@ def render_html(data: ReportData) -> str:
         )
     else:
         parts.append("<p>No comparison could be made (see warnings).</p>")
-    diffs = [pd for pd in data.paired if pd.comparison.measure == primary]
+    diffs = [pd for pd in data.differences() if pd.comparison.measure == primary]
     if diffs:
         parts.append(f'<h2 id="per-query">Per-query differences ({escape(str(primary))})</h2>')
         parts.append(
@@ -642,7 +650,7 @@ def render_html(data: ReportData) -> str:
             "red where it loses, grey for ties.</p>"
         )
         parts.extend(difference_chart(pd) for pd in diffs)
-    measure, queries = _differing_queries(data)
+    measure, queries = differing_queries(data)
     parts.append('<h2 id="queries">Queries where the systems differ most</h2>')
     if measure is not None and queries:
         parts.append(
@@ -671,3 +679,51 @@ def render_html(data: ReportData) -> str:
         + "\n".join(parts)
         + "\n</body>\n</html>\n"
     )
+
+
+# ---------------------------------------------------------------------------- differences
+def _shown_passages(data: ReportData, system: SystemInput, qid: str) -> list[dict[str, Any]]:
+    """One system's top passages of a query: rank, docno, text, verdict, grade, P(yes), the
+    threshold P(yes) was compared with (binary probability mode), reason and source."""
+    sq = system.queries[qid]
+    shown: list[dict[str, Any]] = []
+    pvs = system_verdicts(system, qid, data.pool, data.verdicts, data.level)
+    for rank, (v, docno) in enumerate(zip(pvs, sq.docnos, strict=True), start=1):
+        if rank > data.top_passages:
+            break
+        shown.append(
+            {
+                "rank": rank,
+                "docno": docno,
+                "text": data.inputs.passages[qid][docno].text,
+                "verdict": v.verdict,
+                "grade": v.grade,
+                "p_yes": v.p_yes,
+                "p_yes_threshold": data.thresholds.get(v.template_id),
+                "reason": v.reason if v.judged else (v.error or ""),
+                "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
+            }
+        )
+    return shown
+
+
+def render_differences(data: ReportData) -> dict[str, Any]:
+    """The queries where the systems differ most on the primary measure (as report.html
+    picks them), each with every system's value and top passages."""
+    primary, rows = differing_queries(data)
+    queries = []
+    for qid, values in rows:
+        systems: list[dict[str, Any]] = []
+        for system in data.inputs.systems:
+            sq = system.queries.get(qid)
+            systems.append(
+                {
+                    "name": system.name,
+                    "value": values.get(system.name),
+                    "passages": [] if sq is None else _shown_passages(data, system, qid),
+                    "more": 0 if sq is None else max(0, len(sq.docnos) - data.top_passages),
+                }
+            )
+        spread = max(values.values()) - min(values.values())
+        queries.append({"id": qid, "query": data.inputs.queries[qid], "spread": spread, "systems": systems})
+    return {"measure": primary, "queries": queries}

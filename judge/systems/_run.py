@@ -1,7 +1,8 @@
 """``compare-systems`` end to end: read, pool, judge, score, compare, write the report.
 
-:func:`run_compare_systems` takes a resolved backend and store (the CLI and the public API
-make them); :func:`acompare_systems` / :func:`compare_systems` are the public API.
+:func:`run_comparison` (the report with its views) and :func:`run_compare_systems` (the
+report) take a resolved backend and store (the CLI, the server and the public API make
+them); :func:`acompare_systems` / :func:`compare_systems` are the public API.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from judge.judging._config import LANGUAGE_RULE, bind_language
 from judge.metrics import Evaluation, ScaleError
 from judge.store import LabelSet, atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
+from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
 from judge.systems._model import (
@@ -50,7 +52,6 @@ from judge.systems._pool import (
     judge_pool,
     pool_dataset_lines,
 )
-from judge.systems._render import ReportData, render_html, render_markdown
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -66,8 +67,6 @@ from judge.systems._scoring import (
 )
 
 DEFAULT_REPORT_DIR = "systems-report"
-POOL_INPUT = "pool.input.jsonl"
-POOL_JUDGED = "pool.judged.jsonl"
 
 
 @dataclass(frozen=True)
@@ -240,7 +239,7 @@ def read_human_labels(options: SystemsOptions, config: JudgeConfig) -> tuple[Qre
     return map_human(human, scale), scale
 
 
-def _label_grades(opts: SystemsOptions, inputs: Inputs, config: JudgeConfig) -> dict[str, dict[str, int]]:
+def label_grades(opts: SystemsOptions, inputs: Inputs, config: JudgeConfig) -> dict[str, dict[str, int]]:
     """``{query id: {docno: grade}}`` of the labels that match a pooled passage (same qid and
     docno, and the same query text when the label keeps one), on the pool's scale."""
     if opts.labels is None:
@@ -265,14 +264,25 @@ async def run_compare_systems(
     report_dir: str | os.PathLike[str],
     backend: Backend,
     config: JudgeConfig,
+    **kwargs: Any,
+) -> SystemsReport:
+    """Pool, judge, score and compare ``systems``; the report (see :func:`run_comparison`)."""
+    return (await run_comparison(systems, report_dir, backend, config, **kwargs)).report
+
+
+async def run_comparison(
+    systems: Mapping[str, str | os.PathLike[str]],
+    report_dir: str | os.PathLike[str],
+    backend: Backend,
+    config: JudgeConfig,
     *,
     store: VerdictStore | None = None,
     options: SystemsOptions | None = None,
     pool_run: PoolRun | None = None,
     prior: Mapping[tuple[str, str], float] | None = None,
-) -> SystemsReport:
+) -> ComparisonReport:
     """Pool, judge, score and compare ``systems`` (name -> dataset path; the first is the
-    baseline); write every file into ``report_dir``; return the report. ``prior``: P(yes)
+    baseline); write every file into ``report_dir``; return the report and its views. ``prior``: P(yes)
     per (query id, docno) from a cheap judge, the prior of ``until_decided``."""
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
@@ -281,11 +291,12 @@ async def run_compare_systems(
     paths = {check_name(name): Path(path) for name, path in systems.items()}
     check_paths(paths)
     out = Path(report_dir)
+    folder, cheap_folder = ReportFolder(out), ReportFolder(out / "cheap")
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
     human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
-    reporter = RejectsReporter(out / "input.rejects.jsonl", command="judge compare-systems")
+    reporter = RejectsReporter(folder.input_rejects, command="judge compare-systems")
     try:
         inputs = read_systems(
             paths,
@@ -296,7 +307,7 @@ async def run_compare_systems(
         )
     finally:
         reporter.close()
-    pool = build_pool(inputs, depth=opts.depth, human=human, labels=_label_grades(opts, inputs, config))
+    pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -310,8 +321,8 @@ async def run_compare_systems(
             cheap, judge_with = cascade
             cheap_config = resolve_config(replace(judged_config, probability=True), cheap)
             got = await judge_pool(
-                out / "cheap" / POOL_INPUT,
-                out / "cheap" / POOL_JUDGED,
+                cheap_folder.pool_input,
+                cheap_folder.pool_judged,
                 pool_dataset_lines(pool, inputs),
                 cheap,
                 cheap_config,
@@ -354,15 +365,15 @@ async def run_compare_systems(
         verdicts = PoolVerdicts(verdicts=merged, mode=judged_config.mode, calls=adaptive.calls, summary=None)
         # pool.judged.jsonl: every record the rounds wrote (the cheap pass first), so readers of
         # the pool (the server's results, read_pool_verdicts) see what was judged.
-        sources = [out / "cheap" / POOL_JUDGED] if cheap_verdicts else []
+        sources = [cheap_folder.pool_judged] if cheap_verdicts else []
         sources += [out / "adaptive" / f"round-{i:03d}.judged.jsonl" for i in range(1, adaptive.rounds + 1)]
         atomic_write_text(
-            out / POOL_JUDGED, "".join(p.read_text(encoding="utf-8") for p in sources if p.exists())
+            folder.pool_judged, "".join(p.read_text(encoding="utf-8") for p in sources if p.exists())
         )
     else:
         verdicts = await judge_pool(
-            out / POOL_INPUT,
-            out / POOL_JUDGED,
+            folder.pool_input,
+            folder.pool_judged,
             pool_dataset_lines(pool, inputs),
             backend,
             config,
@@ -446,7 +457,7 @@ def score_and_report(
     backend_name: str,
     adaptive: AdaptiveOutcome | None = None,
     scale: PoolScale | None = None,
-) -> SystemsReport:
+) -> ComparisonReport:
     """Everything after judging: pooled files, metrics, comparisons, report files.
     ``scale``: how the labels met (None: resolved here from ``options``, no human labels)."""
     mode = config.mode
@@ -632,24 +643,20 @@ def score_and_report(
         warnings=warnings,
         adaptive=_adaptive_summary(adaptive, options) if adaptive is not None else None,
     )
-    data = ReportData(
-        report=report,
-        inputs=inputs,
-        pool=pool,
-        verdicts=verdicts,
-        evaluations=evaluations,
+    comparison = ComparisonReport(
+        out,
+        report,
+        inputs,
+        pool,
+        verdicts,
+        evaluations,
+        measures=measures,
         paired=paired,
-        measures=tuple(measures),
-        level=level,
-        mode=mode,
         top_queries=options.top_queries,
         top_passages=options.top_passages,
-        thresholds=thresholds,
     )
-    atomic_write_text(out / "report.json", report.to_json_text())
-    atomic_write_text(out / "report.md", render_markdown(data))
-    atomic_write_text(out / "report.html", render_html(data))
-    return report
+    comparison.write()
+    return comparison
 
 
 # ---------------------------------------------------------------------------- public API
