@@ -28,7 +28,7 @@ from judge.batch import (
     write_qrels,
     write_run,
 )
-from judge.batch._records import _truth_of as truth_of
+from judge.batch._records import truth_of
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset
 from judge.io._trec import read_qrels
@@ -38,7 +38,7 @@ from judge.systems import PoolRun, SystemsOptions, SystemsReport, run_compare_sy
 from judge.systems._inputs import Inputs, read_systems
 from judge.systems._labels import map_human
 from judge.systems._pool import build_pool, pool_dataset_lines, read_pool_verdicts
-from judge.systems._render import ReportData, _differing_queries
+from judge.systems._render import ReportData, differing_queries
 from judge.systems._run import pool_scale
 from judge.systems._scoring import evaluate_files, parse_measures, system_verdicts
 
@@ -546,7 +546,7 @@ def differences(job_dir: Path, options: Mapping[str, Any]) -> dict[str, Any]:
         top_passages=top_passages,
         thresholds=thresholds,
     )
-    primary, rows = _differing_queries(data)
+    primary, rows = differing_queries(data)
     queries = []
     for qid, values in rows:
         systems: list[dict[str, Any]] = []

@@ -487,7 +487,7 @@ def _snippet(text: str, limit: int = 280) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
+def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
     """The queries with the largest spread of the primary measure across systems."""
     primary = data.primary
     if primary is None:
@@ -642,7 +642,7 @@ def render_html(data: ReportData) -> str:
             "red where it loses, grey for ties.</p>"
         )
         parts.extend(difference_chart(pd) for pd in diffs)
-    measure, queries = _differing_queries(data)
+    measure, queries = differing_queries(data)
     parts.append('<h2 id="queries">Queries where the systems differ most</h2>')
     if measure is not None and queries:
         parts.append(
