@@ -205,6 +205,75 @@ def _determinism_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _least_stable(d: dict[str, Any], metric: str) -> list[str]:
+    """The least stable queries' and passages' tables of the Markdown report."""
+    out: list[str] = []
+    if d["unstable_queries"]:
+        out += [
+            f"| id | query | {metric_name(metric)} per run | range | score per run |",
+            "|---|---|---|---|---|",
+        ]
+        for q in d["unstable_queries"]:
+            out.append(
+                f"| {_cell(q['id'])} | {_cell(q['query'][:60])} | {_vals(q['values'])} | "
+                f"{q['range']:.3f} | {_vals(q['score'])} |"
+            )
+    else:
+        out.append("Every query has the same figures in every run.")
+    out += ["", "## Least stable passages", ""]
+    if d["unstable_passages"]:
+        out += [
+            "| query | rank | passage id | label per run | p_yes per run | text |",
+            "|---|---|---|---|---|---|",
+        ]
+        for p in d["unstable_passages"]:
+            out.append(
+                f"| {_cell(p['query_id'])} | {p['index'] + 1} | {_cell(str(p['passage_id'] or '—'))} | "
+                f"{_vals(p['labels'])} | {_vals(p['p_yes'])} | {_cell(p['text'][:80])} |"
+            )
+    else:
+        out.append("Every passage got the same label in every run.")
+    return out
+
+
+def _borderline_and_appendix(d: dict[str, Any], metric: str) -> list[str]:
+    """Borderline verdicts, backend fingerprint, plots and conventions of the Markdown report."""
+    out: list[str] = []
+    border = d.get("borderline")
+    if border is not None:
+        out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
+        out.append(
+            f"P(yes) within {border['margin']:g} of the threshold {_threshold_text(border['threshold'])}: "
+            f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
+            "round differently and may flip these (the expected mAP does not depend on them)."
+        )
+        if border["verdicts"]:
+            out += ["", "| query | rank | passage id | verdict | p_yes |", "|---|---|---|---|---|"]
+            for b in border["verdicts"]:
+                out.append(
+                    f"| {_cell(str(b['query_id']))} | {b['index'] + 1} | "
+                    f"{_cell(str(b['passage_id'] or '—'))} | {b['verdict']} | {_f(b['p_yes'], 4)} |"
+                )
+    if d.get("backend_fingerprint"):
+        out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
+    plots = d.get("plots", {})
+    if plots:
+        out += ["", "## Plots", ""]
+        out.append(f"![{_label(metric)} per run]({plots['map_per_run']})")
+        out.append("")
+        out.append(f"![per-query ranges]({plots['query_ranges']})")
+    out += ["", "## Conventions", ""]
+    for key, value in d["conventions"].items():
+        if key == "measures" and isinstance(value, dict):
+            out.append("- measures (registry, label-free conventions):")
+            for name, params in value.items():
+                rest = ", ".join(f"{p}={v}" for p, v in params.items() if p != "key")
+                out.append(f"  - {_label(name)}: `{params.get('key', name)}` ({rest})")
+        else:
+            out.append(f"- {key}: {value}")
+    return out
+
+
 def render_markdown(report: StabilityReport) -> str:
     """The whole report as Markdown (plots referenced by file name)."""
     d = report.data
@@ -284,63 +353,8 @@ def render_markdown(report: StabilityReport) -> str:
         "## Least stable queries",
         "",
     ]
-    if d["unstable_queries"]:
-        out += [
-            f"| id | query | {metric_name(metric)} per run | range | score per run |",
-            "|---|---|---|---|---|",
-        ]
-        for q in d["unstable_queries"]:
-            out.append(
-                f"| {_cell(q['id'])} | {_cell(q['query'][:60])} | {_vals(q['values'])} | "
-                f"{q['range']:.3f} | {_vals(q['score'])} |"
-            )
-    else:
-        out.append("Every query has the same figures in every run.")
-    out += ["", "## Least stable passages", ""]
-    if d["unstable_passages"]:
-        out += [
-            "| query | rank | passage id | label per run | p_yes per run | text |",
-            "|---|---|---|---|---|---|",
-        ]
-        for p in d["unstable_passages"]:
-            out.append(
-                f"| {_cell(p['query_id'])} | {p['index'] + 1} | {_cell(str(p['passage_id'] or '—'))} | "
-                f"{_vals(p['labels'])} | {_vals(p['p_yes'])} | {_cell(p['text'][:80])} |"
-            )
-    else:
-        out.append("Every passage got the same label in every run.")
-    border = d.get("borderline")
-    if border is not None:
-        out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
-        out.append(
-            f"P(yes) within {border['margin']:g} of the threshold {_threshold_text(border['threshold'])}: "
-            f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
-            "round differently and may flip these (the expected mAP does not depend on them)."
-        )
-        if border["verdicts"]:
-            out += ["", "| query | rank | passage id | verdict | p_yes |", "|---|---|---|---|---|"]
-            for b in border["verdicts"]:
-                out.append(
-                    f"| {_cell(str(b['query_id']))} | {b['index'] + 1} | "
-                    f"{_cell(str(b['passage_id'] or '—'))} | {b['verdict']} | {_f(b['p_yes'], 4)} |"
-                )
-    if d.get("backend_fingerprint"):
-        out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
-    plots = d.get("plots", {})
-    if plots:
-        out += ["", "## Plots", ""]
-        out.append(f"![{_label(metric)} per run]({plots['map_per_run']})")
-        out.append("")
-        out.append(f"![per-query ranges]({plots['query_ranges']})")
-    out += ["", "## Conventions", ""]
-    for key, value in d["conventions"].items():
-        if key == "measures" and isinstance(value, dict):
-            out.append("- measures (registry, label-free conventions):")
-            for name, params in value.items():
-                rest = ", ".join(f"{p}={v}" for p, v in params.items() if p != "key")
-                out.append(f"  - {_label(name)}: `{params.get('key', name)}` ({rest})")
-        else:
-            out.append(f"- {key}: {value}")
+    out += _least_stable(d, metric)
+    out += _borderline_and_appendix(d, metric)
     return "\n".join(out) + "\n"
 
 
