@@ -33,13 +33,16 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
+from judge.io import InputError
 from judge.stability._harness import StabilityReport
 from judge.store import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "PLOT_MAP_PER_RUN",
@@ -48,12 +51,33 @@ __all__ = [
     "plot_map_per_run",
     "plot_query_ranges",
     "render_markdown",
+    "require_plots",
     "summary_lines",
     "write_report",
 ]
 
 PLOT_MAP_PER_RUN = "map_per_run.png"
 PLOT_QUERY_RANGES = "query_ranges.png"
+
+
+PLOT_EXTRA_MESSAGE = "the stability plots need matplotlib: pip install 'judge[plot]'"
+
+
+def require_plots() -> None:
+    """Fail early (exit 2, before any judging) when matplotlib (extra ``plot``) is missing."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        raise InputError(PLOT_EXTRA_MESSAGE) from None
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A matplotlib figure without pyplot's global state; a clear error naming the extra when
+    matplotlib is not installed."""
+    require_plots()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
 
 
 def _png(fig: Figure) -> bytes:
@@ -82,7 +106,7 @@ def plot_map_per_run(report: StabilityReport) -> bytes:
     highs = [r["ci"]["high"] if r["ci"]["high"] is not None else np.nan for r in runs]
     y = np.asarray(ys, dtype=np.float64)
     err = np.vstack([y - np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64) - y])
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = new_figure((6.4, 4.0))
     ax = fig.add_subplot()
     ax.errorbar(
         xs, y, yerr=np.nan_to_num(err), fmt="o", capsize=4, label=f"{_label(metric)} (95% CI over queries)"
@@ -109,7 +133,7 @@ def plot_map_per_run(report: StabilityReport) -> bytes:
 def plot_query_ranges(report: StabilityReport) -> bytes:
     """Histograms of per-query AP and score ranges (max - min across runs) (PNG bytes)."""
     ranges = report.data["query_ranges"]
-    fig = Figure(figsize=(8.0, 3.6))
+    fig = new_figure((8.0, 3.6))
     bins = [i / 20 for i in range(21)]
     for i, (key, title) in enumerate((("ap", "AP"), ("score", "score"))):
         ax = fig.add_subplot(1, 2, i + 1)
