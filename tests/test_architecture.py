@@ -222,3 +222,11 @@ def test_a_cycle_between_packages_of_one_floor_is_found() -> None:
     ]
     assert cycles(imports) == [["batch", "systems", "batch"], ["systems", "batch", "systems"]]
     assert cycles(imports[:1]) == []
+
+
+def test_module_names_are_unique_across_packages() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "judge").glob("*/*.py")):
+        if path.name != "__init__.py":
+            where[path.stem].append(path.parent.name)
+    assert {name: pkgs for name, pkgs in where.items() if len(pkgs) > 1} == {}
