@@ -21,7 +21,7 @@ from judge.backends._sync import run_sync
 from judge.batch import run_spec_from_kwargs
 from judge.io._sites import SitePriors, read_site_priors
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
-from judge.judging._core import _as_passage, judge_query
+from judge.judging._core import as_passage, judge_query
 from judge.judging._extras import ExtraOptions, judge_extras, with_extras
 from judge.judging._models import JudgeResult, Mode
 from judge.judging._summary import with_measures
@@ -95,7 +95,7 @@ async def aevaluate(
         raise TypeError("retrieval_context must be a list of passages, not a single string")
     parse_named_measures(measures)  # a bad measure fails before any call
     priors = _priors(site_priors)
-    passages = [_as_passage(p) for p in retrieval_context]
+    passages = [as_passage(p) for p in retrieval_context]
     extras = ExtraOptions(
         recall=expected_output is not None, source_quality=source_quality, site_priors=priors
     )

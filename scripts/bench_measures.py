@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The metric path before and after "one measure vocabulary": identical outputs, CPU side by side.
 
-Since issue 11 every figure of ``judge score`` (records and summary), of ``JudgeResult`` and of
-a stability report is a registry measure computed on the verdicts, where it used to be
-hand-written numpy. This script checks that nothing printed changed and what it costs:
+Every figure of ``judge score`` (records and summary), of ``JudgeResult`` and of a stability
+report is a registry measure computed on the verdicts; at ``BASELINE_REF`` it was hand-written
+numpy. This script checks that nothing printed changed and what it costs:
 
 * **identical**: the same synthetic verdicts (seeded: binary and graded, 20% of the queries
   with ``expected_ids``, 20% with graded ``qrels``, 5% of the passages unjudged) go through

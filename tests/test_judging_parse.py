@@ -102,8 +102,8 @@ def test_extract_json_object_returns_first_valid_object() -> None:
     assert extract_json_object('x {"a": {"b": 1}} y {"c": 2}') == {"a": {"b": 1}}
 
 
-# ---- strict on the verdict, lenient on harmless extras (issue 11) ---------------------------
-# A reply with one extra key, or a null/missing reason, used to be refused, re-asked twice
+# ---- strict on the verdict, lenient on harmless extras ----------------------------------------
+# A reply with one extra key, or a null/missing reason, is accepted, not refused, re-asked
 # and recorded unjudged. The verdict itself stays strict (above); the extras are kept.
 
 

@@ -308,6 +308,16 @@ def _reply_text(result: Any) -> tuple[str, float | None]:
 _adapter_cls: type[Any] | None = None
 
 
+def _schema_model(schema: Any) -> type[BaseModel] | None:
+    """The pydantic model deepeval passed as ``schema``, if it passed one."""
+    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
+def _messages(system_prompt: str | None, prompt: str) -> tuple[Message, ...]:
+    user = Message("user", str(prompt))
+    return (Message("system", system_prompt), user) if system_prompt else (user,)
+
+
 def _adapter_class() -> type[Any]:
     global _adapter_cls
     if _adapter_cls is not None:
@@ -361,20 +371,14 @@ def _adapter_class() -> type[Any]:
             return False
 
         def _request(self, prompt: str, schema: Any) -> ChatRequest:
-            messages: list[Message] = []
-            if self.system_prompt:
-                messages.append(Message("system", self.system_prompt))
-            messages.append(Message("user", str(prompt)))
-            json_schema = None
-            if isinstance(schema, type) and issubclass(schema, BaseModel):
-                json_schema = schema.model_json_schema()
+            model = _schema_model(schema)
             return ChatRequest(
-                messages=tuple(messages),
+                messages=_messages(self.system_prompt, prompt),
                 temperature=self.temperature,
                 top_p=self.top_p,
                 seed=self.seed,
                 max_tokens=self.max_tokens,
-                json_schema=json_schema,
+                json_schema=model.model_json_schema() if model is not None else None,
             )
 
         async def a_generate(self, prompt: str, schema: Any = None, **kwargs: Any) -> Any:
@@ -386,11 +390,9 @@ def _adapter_class() -> type[Any]:
             self.calls += 1
             self.usage = self.usage + completion.usage
             self.last_completion = completion
-            if isinstance(schema, type) and issubclass(schema, BaseModel):
-                parsed = parse_into(schema, completion.text)
-                if parsed is not None:
-                    return parsed
-            return completion.text
+            model = _schema_model(schema)
+            parsed = parse_into(model, completion.text) if model is not None else None
+            return parsed if parsed is not None else completion.text
 
         def generate(self, prompt: str, schema: Any = None, **kwargs: Any) -> Any:
             return run_sync(self.a_generate(prompt, schema=schema))

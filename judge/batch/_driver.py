@@ -40,7 +40,7 @@ from judge.backends._base import Backend, PermanentError
 from judge.batch._executor import Executor, PassageJob
 from judge.judging import JudgeConfig, Passage, VerdictStore, bind_language, verdict_cache_key
 from judge.judging._core import cached_verdict
-from judge.judging._listwise import _template as listwise_template_of
+from judge.judging._listwise import load_listwise_template
 from judge.judging._models import PassageVerdict
 
 
@@ -111,7 +111,7 @@ def cache_keys(
 
     def key(query: str, text: str, config: JudgeConfig | None = None) -> str:
         cfg = config if config is not None else bind_language(run_config, query, [text])
-        template = listwise_template_of(cfg, listwise_template) if listwise else None
+        template = load_listwise_template(cfg, listwise_template) if listwise else None
         return verdict_cache_key(backend, cfg, query, text, template=template)
 
     return key

@@ -220,7 +220,7 @@ def finish_record(
     )
     if named:
         out["measures"] = _values(listed.values(named))
-    truth = _truth_of(out)
+    truth = truth_of(out)
     if truth is not None:
         gt = ground_truth_metrics(out["docnos"], truth, k, measures=measures)
         gt["agreement"] = agreement_counts(verdicts, out["docnos"], truth, qrels_level)
@@ -231,7 +231,9 @@ def finish_record(
     return out
 
 
-def _truth_of(record: Mapping[str, Any]) -> dict[str, int] | None:
+def truth_of(record: Mapping[str, Any]) -> dict[str, int] | None:
+    """A record's ground truth as docno -> grade (its ``qrels``, else its ``expected_ids`` as
+    grade 1), None when it has neither."""
     if record.get("qrels") is not None:
         return {str(a): int(b) for a, b in record["qrels"].items()}
     if record.get("expected_ids") is not None:
@@ -279,7 +281,7 @@ def _judge_measures_of(record: Mapping[str, Any], named: Sequence[NamedMeasure])
 def _truth_measures_of(record: Mapping[str, Any], named: Sequence[NamedMeasure]) -> dict[str, float | None]:
     stored: Mapping[str, float | None] = record["ground_truth"].get("measures") or {}
     missing = {m.name: m.truth for m in named if m.name not in stored}
-    truth = _truth_of(record)
+    truth = truth_of(record)
     computed: dict[str, float | None] = {}
     if missing and truth is not None:
         grades = [int(truth.get(str(d), 0)) for d in record["docnos"]]

@@ -187,11 +187,14 @@ def run_stability_command(args: argparse.Namespace) -> int:
         StabilityOptions,
         compare_settings,
         load_records,
+        require_plots,
         run_stability,
         summary_lines,
         variance_settings,
         write_report,
     )
+
+    require_plots()  # the report's plots: fail before any judging when matplotlib is missing
 
     options = StabilityOptions(
         runs=args.runs,
@@ -282,8 +285,9 @@ def _breach_line(report: Any, name: str = "") -> str:
 
 
 def run_nightly_command(args: argparse.Namespace) -> int:
-    from judge.stability import load_nightly_config, load_records, run_nightly, summary_lines
+    from judge.stability import load_nightly_config, load_records, require_plots, run_nightly, summary_lines
 
+    require_plots()  # the trend plot: fail before any judging when matplotlib is missing
     cfg = load_nightly_config(args.config)
     records = load_records(cfg.dataset)
     backend = open_backend(cfg.backend, cfg.base_url, _nightly_policy(cfg, args.config))

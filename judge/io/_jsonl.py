@@ -267,95 +267,95 @@ class _LineReader:
         return InputError(message, path=self.path, line=line, field=fld)
 
     def parse(self, raw: bytes, line: int) -> DatasetRecord | InputError:
+        """One line as a record, or the error rejecting it (the first problem found, in the
+        order: encoding, JSON, id, query, passages, expected ids, qrels, reference, duplicate)."""
+        try:
+            obj = self._object(raw, line)
+            qid = self._qid(obj, line)
+            query = self._query(obj, line)
+            passages, warnings = self._passages(obj, line)
+            expected = self._expected_ids(obj, line)
+            qrels = self._qrels(obj, line)
+            expected_output = self._expected_output(obj, line)
+        except InputError as exc:
+            return exc.with_traceback(None)
+        if qid in self.seen:
+            return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, self.keys["id"])
+        self.seen[qid] = line
+        return DatasetRecord(qid, query, passages, line, expected, qrels, warnings, expected_output)
+
+    def _object(self, raw: bytes, line: int) -> dict[str, Any]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return self.error(f"invalid UTF-8 at byte {exc.start}", line)
+            raise self.error(f"invalid UTF-8 at byte {exc.start}", line) from None
         try:
             obj: Any = json.loads(text)
         except json.JSONDecodeError as exc:
-            return self.error(f"not valid JSON ({exc.msg} at column {exc.colno})", line)
+            raise self.error(f"not valid JSON ({exc.msg} at column {exc.colno})", line) from None
         except RecursionError:
-            return self.error(f"nested deeper than {MAX_JSON_DEPTH} levels", line, deep_field(text))
+            raise self.error(f"nested deeper than {MAX_JSON_DEPTH} levels", line, deep_field(text)) from None
         if not isinstance(obj, dict):
-            return self.error(f"expected a JSON object, got {type(obj).__name__}", line)
+            raise self.error(f"expected a JSON object, got {type(obj).__name__}", line)
         problem = json_problem(obj, text)
         if problem is not None:
-            return self.error(problem[1], line, problem[0] or None)
-        k = self.keys
+            raise self.error(problem[1], line, problem[0] or None)
+        return obj
 
-        qid_raw = obj.get(k["id"])
+    def _qid(self, obj: dict[str, Any], line: int) -> str:
+        key = self.keys["id"]
+        qid_raw = obj.get(key)
         if qid_raw is None:
-            qid = f"#{line}"
-        elif isinstance(qid_raw, bool) or not isinstance(qid_raw, str | int):
-            return self.error("must be a string or an integer", line, k["id"])
-        else:
-            qid = str(qid_raw)
-            if not qid.strip():
-                return self.error("must not be empty", line, k["id"])
+            return f"#{line}"
+        if isinstance(qid_raw, bool) or not isinstance(qid_raw, str | int):
+            raise self.error("must be a string or an integer", line, key)
+        qid = str(qid_raw)
+        if not qid.strip():
+            raise self.error("must not be empty", line, key)
+        return qid
 
-        if k["query"] not in obj:
-            return self.error("missing", line, k["query"])
-        query = obj[k["query"]]
+    def _query(self, obj: dict[str, Any], line: int) -> str:
+        key = self.keys["query"]
+        if key not in obj:
+            raise self.error("missing", line, key)
+        query = obj[key]
         if not isinstance(query, str):
-            return self.error(f"must be a string, got {type(query).__name__}", line, k["query"])
+            raise self.error(f"must be a string, got {type(query).__name__}", line, key)
         if not query.strip():
-            return self.error("must not be empty", line, k["query"])
+            raise self.error("must not be empty", line, key)
         max_query = self.limits.max_query_chars
         if max_query is not None and len(query) > max_query:
-            return self.error(f"query of {len(query)} characters; at most {max_query}", line, k["query"])
+            raise self.error(f"query of {len(query)} characters; at most {max_query}", line, key)
+        return query
 
-        ctx_key = k["retrieval_context"]
+    def _passages(
+        self, obj: dict[str, Any], line: int
+    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...]]:
+        ctx_key = self.keys["retrieval_context"]
         if ctx_key not in obj:
-            return self.error("missing", line, ctx_key)
+            raise self.error("missing", line, ctx_key)
         ctx = obj[ctx_key]
         if not isinstance(ctx, list):
-            return self.error(f"must be a list, got {type(ctx).__name__}", line, ctx_key)
+            raise self.error(f"must be a list, got {type(ctx).__name__}", line, ctx_key)
         if not ctx:
-            return self.error("is an empty list", line, ctx_key)
+            raise self.error("is an empty list", line, ctx_key)
         max_passages = self.limits.max_passages
         if max_passages is not None and len(ctx) > max_passages:
-            return self.error(f"{len(ctx)} passages; at most {max_passages} per record", line, ctx_key)
-
+            raise self.error(f"{len(ctx)} passages; at most {max_passages} per record", line, ctx_key)
         passages: list[DatasetPassage] = []
         warnings: list[InputError] = []
         for i, item in enumerate(ctx):
             where = f"{ctx_key}[{i}]"
-            pid: str | None = None
-            url: str | None = None
-            site: str | None = None
             if isinstance(item, str):
-                ptext = item
+                ptext, pid, url, site = item, None, None, None
             elif isinstance(item, dict):
-                text_val = item.get(k["text"])
-                if not isinstance(text_val, str):
-                    return self.error(
-                        f"a passage object needs a string '{k['text']}'", line, f"{where}.{k['text']}"
-                    )
-                ptext = text_val
-                pid_raw = item.get(k["passage_id"])
-                if pid_raw is not None:
-                    if isinstance(pid_raw, bool) or not isinstance(pid_raw, str | int):
-                        return self.error(
-                            "must be a string or an integer", line, f"{where}.{k['passage_id']}"
-                        )
-                    pid = str(pid_raw)
-                for name in (k["url"], *SITE_KEYS):
-                    value = item.get(name)
-                    if value is None:
-                        continue
-                    if not isinstance(value, str):
-                        return self.error("must be a string", line, f"{where}.{name}")
-                    if name == k["url"]:
-                        url = value
-                    elif site is None:
-                        site = value
+                ptext, pid, url, site = self._passage_object(item, line, where)
             else:
-                return self.error(
+                raise self.error(
                     f"a passage must be a string or an object, got {type(item).__name__}", line, where
                 )
             if not ptext.strip():
-                return self.error("empty passage", line, where)
+                raise self.error("empty passage", line, where)
             truncated = len(ptext) > self.max_chars
             original = len(ptext)
             if truncated:
@@ -364,41 +364,62 @@ class _LineReader:
                 )
                 ptext = ptext[: self.max_chars]
             passages.append(DatasetPassage(ptext, pid, truncated, original, url, site))
+        return tuple(passages), tuple(warnings)
 
-        expected: tuple[str, ...] | None = None
-        exp_key = k["expected_ids"]
-        if obj.get(exp_key) is not None:
-            exp = obj[exp_key]
-            if not isinstance(exp, list) or any(
-                isinstance(x, bool) or not isinstance(x, str | int) for x in exp
-            ):
-                return self.error("must be a list of passage ids", line, exp_key)
-            expected = tuple(str(x) for x in exp)
+    def _passage_object(
+        self, item: dict[str, Any], line: int, where: str
+    ) -> tuple[str, str | None, str | None, str | None]:
+        """A passage given as an object: its text, id, URL and site."""
+        k = self.keys
+        text_val = item.get(k["text"])
+        if not isinstance(text_val, str):
+            raise self.error(f"a passage object needs a string '{k['text']}'", line, f"{where}.{k['text']}")
+        pid: str | None = None
+        pid_raw = item.get(k["passage_id"])
+        if pid_raw is not None:
+            if isinstance(pid_raw, bool) or not isinstance(pid_raw, str | int):
+                raise self.error("must be a string or an integer", line, f"{where}.{k['passage_id']}")
+            pid = str(pid_raw)
+        url: str | None = None
+        site: str | None = None
+        for name in (k["url"], *SITE_KEYS):
+            value = item.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise self.error("must be a string", line, f"{where}.{name}")
+            if name == k["url"]:
+                url = value
+            elif site is None:
+                site = value
+        return text_val, pid, url, site
 
-        qrels: dict[str, int] | None = None
-        qrels_key = k["qrels"]
-        if obj.get(qrels_key) is not None:
-            q = obj[qrels_key]
-            if not isinstance(q, dict) or any(
-                isinstance(v, bool) or not isinstance(v, int) for v in q.values()
-            ):
-                return self.error("must be an object mapping passage id to an integer grade", line, qrels_key)
-            qrels = {str(key): int(v) for key, v in q.items()}
+    def _expected_ids(self, obj: dict[str, Any], line: int) -> tuple[str, ...] | None:
+        key = self.keys["expected_ids"]
+        exp = obj.get(key)
+        if exp is None:
+            return None
+        if not isinstance(exp, list) or any(isinstance(x, bool) or not isinstance(x, str | int) for x in exp):
+            raise self.error("must be a list of passage ids", line, key)
+        return tuple(str(x) for x in exp)
 
-        expected_output: str | None = None
-        out_key = k["expected_output"]
-        if obj.get(out_key) is not None:
-            reference = obj[out_key]
-            if not isinstance(reference, str):
-                return self.error(f"must be a string, got {type(reference).__name__}", line, out_key)
-            expected_output = reference if reference.strip() else None
+    def _qrels(self, obj: dict[str, Any], line: int) -> dict[str, int] | None:
+        key = self.keys["qrels"]
+        q = obj.get(key)
+        if q is None:
+            return None
+        if not isinstance(q, dict) or any(isinstance(v, bool) or not isinstance(v, int) for v in q.values()):
+            raise self.error("must be an object mapping passage id to an integer grade", line, key)
+        return {str(name): int(v) for name, v in q.items()}
 
-        if qid in self.seen:
-            return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, k["id"])
-        self.seen[qid] = line
-        return DatasetRecord(
-            qid, query, tuple(passages), line, expected, qrels, tuple(warnings), expected_output
-        )
+    def _expected_output(self, obj: dict[str, Any], line: int) -> str | None:
+        key = self.keys["expected_output"]
+        reference = obj.get(key)
+        if reference is None:
+            return None
+        if not isinstance(reference, str):
+            raise self.error(f"must be a string, got {type(reference).__name__}", line, key)
+        return reference if reference.strip() else None
 
 
 def iter_dataset(

@@ -1,7 +1,7 @@
 """Relevance judging: templates, verdict parsing, the judging core and ``RelevancyJudge``.
 
-``RelevancyJudge`` (a deepeval metric) is imported lazily so that importing this package
-does not import deepeval.
+``RelevancyJudge`` and ``ContextualRecallJudge`` (deepeval metrics) are imported lazily so
+that importing this package does not import deepeval.
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ from judge.judging._templates import (
 
 if TYPE_CHECKING:
     from judge.judging._metric import RelevancyJudge
+    from judge.judging._recall_metric import ContextualRecallJudge
 
 __all__ = [
     "AUDIT_EVERY",
+    "ContextualRecallJudge",
     "JudgeConfig",
     "JudgeResult",
     "LLMGrade",
@@ -125,4 +127,8 @@ def __getattr__(name: str) -> Any:
         from judge.judging._metric import RelevancyJudge
 
         return RelevancyJudge
+    if name == "ContextualRecallJudge":
+        from judge.judging._recall_metric import ContextualRecallJudge
+
+        return ContextualRecallJudge
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

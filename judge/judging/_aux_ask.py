@@ -1,4 +1,4 @@
-"""Asking the judge something other than passage relevance (issue 14's dimensions).
+"""Asking the judge something other than passage relevance (claim support, source quality).
 
 Claim support (contextual recall) and source quality are verdicts like relevance ones (a
 yes/no or a 0-3 grade with a Chinese reason), asked with their own templates and their own

@@ -399,7 +399,8 @@ def _vote(runs: Sequence[_Outcome], config: JudgeConfig) -> _Outcome:
     return combined
 
 
-def _as_passage(item: Passage | str) -> Passage:
+def as_passage(item: Passage | str) -> Passage:
+    """A passage given as plain text or as a :class:`Passage`, as a :class:`Passage`."""
     if isinstance(item, Passage):
         return item
     if isinstance(item, str):
@@ -407,7 +408,8 @@ def _as_passage(item: Passage | str) -> Passage:
     raise TypeError(f"a passage must be a str or a Passage, not {type(item).__name__}")
 
 
-def _check_probability(backend: Backend, config: JudgeConfig) -> None:
+def check_probability(backend: Backend, config: JudgeConfig) -> None:
+    """Refuse probability mode on a backend that gives no token probabilities."""
     if config.probability and not getattr(backend, "supports_probabilities", False):
         raise UnsupportedError(
             f"backend {backend.name} does not expose token probabilities; run without probability mode"
@@ -425,7 +427,7 @@ async def judge_passage(
     """One passage's verdict (see the module docstring for the flow). ``language="auto"``
     that no caller bound for the whole query is bound from this query and passage."""
     config = bind_language(resolve_config(config, backend), query, [passage.text])
-    _check_probability(backend, config)
+    check_probability(backend, config)
     return await _judge_bound(
         _QueryFrame(backend, config, query, template_for(config)), passage, index, store
     )
@@ -599,11 +601,11 @@ async def judge_query(
     at a time) and compute the metrics; verdicts come back in input order."""
     if not isinstance(query, str) or not query.strip():
         raise InputError("the query is empty", field="query")
-    items = [_as_passage(p) for p in passages]
+    items = [as_passage(p) for p in passages]
     check_templates(config)  # fail fast on a bad template, before any call
     # ``auto``: one language for the whole query, from the query and all its passages.
     config = bind_language(resolve_config(config, backend), query, [p.text for p in items])
-    _check_probability(backend, config)
+    check_probability(backend, config)
     frame = _QueryFrame(backend, config, query, template_for(config))
     jobs = [partial(_judge_bound, frame, p, i, store) for i, p in enumerate(items)]
     verdicts = await _bounded(getattr(backend, "max_concurrency", None), jobs)

@@ -99,7 +99,9 @@ def listwise_template_id(config: JudgeConfig) -> str:
     return own if own in {t.id for t in list_templates()} else f"{stem}.zh.v1"
 
 
-def _template(config: JudgeConfig, template: str | None) -> PromptTemplate:
+def load_listwise_template(config: JudgeConfig, template: str | None) -> PromptTemplate:
+    """The listwise template ``template`` (default: the mode's), checked against the mode and
+    the variables a listwise prompt must use."""
     tpl = load_template(template or listwise_template_id(config))
     if tpl.mode != config.mode:
         raise TemplateError(
@@ -241,7 +243,7 @@ async def judge_listwise(
         raise InputError("the query is empty", field="query")
     items = [p if isinstance(p, Passage) else Passage(text=p) for p in passages]
     config = bind_language(config, query, [p.text for p in items])  # auto: this query's language
-    tpl = _template(config, template)
+    tpl = load_listwise_template(config, template)
     if not items:
         return ListwiseResult(verdicts=[], pointwise=(), listwise_calls=0)
     n = len(items)

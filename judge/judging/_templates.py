@@ -148,12 +148,8 @@ class PromptTemplate:
             raise TemplateError(f"template {self.id}: values must be strings: {', '.join(wrong)}")
 
 
-def parse_template(data: bytes, path: Path) -> PromptTemplate:
-    """Validate one template file's bytes; ``path`` is used in error messages and for the id."""
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise TemplateError(f"not a valid UTF-8 TOML file: {exc}", path=path) from exc
+def _check_fields(raw: dict[str, Any], path: Path) -> None:
+    """Required and known fields, string types, and the id, language and mode values."""
     for key in _REQUIRED:
         if key not in raw:
             raise TemplateError("missing required field", path=path, field=key)
@@ -169,6 +165,10 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
         raise TemplateError(f"must be one of {', '.join(_LANGUAGES)}", path=path, field="language")
     if raw["mode"] not in _MODES:
         raise TemplateError(f"must be one of {', '.join(_MODES)}", path=path, field="mode")
+
+
+def _check_variables(raw: dict[str, Any], path: Path) -> list[str]:
+    """The declared variables, each used by the system or user text and none missing."""
     variables = raw["variables"]
     if not isinstance(variables, list) or not all(isinstance(v, str) for v in variables):
         raise TemplateError("must be a list of names", path=path, field="variables")
@@ -184,6 +184,34 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
         raise TemplateError(
             f"declared but unused: {', '.join(sorted(declared - used))}", path=path, field="variables"
         )
+    return variables
+
+
+def _check_candidates(prefix: object, candidates: object, mode: TemplateMode, path: Path) -> None:
+    """Probability mode: ``answer_prefix`` and the mode's exact ``candidates``, together."""
+    if (prefix is None) != (candidates is None):
+        raise TemplateError("'answer_prefix' and 'candidates' go together", path=path, field="candidates")
+    if candidates is None:
+        return
+    if mode == "summary":
+        raise TemplateError("summary templates have no probability mode", path=path, field="candidates")
+    if (
+        not isinstance(candidates, list)
+        or set(candidates) != _CANDIDATES[mode]
+        or len(candidates) != len(_CANDIDATES[mode])
+    ):
+        expected = ", ".join(sorted(_CANDIDATES[mode]))
+        raise TemplateError(f"{mode} candidates must be exactly {expected}", path=path, field="candidates")
+
+
+def parse_template(data: bytes, path: Path) -> PromptTemplate:
+    """Validate one template file's bytes; ``path`` is used in error messages and for the id."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TemplateError(f"not a valid UTF-8 TOML file: {exc}", path=path) from exc
+    _check_fields(raw, path)
+    variables = _check_variables(raw, path)
     reask = raw.get("reask")
     if reask is not None and _placeholders(reask, "reask", path) - {"error"}:
         raise TemplateError("the only placeholder allowed in 'reask' is ${error}", path=path, field="reask")
@@ -192,20 +220,7 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
         raise TemplateError("verdict templates need a 'reask' text", path=path, field="reask")
     prefix = raw.get("answer_prefix")
     candidates = raw.get("candidates")
-    if (prefix is None) != (candidates is None):
-        raise TemplateError("'answer_prefix' and 'candidates' go together", path=path, field="candidates")
-    if candidates is not None:
-        if mode == "summary":
-            raise TemplateError("summary templates have no probability mode", path=path, field="candidates")
-        if (
-            not isinstance(candidates, list)
-            or set(candidates) != _CANDIDATES[mode]
-            or len(candidates) != len(_CANDIDATES[mode])
-        ):
-            expected = ", ".join(sorted(_CANDIDATES[mode]))
-            raise TemplateError(
-                f"{mode} candidates must be exactly {expected}", path=path, field="candidates"
-            )
+    _check_candidates(prefix, candidates, mode, path)
     schema = raw.get("json_schema")
     if schema is not None and not isinstance(schema, dict):
         raise TemplateError("must be a table", path=path, field="json_schema")

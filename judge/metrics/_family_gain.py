@@ -134,6 +134,15 @@ def ndcg_rel(m: Measure, q: RankedQuery) -> float:
     return 0.0
 
 
+def _dcg_from(lookup: dict[int, float], grades: np.ndarray, start: int, dcg: float) -> float:
+    """``dcg`` plus the discounted gains of the ranks from ``start`` on, added in rank order."""
+    for i in range(start, grades.shape[0]):
+        gain = lookup.get(int(grades[i]), 0.0)
+        if gain != 0:
+            dcg += gain / math.log2(i + 2)
+    return dcg
+
+
 def rndcg(m: Measure, q: RankedQuery) -> float:
     """trec_eval's experimental ``Rndcg`` (nDCG averaged at the R-level boundaries)."""
     if q.num_rel == 0:
@@ -172,11 +181,8 @@ def rndcg(m: Measure, q: RankedQuery) -> float:
             ideal_dcg += ideal_gain / math.log2(i + 2)
         i += 1
     if i < n_ret:
-        while i < n_ret:
-            results_gain = lookup.get(int(grades[i]), 0.0)
-            if results_gain != 0:
-                results_dcg += results_gain / math.log2(i + 2)
-            i += 1
+        results_dcg = _dcg_from(lookup, grades, i, results_dcg)
+        i = n_ret
         if ideal_dcg > 0.0:
             total += results_dcg / ideal_dcg
             changes += 1

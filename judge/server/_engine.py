@@ -28,7 +28,7 @@ from judge.batch import (
     write_qrels,
     write_run,
 )
-from judge.batch._records import _truth_of as truth_of
+from judge.batch._records import truth_of
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset
 from judge.io._trec import read_qrels

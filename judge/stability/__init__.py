@@ -36,6 +36,7 @@ from judge.stability._report import (
     plot_map_per_run,
     plot_query_ranges,
     render_markdown,
+    require_plots,
     summary_lines,
     write_report,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "relative_spread",
     "render_markdown",
     "render_settings_markdown",
+    "require_plots",
     "run_nightly",
     "run_stability",
     "run_stability_sync",

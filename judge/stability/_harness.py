@@ -59,7 +59,7 @@ from judge.io._errors import InputError
 from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
 from judge.judging._config import LANGUAGES, bind_language, check_templates
-from judge.judging._core import _check_probability
+from judge.judging._core import check_probability
 from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, is_borderline
 from judge.judging._models import PassageVerdict
 from judge.judging._review import apply_label
@@ -371,7 +371,7 @@ async def run_stability(
         raise InputError("the dataset has no queries", path=dataset or None)
     spec = config if isinstance(config, RunSpec) else RunSpec(config=config)
     config = resolve_config(spec.config, backend)  # the report echoes the settings in force
-    _check_probability(backend, config)
+    check_probability(backend, config)
     check_templates(config)  # fail fast on a bad template, before any call
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1

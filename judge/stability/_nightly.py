@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from judge.backends import DEFAULT_MAX_RETRIES
 from judge.backends._base import Backend
@@ -69,7 +68,7 @@ from judge.stability._harness import (
     load_records,
     run_stability,
 )
-from judge.stability._report import atomic_write_bytes, write_report
+from judge.stability._report import atomic_write_bytes, new_figure, write_report
 
 __all__ = [
     "HISTORY_SCHEMA",
@@ -348,7 +347,7 @@ def read_history(path: Path) -> list[dict[str, Any]]:
 
 def plot_trend(entries: list[dict[str, Any]], threshold: float) -> bytes:
     """Relative spread of the checked metric per night, threshold line, breaches in red (PNG)."""
-    fig = Figure(figsize=(8.0, 4.0))
+    fig = new_figure((8.0, 4.0))
     ax = fig.add_subplot()
     times: list[datetime] = []
     spreads: list[float] = []

@@ -33,13 +33,16 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
+from judge.io import InputError
 from judge.stability._harness import StabilityReport
 from judge.store import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "PLOT_MAP_PER_RUN",
@@ -48,12 +51,33 @@ __all__ = [
     "plot_map_per_run",
     "plot_query_ranges",
     "render_markdown",
+    "require_plots",
     "summary_lines",
     "write_report",
 ]
 
 PLOT_MAP_PER_RUN = "map_per_run.png"
 PLOT_QUERY_RANGES = "query_ranges.png"
+
+
+PLOT_EXTRA_MESSAGE = "the stability plots need matplotlib: pip install 'judge[plot]'"
+
+
+def require_plots() -> None:
+    """Fail early (exit 2, before any judging) when matplotlib (extra ``plot``) is missing."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        raise InputError(PLOT_EXTRA_MESSAGE) from None
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A matplotlib figure without pyplot's global state; a clear error naming the extra when
+    matplotlib is not installed."""
+    require_plots()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
 
 
 def _png(fig: Figure) -> bytes:
@@ -82,7 +106,7 @@ def plot_map_per_run(report: StabilityReport) -> bytes:
     highs = [r["ci"]["high"] if r["ci"]["high"] is not None else np.nan for r in runs]
     y = np.asarray(ys, dtype=np.float64)
     err = np.vstack([y - np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64) - y])
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = new_figure((6.4, 4.0))
     ax = fig.add_subplot()
     ax.errorbar(
         xs, y, yerr=np.nan_to_num(err), fmt="o", capsize=4, label=f"{_label(metric)} (95% CI over queries)"
@@ -109,7 +133,7 @@ def plot_map_per_run(report: StabilityReport) -> bytes:
 def plot_query_ranges(report: StabilityReport) -> bytes:
     """Histograms of per-query AP and score ranges (max - min across runs) (PNG bytes)."""
     ranges = report.data["query_ranges"]
-    fig = Figure(figsize=(8.0, 3.6))
+    fig = new_figure((8.0, 3.6))
     bins = [i / 20 for i in range(21)]
     for i, (key, title) in enumerate((("ap", "AP"), ("score", "score"))):
         ax = fig.add_subplot(1, 2, i + 1)
@@ -205,6 +229,75 @@ def _determinism_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _least_stable(d: dict[str, Any], metric: str) -> list[str]:
+    """The least stable queries' and passages' tables of the Markdown report."""
+    out: list[str] = []
+    if d["unstable_queries"]:
+        out += [
+            f"| id | query | {metric_name(metric)} per run | range | score per run |",
+            "|---|---|---|---|---|",
+        ]
+        for q in d["unstable_queries"]:
+            out.append(
+                f"| {_cell(q['id'])} | {_cell(q['query'][:60])} | {_vals(q['values'])} | "
+                f"{q['range']:.3f} | {_vals(q['score'])} |"
+            )
+    else:
+        out.append("Every query has the same figures in every run.")
+    out += ["", "## Least stable passages", ""]
+    if d["unstable_passages"]:
+        out += [
+            "| query | rank | passage id | label per run | p_yes per run | text |",
+            "|---|---|---|---|---|---|",
+        ]
+        for p in d["unstable_passages"]:
+            out.append(
+                f"| {_cell(p['query_id'])} | {p['index'] + 1} | {_cell(str(p['passage_id'] or '—'))} | "
+                f"{_vals(p['labels'])} | {_vals(p['p_yes'])} | {_cell(p['text'][:80])} |"
+            )
+    else:
+        out.append("Every passage got the same label in every run.")
+    return out
+
+
+def _borderline_and_appendix(d: dict[str, Any], metric: str) -> list[str]:
+    """Borderline verdicts, backend fingerprint, plots and conventions of the Markdown report."""
+    out: list[str] = []
+    border = d.get("borderline")
+    if border is not None:
+        out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
+        out.append(
+            f"P(yes) within {border['margin']:g} of the threshold {_threshold_text(border['threshold'])}: "
+            f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
+            "round differently and may flip these (the expected mAP does not depend on them)."
+        )
+        if border["verdicts"]:
+            out += ["", "| query | rank | passage id | verdict | p_yes |", "|---|---|---|---|---|"]
+            for b in border["verdicts"]:
+                out.append(
+                    f"| {_cell(str(b['query_id']))} | {b['index'] + 1} | "
+                    f"{_cell(str(b['passage_id'] or '—'))} | {b['verdict']} | {_f(b['p_yes'], 4)} |"
+                )
+    if d.get("backend_fingerprint"):
+        out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
+    plots = d.get("plots", {})
+    if plots:
+        out += ["", "## Plots", ""]
+        out.append(f"![{_label(metric)} per run]({plots['map_per_run']})")
+        out.append("")
+        out.append(f"![per-query ranges]({plots['query_ranges']})")
+    out += ["", "## Conventions", ""]
+    for key, value in d["conventions"].items():
+        if key == "measures" and isinstance(value, dict):
+            out.append("- measures (registry, label-free conventions):")
+            for name, params in value.items():
+                rest = ", ".join(f"{p}={v}" for p, v in params.items() if p != "key")
+                out.append(f"  - {_label(name)}: `{params.get('key', name)}` ({rest})")
+        else:
+            out.append(f"- {key}: {value}")
+    return out
+
+
 def render_markdown(report: StabilityReport) -> str:
     """The whole report as Markdown (plots referenced by file name)."""
     d = report.data
@@ -284,63 +377,8 @@ def render_markdown(report: StabilityReport) -> str:
         "## Least stable queries",
         "",
     ]
-    if d["unstable_queries"]:
-        out += [
-            f"| id | query | {metric_name(metric)} per run | range | score per run |",
-            "|---|---|---|---|---|",
-        ]
-        for q in d["unstable_queries"]:
-            out.append(
-                f"| {_cell(q['id'])} | {_cell(q['query'][:60])} | {_vals(q['values'])} | "
-                f"{q['range']:.3f} | {_vals(q['score'])} |"
-            )
-    else:
-        out.append("Every query has the same figures in every run.")
-    out += ["", "## Least stable passages", ""]
-    if d["unstable_passages"]:
-        out += [
-            "| query | rank | passage id | label per run | p_yes per run | text |",
-            "|---|---|---|---|---|---|",
-        ]
-        for p in d["unstable_passages"]:
-            out.append(
-                f"| {_cell(p['query_id'])} | {p['index'] + 1} | {_cell(str(p['passage_id'] or '—'))} | "
-                f"{_vals(p['labels'])} | {_vals(p['p_yes'])} | {_cell(p['text'][:80])} |"
-            )
-    else:
-        out.append("Every passage got the same label in every run.")
-    border = d.get("borderline")
-    if border is not None:
-        out += ["", "## Borderline verdicts (liable to flip on another machine)", ""]
-        out.append(
-            f"P(yes) within {border['margin']:g} of the threshold {_threshold_text(border['threshold'])}: "
-            f"{border['count']}. Runs on one machine agree bit for bit; another CPU's llama.cpp kernels "
-            "round differently and may flip these (the expected mAP does not depend on them)."
-        )
-        if border["verdicts"]:
-            out += ["", "| query | rank | passage id | verdict | p_yes |", "|---|---|---|---|---|"]
-            for b in border["verdicts"]:
-                out.append(
-                    f"| {_cell(str(b['query_id']))} | {b['index'] + 1} | "
-                    f"{_cell(str(b['passage_id'] or '—'))} | {b['verdict']} | {_f(b['p_yes'], 4)} |"
-                )
-    if d.get("backend_fingerprint"):
-        out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
-    plots = d.get("plots", {})
-    if plots:
-        out += ["", "## Plots", ""]
-        out.append(f"![{_label(metric)} per run]({plots['map_per_run']})")
-        out.append("")
-        out.append(f"![per-query ranges]({plots['query_ranges']})")
-    out += ["", "## Conventions", ""]
-    for key, value in d["conventions"].items():
-        if key == "measures" and isinstance(value, dict):
-            out.append("- measures (registry, label-free conventions):")
-            for name, params in value.items():
-                rest = ", ".join(f"{p}={v}" for p, v in params.items() if p != "key")
-                out.append(f"  - {_label(name)}: `{params.get('key', name)}` ({rest})")
-        else:
-            out.append(f"- {key}: {value}")
+    out += _least_stable(d, metric)
+    out += _borderline_and_appendix(d, metric)
     return "\n".join(out) + "\n"
 
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter, iter_dataset, text_docno
+from judge.io._jsonl import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    DatasetRecord,
+    RejectsReporter,
+    iter_dataset,
+    text_docno,
+)
 
 _FORBIDDEN_NAME_CHARS = set('/\\=:*?"<>|')
 
@@ -113,6 +119,36 @@ def check_paths(paths: Mapping[str, Path]) -> None:
             raise InputError("is a directory, expected a JSONL dataset", path=str(path))
 
 
+def _ranking(item: DatasetRecord, known: dict[str, Passage], path: Path) -> tuple[tuple[str, ...], int, int]:
+    """One system's ranking of a query as docnos (a passage repeated in it counted once), with
+    the number of passages whose text differs from the first seen under their docno and the
+    number of repeats. New passages are added to ``known`` (the query's passages so far)."""
+    by_docno: dict[str, str | None] = {}
+    docnos: list[str] = []
+    conflicts = repeats = 0
+    for i, p in enumerate(item.passages):
+        docno = trec_token(p.id) if p.id is not None else text_docno(p.text)
+        seen = known.get(docno)
+        if seen is None:
+            known[docno] = Passage(docno, p.text, p.id)
+        elif seen.id != p.id:
+            raise InputError(
+                f"passage {p.id or p.text[:30]!r} and {seen.id or seen.text[:30]!r} "
+                f"share the docno {docno!r}; give them distinct ids",
+                path=str(path),
+                line=item.line,
+                field=f"retrieval_context[{i}]",
+            )
+        elif seen.text != p.text:
+            conflicts += 1
+        if docno in by_docno:
+            repeats += 1
+            continue
+        by_docno[docno] = p.id
+        docnos.append(docno)
+    return tuple(docnos), conflicts, repeats
+
+
 def read_systems(
     paths: Mapping[str, Path],
     *,
@@ -161,29 +197,10 @@ def read_systems(
             elif inputs.queries[qid] != item.query:
                 query_mismatch += 1
             known = inputs.passages.setdefault(qid, {})
-            by_docno: dict[str, str | None] = {}
-            docnos: list[str] = []
-            for i, p in enumerate(item.passages):
-                docno = trec_token(p.id) if p.id is not None else text_docno(p.text)
-                seen = known.get(docno)
-                if seen is None:
-                    known[docno] = Passage(docno, p.text, p.id)
-                elif seen.id != p.id:
-                    raise InputError(
-                        f"passage {p.id or p.text[:30]!r} and {seen.id or seen.text[:30]!r} "
-                        f"share the docno {docno!r}; give them distinct ids",
-                        path=str(path),
-                        line=item.line,
-                        field=f"retrieval_context[{i}]",
-                    )
-                elif seen.text != p.text:
-                    conflicts += 1
-                if docno in by_docno:
-                    repeats += 1
-                    continue
-                by_docno[docno] = p.id
-                docnos.append(docno)
-            system.queries[qid] = SystemQuery(qid, item.query, tuple(docnos))
+            docnos, conflicted, repeated = _ranking(item, known, path)
+            conflicts += conflicted
+            repeats += repeated
+            system.queries[qid] = SystemQuery(qid, item.query, docnos)
         inputs.systems.append(system)
     inputs.rejected = rep.rejected
     if strict and problems:

@@ -1,0 +1,232 @@
+"""The package floors and public seams of judge/, read from the import statements.
+
+Floors, each importing only from floors at or below its own: ``metrics`` and ``io``;
+``backends``; ``judging`` and ``store``; ``batch``, ``stability`` and ``systems``; ``cli``,
+``server`` and the public API (``judge/__init__.py``, ``judge/_api.py``). Packages meet
+through public names: a module imports another package's names from the package
+(``from judge.batch import X``), never from its private modules (``judge.batch._runner``)
+and never a private name (``_x``). Inside a package anything goes. ``judge/_env.py`` (the
+environment deepeval needs before it is imported) is the one module every floor may import.
+Tests and scripts are not checked: they may test private units.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FLOORS: dict[str, int] = {
+    "metrics": 0,
+    "io": 0,
+    "backends": 1,
+    "judging": 2,
+    "store": 2,
+    "batch": 3,
+    "stability": 3,
+    "systems": 3,
+    "cli": 4,
+    "server": 4,
+    "top": 4,
+    "entry": 5,  # judge/__main__.py: ``python -m judge`` runs the CLI
+}
+SHARED = {"judge._env"}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # file, relative to the repository
+    line: int
+    importer: str  # dotted module that imports
+    target: str  # dotted module imported from
+    names: tuple[str, ...]  # names imported from target (empty for ``import x``)
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "judge":
+        return None
+    if module == "judge.__main__":
+        return "entry"
+    if len(parts) > 1 and parts[1] in FLOORS:
+        return parts[1]
+    return "top"
+
+
+def imports_of(source: str, module: str, is_package: bool, where: str) -> list[Import]:
+    """Every import of one module (top level, functions, ``TYPE_CHECKING`` blocks alike)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [Import(where, node.lineno, module, a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            found.append(Import(where, node.lineno, module, target, tuple(a.name for a in node.names)))
+    return found
+
+
+def private_parts(target: str) -> list[str]:
+    parts = target.split(".")
+    inside = parts[1:] if package_of(target) == "top" else parts[2:]
+    return [p for p in inside if p.startswith("_")]
+
+
+def violations(imports: list[Import]) -> list[str]:
+    """What breaks the rules: private modules or names across packages, imports upward."""
+    problems = []
+    for imp in imports:
+        own, other = package_of(imp.importer), package_of(imp.target)
+        if other is None or other == own or imp.target in SHARED:
+            continue
+        at = f"{imp.source}:{imp.line}"
+        if private_parts(imp.target):
+            problems.append(f"{at}: {own} imports the private module {imp.target}")
+        private_names = [n for n in imp.names if n.startswith("_")]
+        if private_names:
+            problems.append(f"{at}: {own} imports private {', '.join(private_names)} of {imp.target}")
+        assert own is not None
+        if FLOORS[other] > FLOORS[own]:
+            problems.append(f"{at}: {own} (floor {FLOORS[own]}) imports {other} (floor {FLOORS[other]})")
+    return problems
+
+
+def cycles(imports: list[Import]) -> list[list[str]]:
+    """Package-level import cycles (packages of one floor may import each other, one way)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for imp in imports:
+        own, other = package_of(imp.importer), package_of(imp.target)
+        if own is not None and other is not None and other != own and imp.target not in SHARED:
+            graph[own].add(other)
+    found: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in path:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif len(path) < len(FLOORS):
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        visit(start, [start])
+    return found
+
+
+def judge_imports() -> list[Import]:
+    result = []
+    for path in sorted((ROOT / "judge").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_package else parts)
+        where = str(path.relative_to(ROOT))
+        result += imports_of(path.read_text(encoding="utf-8"), module, is_package, where)
+    return result
+
+
+def lazy_table_targets() -> list[tuple[str, str]]:
+    """``judge/__init__.py`` imports its public names lazily from a table of module names."""
+    tree = ast.parse((ROOT / "judge" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets
+        ):
+            value = node.value  # type: ignore[union-attr]
+            assert isinstance(value, ast.Dict)
+            return [
+                (str(k.value), str(v.value))
+                for k, v in zip(value.keys, value.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+            ]
+    return []
+
+
+def test_packages_meet_through_public_names_and_import_only_downward() -> None:
+    problems = violations(judge_imports())
+    assert not problems, "\n".join(problems)
+
+
+def test_packages_import_each_other_without_cycles() -> None:
+    assert cycles(judge_imports()) == []
+
+
+def test_public_api_table_names_public_modules() -> None:
+    table = lazy_table_targets()
+    assert table, "judge/__init__.py has no _LAZY table"
+    private = [(n, m) for n, m in table if package_of(m) != "top" and private_parts(m)]
+    assert private == []
+
+
+def test_every_package_has_a_floor() -> None:
+    packages = {p.name for p in (ROOT / "judge").iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(FLOORS) - {"top", "entry"}
+
+
+# The checks themselves, on made-up modules: each rule must be able to fail.
+
+
+def _check(module: str, source: str, is_package: bool = False) -> list[str]:
+    return violations(imports_of(source, module, is_package, module))
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("judge.cli._x", "from judge.batch._runner import run_batch\n", "private module judge.batch._runner"),
+        ("judge.cli._x", "from judge.batch import _runner\n", "private _runner of judge.batch"),
+        ("judge.server._x", "from judge.systems import _helper\n", "private _helper"),
+        ("judge._api", "from judge.judging._core import judge_query\n", "private module judge.judging._core"),
+        ("judge.cli._x", "def f():\n    import judge.io._trec\n", "private module judge.io._trec"),
+        ("judge.cli._x", "if TYPE_CHECKING:\n    from judge.io._trec import Qrels\n", "judge.io._trec"),
+        (
+            "judge.metrics._x",
+            "from judge.judging import PassageVerdict\n",
+            "metrics (floor 0) imports judging",
+        ),
+        ("judge.backends._x", "from judge.store import open_sqlite\n", "backends (floor 1) imports store"),
+        ("judge.batch._x", "from judge.server import create_app\n", "batch (floor 3) imports server"),
+        ("judge.judging", "from ..batch import BatchDriver\n", "judging (floor 2) imports batch"),
+    ],
+)
+def test_each_rule_catches_its_case(module: str, source: str, expected: str) -> None:
+    problems = _check(module, source, is_package=module.count(".") == 1)
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("judge.cli._x", "from judge.batch import run_batch\n"),
+        ("judge.batch._x", "from judge.batch._runner import run_batch\n"),
+        ("judge.batch._x", "from ._runner import _private\n"),
+        ("judge.judging._x", "import judge._env\n"),
+        ("judge.store._x", "from judge.judging import PassageVerdict\n"),
+        ("judge.cli._x", "import json\nfrom pathlib import Path\n"),
+    ],
+)
+def test_allowed_imports_pass(module: str, source: str) -> None:
+    assert _check(module, source) == []
+
+
+def test_a_cycle_between_packages_of_one_floor_is_found() -> None:
+    imports = [
+        Import("a", 1, "judge.batch._x", "judge.systems", ("A",)),
+        Import("b", 1, "judge.systems._y", "judge.batch", ("B",)),
+    ]
+    assert cycles(imports) == [["batch", "systems", "batch"], ["systems", "batch", "systems"]]
+    assert cycles(imports[:1]) == []
+
+
+def test_module_names_are_unique_across_packages() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "judge").glob("*/*.py")):
+        if path.name != "__init__.py":
+            where[path.stem].append(path.parent.name)
+    assert {name: pkgs for name, pkgs in where.items() if len(pkgs) > 1} == {}
