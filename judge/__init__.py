@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from judge._api import aevaluate, evaluate
     from judge.backends import resolve_backend
     from judge.judging._config import JudgeConfig, Passage
-    from judge.judging._metric import RelevancyJudge
+    from judge.judging._deepeval_metric import RelevancyJudge
+    from judge.judging._deepeval_recall_metric import ContextualRecallJudge
     from judge.judging._models import JudgeResult, PassageVerdict
-    from judge.judging._recall_metric import ContextualRecallJudge
     from judge.metrics._answer import answer_scores, gen_eval
     from judge.metrics._redundancy import redundancy_by_k
     from judge.systems import compare_systems
@@ -51,9 +51,9 @@ _LAZY = {
     "Passage": "judge.judging._config",
     "JudgeResult": "judge.judging._models",
     "PassageVerdict": "judge.judging._models",
-    "RelevancyJudge": "judge.judging._metric",
+    "RelevancyJudge": "judge.judging._deepeval_metric",
     # Also public (lazily, like the rest): contextual recall as a deepeval metric.
-    "ContextualRecallJudge": "judge.judging._recall_metric",
+    "ContextualRecallJudge": "judge.judging._deepeval_recall_metric",
     "resolve_backend": "judge.backends",
     "gen_eval": "judge.metrics._answer",
     "answer_scores": "judge.metrics._answer",

@@ -22,7 +22,7 @@ from judge.batch import run_spec_from_kwargs
 from judge.io._sites import SitePriors, read_site_priors
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import as_passage, judge_query
-from judge.judging._extras import ExtraOptions, judge_extras, with_extras
+from judge.judging._extra_judgments import ExtraOptions, judge_extras, with_extras
 from judge.judging._models import JudgeResult, Mode
 from judge.judging._summary import with_measures
 from judge.metrics import parse_named_measures

@@ -43,7 +43,7 @@ from typing import Any
 
 from judge.batch import apply_labels, job_review_queue, summarize_records
 from judge.store import Label, LabelSet, recover_output
-from judge.store._labels import trec_token
+from judge.store._label_store import trec_token
 
 K = (5, 10)
 

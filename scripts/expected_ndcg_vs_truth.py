@@ -6,7 +6,7 @@ with the ground-truth NDCG@k (trec_eval conventions, graded qrels) over the quer
 
 * ``hard``: the judge's NDCG@k on its yes/no verdicts (label-free ideal);
 * ``expected``: E[NDCG@k] under independent Bernoulli(P(yes)) relevance (graded: the grade
-  probabilities), :func:`judge.metrics._expected.expected_ndcg`;
+  probabilities), :func:`judge.metrics._expected_ranking.expected_ndcg`;
 * ``expected_gain``: the NDCG of the expected gains (P(yes) as gain, ideal of the same soft
   gains), the definition the expected NDCG replaced.
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from judge.judging._expected import expected_metrics
-from judge.metrics._expected import expected_gain_ndcg
+from judge.judging._expected_verdicts import expected_metrics
+from judge.metrics._expected_ranking import expected_gain_ndcg
 
 
 def _rows(path: Path, k: int) -> list[dict[str, float]]:

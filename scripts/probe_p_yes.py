@@ -35,7 +35,7 @@ async def probe(dataset: Path, output: Path, threads: int | None) -> None:
     from judge.judging._config import resolve_config
     from judge.judging._core import judge_passage
     from judge.metrics import average_precision
-    from judge.metrics._expected import expected_average_precision
+    from judge.metrics._expected_ranking import expected_average_precision
 
     backend = LocalBackend(n_threads=threads)
     backend.load()

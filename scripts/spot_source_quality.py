@@ -41,7 +41,7 @@ SITES: dict[str, tuple[str, tuple[int, ...]]] = {
 async def run(args: argparse.Namespace) -> None:
     from judge.backends import make_backend
     from judge.judging import JudgeConfig
-    from judge.judging._source import grade_sites
+    from judge.judging._source_grades import grade_sites
     from judge.store import SQLiteVerdictStore
 
     backend = make_backend(args.backend)

@@ -1,4 +1,4 @@
-"""The review queue order and the verdict override (judge.judging._review), by hand."""
+"""The review queue order and the verdict override (judge.judging._review_queue), by hand."""
 
 from __future__ import annotations
 

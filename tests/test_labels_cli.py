@@ -290,7 +290,7 @@ def test_calibrate_stores_a_named_threshold_a_run_can_select(
 
 
 def test_calibrated_threshold_sets_the_config(tmp_path: Path) -> None:
-    from judge.cli._labels import calibrated_threshold
+    from judge.cli._label_commands import calibrated_threshold
     from judge.judging import JudgeConfig, template_for
     from judge.store import Calibration
 

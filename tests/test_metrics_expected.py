@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from judge.batch._records import summarize_records
-from judge.judging._expected import borderline_verdicts, expected_metrics, is_borderline
+from judge.judging._expected_verdicts import borderline_verdicts, expected_metrics, is_borderline
 from judge.metrics import average_precision, ndcg
-from judge.metrics._expected import (
+from judge.metrics._expected_ranking import (
     borderline_count,
     expected_average_precision,
     expected_gain_ndcg,

@@ -1,4 +1,4 @@
-"""Judge-vs-people agreement and threshold calibration (judge.metrics._review), checked
+"""Judge-vs-people agreement and threshold calibration (judge.metrics._label_agreement), checked
 against hand-derived values."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from judge.cli import main
 from judge.io._jsonl import read_dataset
 from judge.io._sites import SitePriors
 from judge.judging import JudgeConfig
-from judge.judging._extras import ExtraOptions
+from judge.judging._extra_judgments import ExtraOptions
 from judge.store import SQLiteVerdictStore, recover_output
 
 ROWS: list[dict[str, Any]] = [

@@ -15,7 +15,7 @@ from judge.backends._sync import run_sync
 from judge.io._errors import InputError
 from judge.judging import VerdictParseError
 from judge.judging._recall import contextual_recall, parse_claims
-from judge.metrics._source import ClaimSupport, claim_recall_at_k, claim_status_at_k
+from judge.metrics._source_quality_recall import ClaimSupport, claim_recall_at_k, claim_status_at_k
 from judge.store import SQLiteVerdictStore
 
 _PASSAGE = re.compile(r"<passage>\n(.*?)\n</passage>", re.S)

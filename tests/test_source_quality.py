@@ -15,8 +15,8 @@ from judge.backends._sync import run_sync
 from judge.io._errors import InputError
 from judge.io._sites import SitePriors, read_site_priors, site_of, source_site
 from judge.judging import Passage
-from judge.judging._source import grade_sites, source_quality
-from judge.metrics._source import (
+from judge.judging._source_grades import grade_sites, source_quality
+from judge.metrics._source_quality_recall import (
     low_quality_share_at_k,
     quality_factor,
     quality_weighted_ndcg,

@@ -13,7 +13,7 @@ import judge
 from judge.backends import RuleBackend
 from judge.cli import main
 from judge.io import InputError, read_qrels
-from judge.systems._labels import resolve_pool_scale
+from judge.systems._label_scale import resolve_pool_scale
 
 # Three queries; each passage's text carries its (hidden) NIST-style grade as a marker, so the
 # rule judge below answers from the labels: a qrels-backed judge at level 2.

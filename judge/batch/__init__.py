@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, FanOutExecutor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
-from judge.batch._labels import (
+from judge.batch._label_apply import (
     LabelOutcome,
     agreement_items,
     apply_labels,

@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from judge.batch._extras import summarize_extras
+from judge.batch._extra_fields import summarize_extras
 from judge.io._jsonl import DatasetRecord
-from judge.judging._expected import expected_metrics, mean_expected
+from judge.judging._expected_verdicts import expected_metrics, mean_expected
 from judge.judging._models import JudgeResult, PassageVerdict
 from judge.judging._summary import judged_list
 from judge.metrics import (
@@ -211,7 +211,7 @@ def finish_record(
             "ap": _round(result.ap),
             "ndcg": {str(c): _round(val) for c, val in result.ndcg.items()},
             **judge_rank_metrics(listed, k),
-            # probability-weighted metrics (judge.judging._expected): threshold-free
+            # probability-weighted metrics (judge.judging._expected_verdicts): threshold-free
             "expected": expected_metrics(verdicts, result.mode, k),
             "usage": result.usage.model_dump(),
             "verdicts": [v.model_dump(mode="json") for v in verdicts],
@@ -401,6 +401,6 @@ def summarize_records(
 
 
 def _human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    from judge.batch._labels import human_label_counts
+    from judge.batch._label_apply import human_label_counts
 
     return human_label_counts(records)

@@ -49,8 +49,8 @@ from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._policy import DEFAULT_CONCURRENCY
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
-from judge.batch._extras import extras_record
-from judge.batch._labels import apply_labels
+from judge.batch._extra_fields import extras_record
+from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
@@ -64,11 +64,11 @@ from judge.io._jsonl import (
 )
 from judge.judging import JudgeConfig, VerdictStore, bind_language, resolve_config, summarize
 from judge.judging._config import LANGUAGE_RULE
-from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
-from judge.judging._extras import ExtraOptions
+from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
+from judge.judging._extra_judgments import ExtraOptions
 from judge.judging._models import PassageVerdict
 from judge.metrics import ScaleError
-from judge.store._labels import LabelSet
+from judge.store._label_store import LabelSet
 from judge.store._runstate import (
     OutputWriter,
     atomic_write_lines,

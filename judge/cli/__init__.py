@@ -28,7 +28,7 @@ EXIT_INTERRUPTED = 130
 # Each module defines ``register(subparsers) -> None`` that adds its subparser and sets
 # ``func=<callable(args) -> int>`` as the parser default.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "judge.cli._trec",
+    "judge.cli._trec_commands",
     "judge.cli._score",
     "judge.cli._eval",
     "judge.cli._stability",
@@ -36,7 +36,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._geneval",
     "judge.cli._systems",
     "judge.cli._serve",
-    "judge.cli._labels",
+    "judge.cli._label_commands",
 )
 
 

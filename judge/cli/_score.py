@@ -26,7 +26,7 @@ from judge.cli._flags import (
     open_backend,
     run_spec_of,
 )
-from judge.cli._labels import add_label_flags, calibrated_threshold, label_set_of
+from judge.cli._label_commands import add_label_flags, calibrated_threshold, label_set_of
 from judge.io._errors import InputError
 
 
@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
 
 def _extras(args: argparse.Namespace) -> Any:
     from judge.io._sites import read_site_priors
-    from judge.judging._extras import ExtraOptions
+    from judge.judging._extra_judgments import ExtraOptions
 
     priors = read_site_priors(args.site_priors) if args.site_priors else None
     return ExtraOptions(

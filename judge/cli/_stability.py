@@ -103,7 +103,7 @@ def register(subparsers: Any) -> None:
         help="temperature of the baseline/vote settings when --temperature is 0 (default 0.7)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    from judge.cli._labels import add_label_flags
+    from judge.cli._label_commands import add_label_flags
 
     add_label_flags(p)
     p.set_defaults(func=run_stability_command)
@@ -182,7 +182,7 @@ def _progress(quiet: bool, runs: int, label: str = "") -> Any:
 
 
 def run_stability_command(args: argparse.Namespace) -> int:
-    from judge.cli._labels import label_set_of
+    from judge.cli._label_commands import label_set_of
     from judge.stability import (
         StabilityOptions,
         compare_settings,

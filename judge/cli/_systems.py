@@ -148,7 +148,7 @@ def register(subparsers: Any) -> None:
         help="ask again for pooled pairs left unjudged by an earlier run",
     )
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
-    from judge.cli._labels import add_label_flags
+    from judge.cli._label_commands import add_label_flags
 
     add_label_flags(p)
     p.set_defaults(func=run_compare_systems_cli)
@@ -156,7 +156,7 @@ def register(subparsers: Any) -> None:
 
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
-    from judge.cli._labels import label_set_of
+    from judge.cli._label_commands import label_set_of
     from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.store import SQLiteVerdictStore
     from judge.systems import PoolRun, ReportFolder, SystemsOptions, run_comparison

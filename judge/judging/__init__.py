@@ -40,7 +40,7 @@ from judge.judging._parse import (
     parse_verdict,
     verdict_from_object,
 )
-from judge.judging._review import (
+from judge.judging._review_queue import (
     AUDIT_EVERY,
     QueueCandidate,
     QueueItem,
@@ -64,8 +64,8 @@ from judge.judging._templates import (
 )
 
 if TYPE_CHECKING:
-    from judge.judging._metric import RelevancyJudge
-    from judge.judging._recall_metric import ContextualRecallJudge
+    from judge.judging._deepeval_metric import RelevancyJudge
+    from judge.judging._deepeval_recall_metric import ContextualRecallJudge
 
 __all__ = [
     "AUDIT_EVERY",
@@ -124,11 +124,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "RelevancyJudge":
-        from judge.judging._metric import RelevancyJudge
+        from judge.judging._deepeval_metric import RelevancyJudge
 
         return RelevancyJudge
     if name == "ContextualRecallJudge":
-        from judge.judging._recall_metric import ContextualRecallJudge
+        from judge.judging._deepeval_recall_metric import ContextualRecallJudge
 
         return ContextualRecallJudge
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

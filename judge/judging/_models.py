@@ -163,7 +163,7 @@ class JudgeResult(_Strict):
     given, None when no passage could be judged; ``measure_conventions``: every parameter
     each of them was computed with (label-free conventions, see :mod:`judge.metrics`).
     ``contextual_recall`` (given a reference answer) and ``source_quality`` (when asked for)
-    are the optional dimensions of :mod:`judge.judging._recall` and :mod:`judge.judging._source`.
+    are the optional dimensions of :mod:`judge.judging._recall` and :mod:`judge.judging._source_grades`.
     """
 
     query: str

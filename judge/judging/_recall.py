@@ -30,7 +30,7 @@ verdicts a small model misaligns or skips, has no probability mode and cannot be
 passage. The passage comes first in the prompt: on the embedded llama.cpp judge the claims
 of one query are asked passage by passage, so the passage's KV cache is reused.
 
-recall@k = supported claims / judged claims (:func:`judge.metrics._source.claim_recall_at_k`);
+recall@k = supported claims / judged claims (:func:`judge.metrics._source_quality_recall.claim_recall_at_k`);
 a claim whose top-k verdicts are partly missing is unjudged at k, never unsupported.
 """
 
@@ -57,7 +57,7 @@ from judge.judging._dimension_models import (
 from judge.judging._models import PassageVerdict, TokenUsage
 from judge.judging._parse import VerdictParseError, extract_json_object
 from judge.judging._templates import PromptTemplate, load_template
-from judge.metrics._source import ClaimSupport, claim_recall_at_k, claim_status_at_k
+from judge.metrics._source_quality_recall import ClaimSupport, claim_recall_at_k, claim_status_at_k
 
 __all__ = [
     "RECALL_CONVENTIONS",

@@ -204,7 +204,7 @@ def __getattr__(name: str) -> object:
         globals()[name] = value
         return value
     if name in _REVIEW_NAMES:
-        from judge.metrics import _review
+        from judge.metrics import _label_agreement as _review
 
         value = getattr(_review, name)
         globals()[name] = value
@@ -212,7 +212,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'judge.metrics' has no attribute {name!r}")
 
 
-# Review agreement and calibration (judge/metrics/_review.py): loaded on first use too.
+# Review agreement and calibration (judge/metrics/_label_agreement.py): loaded on first use too.
 _REVIEW_NAMES = (
     "BIASED_SAMPLE_NOTE",
     "MIN_CALIBRATION_LABELS",
@@ -228,17 +228,17 @@ _REVIEW_NAMES = (
     "reviewer_agreement",
 )
 if TYPE_CHECKING:
-    from judge.metrics._review import BIASED_SAMPLE_NOTE as BIASED_SAMPLE_NOTE
-    from judge.metrics._review import MIN_CALIBRATION_LABELS as MIN_CALIBRATION_LABELS
-    from judge.metrics._review import AgreementFigures as AgreementFigures
-    from judge.metrics._review import AgreementItem as AgreementItem
-    from judge.metrics._review import AgreementReport as AgreementReport
-    from judge.metrics._review import CalibrationError as CalibrationError
-    from judge.metrics._review import CalibrationResult as CalibrationResult
-    from judge.metrics._review import ReviewerPair as ReviewerPair
-    from judge.metrics._review import agreement_figures as agreement_figures
-    from judge.metrics._review import calibrate_threshold as calibrate_threshold
-    from judge.metrics._review import label_agreement as label_agreement
-    from judge.metrics._review import reviewer_agreement as reviewer_agreement
+    from judge.metrics._label_agreement import BIASED_SAMPLE_NOTE as BIASED_SAMPLE_NOTE
+    from judge.metrics._label_agreement import MIN_CALIBRATION_LABELS as MIN_CALIBRATION_LABELS
+    from judge.metrics._label_agreement import AgreementFigures as AgreementFigures
+    from judge.metrics._label_agreement import AgreementItem as AgreementItem
+    from judge.metrics._label_agreement import AgreementReport as AgreementReport
+    from judge.metrics._label_agreement import CalibrationError as CalibrationError
+    from judge.metrics._label_agreement import CalibrationResult as CalibrationResult
+    from judge.metrics._label_agreement import ReviewerPair as ReviewerPair
+    from judge.metrics._label_agreement import agreement_figures as agreement_figures
+    from judge.metrics._label_agreement import calibrate_threshold as calibrate_threshold
+    from judge.metrics._label_agreement import label_agreement as label_agreement
+    from judge.metrics._label_agreement import reviewer_agreement as reviewer_agreement
 
 __all__ += list(_REVIEW_NAMES)

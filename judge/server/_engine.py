@@ -42,7 +42,7 @@ from judge.systems import (
     run_comparison,
 )
 from judge.systems._inputs import Inputs, read_systems
-from judge.systems._labels import map_human
+from judge.systems._label_scale import map_human
 from judge.systems._pool import build_pool, pool_dataset_lines
 from judge.systems._run import pool_scale
 

@@ -43,7 +43,7 @@ from judge.batch import (
 from judge.io._errors import InputError
 from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
 from judge.judging import QueueItem, threshold_of
-from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
+from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
 from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
 from judge.server import _bounds, _engine
 from judge.server._app_state import State
@@ -59,7 +59,7 @@ from judge.store import (
     labels_to_qrels,
     read_label_file,
 )
-from judge.store._labels import trec_token
+from judge.store._label_store import trec_token
 from judge.systems import ReportFolder
 
 ANONYMOUS = "anonymous"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from judge.io._errors import InputError
 from judge.judging import JudgeResult
-from judge.judging._expected import expected_metrics
+from judge.judging._expected_verdicts import expected_metrics
 from judge.judging._summary import judged_list
 from judge.metrics import Measure, NamedMeasure, judge_measure
 
@@ -38,7 +38,7 @@ class StabilityMetric:
     :class:`JudgeResult`'s verdicts (None when none was judged).
 
     ``measure`` is None for ``expected_map``: the probability-weighted mean AP
-    (E[AP] under independent Bernoulli(P(yes)) relevance, :mod:`judge.judging._expected`),
+    (E[AP] under independent Bernoulli(P(yes)) relevance, :mod:`judge.judging._expected_verdicts`),
     which reads each verdict's P(yes) rather than its label, so it does not move with the
     decision threshold; it is no registry measure.
     """

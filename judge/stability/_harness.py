@@ -60,9 +60,9 @@ from judge.io._jsonl import DatasetRecord, read_dataset
 from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
 from judge.judging._config import LANGUAGES, bind_language, check_templates
 from judge.judging._core import check_probability
-from judge.judging._expected import DEFAULT_BORDERLINE_MARGIN, is_borderline
+from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, is_borderline
 from judge.judging._models import PassageVerdict
-from judge.judging._review import apply_label
+from judge.judging._review_queue import apply_label
 from judge.metrics import Scale, ScaleError, ScaleMapping
 from judge.stability._figures import (
     MAP_FIGURE,

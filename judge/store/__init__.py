@@ -9,7 +9,7 @@ from judge.store._cache import (
     judge_home,
     migrate,
 )
-from judge.store._labels import (
+from judge.store._label_store import (
     DEFAULT_COLLECTION,
     LABEL_FORMATS,
     LABEL_SCHEMA_VERSION,

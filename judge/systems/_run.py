@@ -34,7 +34,7 @@ from judge.store import LabelSet, atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
-from judge.systems._labels import PoolScale, map_human, resolve_pool_scale
+from judge.systems._label_scale import PoolScale, map_human, resolve_pool_scale
 from judge.systems._model import (
     AdaptiveDecision,
     AdaptiveSummary,
@@ -79,7 +79,7 @@ class SystemsOptions:
     graded mode). ``qrels``: human labels filling the pool first, put on the judge's scale
     by ``qrels_level`` (graded labels, binary judge: grade >= L is relevant; default: an
     explicit ``relevance_level``) or ``qrels_yes_grade`` (binary labels, graded judge: the
-    grade a labelled "relevant" stands for); see :mod:`judge.systems._labels`. ``labels`` (a
+    grade a labelled "relevant" stands for); see :mod:`judge.systems._label_scale`. ``labels`` (a
     :class:`judge.store.LabelSet`) fill it too, put on the pool's scale by the stated
     ``labels_level``/``labels_yes_grade`` (else an error naming both scales). ``seed``,
     ``resamples``, ``confidence``: the tests of ``judge compare``; ``stability_resamples``:

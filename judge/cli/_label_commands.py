@@ -3,7 +3,7 @@
 
 Labels live in the label store (``$JUDGE_HOME/labels.sqlite``, or ``--labels-store PATH``);
 ``--labels store`` reads it, ``--labels FILE`` reads a TREC qrels file or a JSONL labels
-export instead (see :mod:`judge.store._labels`).
+export instead (see :mod:`judge.store._label_store`).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
     from judge.judging import judge_verdict_of
     from judge.judging._models import PassageVerdict
     from judge.store import recover_output
-    from judge.store._labels import trec_token
+    from judge.store._label_store import trec_token
 
     out: dict[tuple[str, str], tuple[float, str]] = {}
     for path in paths:

@@ -14,7 +14,7 @@ Each passage's site comes from its ``url`` (else its ``site``/``source`` field; 
 
 Per query: ``quality[k]`` (mean grade of the top k with a grade), ``low_share[k]`` (share of
 them with grade <= 1) and ``weighted_ndcg[k]`` (relevance gain x (1 + q) / 4, IDCG from the
-unweighted gains; :func:`judge.metrics._source.quality_weighted_ndcg`).
+unweighted gains; :func:`judge.metrics._source_quality_recall.quality_weighted_ndcg`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from judge.judging._config import JudgeConfig, VerdictStore, bind_language
 from judge.judging._dimension_models import SiteGrade, SourceQuality
 from judge.judging._models import PassageVerdict
 from judge.judging._templates import load_template
-from judge.metrics._source import (
+from judge.metrics._source_quality_recall import (
     LOW_QUALITY_MAX,
     low_quality_share_at_k,
     quality_weighted_ndcg,

@@ -1,7 +1,7 @@
 """Human labels win: apply a :class:`judge.store.LabelSet` to ``judge score`` records.
 
 For every passage of every record with a label (matched by qid + docno, see
-:mod:`judge.store._labels`), the verdict is replaced by :func:`judge.judging.apply_label`
+:mod:`judge.store._label_store`), the verdict is replaced by :func:`judge.judging.apply_label`
 (the label first put on the record's scale by the one stated mapping,
 :func:`judge.metrics.resolve_mapping`: graded labels on a binary job need ``level``, binary
 labels on a graded job ``yes_grade``; otherwise :class:`judge.metrics.ScaleError` names
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from judge.batch._records import finish_record, verdicts_of
 from judge.judging._models import JudgeResult, PassageVerdict, UsageSummary
-from judge.judging._review import (
+from judge.judging._review_queue import (
     AUDIT_EVERY,
     QueueItem,
     apply_label,
@@ -32,10 +32,10 @@ from judge.judging._review import (
 )
 from judge.judging._summary import judged_list, measure_conventions
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
-from judge.store._labels import DEFAULT_COLLECTION, Label, LabelSet, trec_token
+from judge.store._label_store import DEFAULT_COLLECTION, Label, LabelSet, trec_token
 
 if TYPE_CHECKING:  # scipy-backed; imported when agreement is asked for
-    from judge.metrics._review import AgreementItem, AgreementReport
+    from judge.metrics._label_agreement import AgreementItem, AgreementReport
 
 __all__ = [
     "LabelOutcome",
@@ -244,7 +244,7 @@ def agreement_items(
     item's label is the resolved one (:class:`judge.store.LabelSet`). The judge's side is
     its own verdict (before any override); items it left unjudged are skipped. Returns
     ``(items, {(qid, docno): {reviewer: 0/1}})`` for :func:`judge.metrics.label_agreement`."""
-    from judge.metrics._review import AgreementItem
+    from judge.metrics._label_agreement import AgreementItem
 
     resolved = LabelSet(labels)
     per_reviewer: dict[tuple[str, str], dict[str, Label]] = {}
@@ -296,7 +296,7 @@ def job_agreement(
     seed: int = 0,
 ) -> AgreementReport:
     """:func:`judge.metrics.label_agreement` of a job's records and its labels."""
-    from judge.metrics._review import label_agreement
+    from judge.metrics._label_agreement import label_agreement
 
     items, humans = agreement_items(records, labels, level=level)
     return label_agreement(items, reviewer_labels=humans, resamples=resamples, seed=seed)

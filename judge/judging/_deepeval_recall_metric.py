@@ -23,8 +23,8 @@ from deepeval.test_case import LLMTestCase, SingleTurnParams
 
 from judge.backends._policy import CallPolicy
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
+from judge.judging._deepeval_metric import JudgeMetric
 from judge.judging._dimension_models import ContextualRecall
-from judge.judging._metric import JudgeMetric
 from judge.judging._recall import contextual_recall
 
 

@@ -13,7 +13,7 @@ from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._dimension_models import ContextualRecall, SourceQuality
 from judge.judging._models import JudgeResult, PassageVerdict
 from judge.judging._recall import contextual_recall
-from judge.judging._source import source_quality
+from judge.judging._source_grades import source_quality
 
 
 @dataclass(frozen=True)

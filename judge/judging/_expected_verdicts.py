@@ -1,6 +1,6 @@
 """Expected (probability-weighted) metrics and borderline verdicts of one query's verdicts.
 
-The numbers come from :mod:`judge.metrics._expected` (definitions there); this module picks
+The numbers come from :mod:`judge.metrics._expected_ranking` (definitions there); this module picks
 the inputs from :class:`PassageVerdict` objects or their JSON dicts (output records):
 
 * unjudged passages are dropped, as for the hard metrics;
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from judge.judging._models import PassageVerdict
-from judge.metrics._expected import expected_average_precision, expected_ndcg
+from judge.metrics._expected_ranking import expected_average_precision, expected_ndcg
 
 __all__ = [
     "DEFAULT_BORDERLINE_MARGIN",
