@@ -20,12 +20,15 @@ import judge._env  # noqa: F401  # deepeval opt-outs (telemetry, read-only FS) b
 if TYPE_CHECKING:
     from judge._api import aevaluate, evaluate
     from judge.backends import resolve_backend
-    from judge.judging._config import JudgeConfig, Passage
-    from judge.judging._deepeval_metric import RelevancyJudge
-    from judge.judging._deepeval_recall_metric import ContextualRecallJudge
-    from judge.judging._models import JudgeResult, PassageVerdict
-    from judge.metrics._answer import answer_scores, gen_eval
-    from judge.metrics._redundancy import redundancy_by_k
+    from judge.judging import (
+        ContextualRecallJudge,
+        JudgeConfig,
+        JudgeResult,
+        Passage,
+        PassageVerdict,
+        RelevancyJudge,
+    )
+    from judge.metrics import answer_scores, gen_eval, redundancy_by_k
     from judge.systems import compare_systems
 
 __all__ = [
@@ -47,17 +50,17 @@ __all__ = [
 _LAZY = {
     "evaluate": "judge._api",
     "aevaluate": "judge._api",
-    "JudgeConfig": "judge.judging._config",
-    "Passage": "judge.judging._config",
-    "JudgeResult": "judge.judging._models",
-    "PassageVerdict": "judge.judging._models",
-    "RelevancyJudge": "judge.judging._deepeval_metric",
+    "JudgeConfig": "judge.judging",
+    "Passage": "judge.judging",
+    "JudgeResult": "judge.judging",
+    "PassageVerdict": "judge.judging",
+    "RelevancyJudge": "judge.judging",
     # Also public (lazily, like the rest): contextual recall as a deepeval metric.
-    "ContextualRecallJudge": "judge.judging._deepeval_recall_metric",
+    "ContextualRecallJudge": "judge.judging",
     "resolve_backend": "judge.backends",
-    "gen_eval": "judge.metrics._answer",
-    "answer_scores": "judge.metrics._answer",
-    "redundancy_by_k": "judge.metrics._redundancy",
+    "gen_eval": "judge.metrics",
+    "answer_scores": "judge.metrics",
+    "redundancy_by_k": "judge.metrics",
     "compare_systems": "judge.systems",
 }
 

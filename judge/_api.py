@@ -16,15 +16,22 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from judge.backends import CallPolicy, make_backend
-from judge.backends._sync import run_sync
+from judge.backends import CallPolicy, make_backend, run_sync
 from judge.batch import run_spec_from_kwargs
-from judge.io._sites import SitePriors, read_site_priors
-from judge.judging._config import JudgeConfig, Passage, VerdictStore
-from judge.judging._core import as_passage, judge_query
-from judge.judging._extra_judgments import ExtraOptions, judge_extras, with_extras
-from judge.judging._models import JudgeResult, Mode
-from judge.judging._summary import with_measures
+from judge.io import SitePriors, read_site_priors
+from judge.judging import (
+    ExtraOptions,
+    JudgeConfig,
+    JudgeResult,
+    Mode,
+    Passage,
+    VerdictStore,
+    as_passage,
+    judge_extras,
+    judge_query,
+    with_extras,
+    with_measures,
+)
 from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]

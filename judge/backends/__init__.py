@@ -32,6 +32,8 @@ from judge.backends._call_stats import BackendStats
 from judge.backends._cascade import CascadeBackend
 from judge.backends._deepeval import DeepEvalBackend, as_deepeval_model, schema_to_model
 from judge.backends._fake import RuleBackend, ScriptedBackend, ScriptExhaustedError
+from judge.backends._fingerprint import backend_fingerprint
+from judge.backends._json import first_json_object
 from judge.backends._langchain import LangChainBackend
 from judge.backends._openai import OpenAIBackend
 from judge.backends._policy import (
@@ -52,6 +54,7 @@ from judge.backends._resilient import (
     estimate_tokens,
 )
 from judge.backends._resolve import describe_backend, make_backend, resolve_backend, resolve_cascade
+from judge.backends._sync import run_sync
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -87,16 +90,19 @@ __all__ = [
     "UnsupportedError",
     "Usage",
     "as_deepeval_model",
+    "backend_fingerprint",
     "candidate_probs",
     "describe_backend",
     "ensure_resilient",
     "error_for_status",
     "estimate_tokens",
+    "first_json_object",
     "make_backend",
     "parse_retry_after",
     "redact",
     "register_secret",
     "resolve_backend",
     "resolve_cascade",
+    "run_sync",
     "schema_to_model",
 ]

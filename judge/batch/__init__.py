@@ -23,7 +23,7 @@ from judge.batch._label_apply import (
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
-from judge.batch._records import build_record, ground_truth_metrics, summarize_records
+from judge.batch._records import build_record, ground_truth_metrics, summarize_records, truth_of
 from judge.batch._run_spec import (
     DEFAULT_WORKER_CPUS,
     DEFAULT_WORKERS,
@@ -118,6 +118,7 @@ __all__ = [
     "sidecar_path",
     "strict_check",
     "summarize_records",
+    "truth_of",
     "write_qrels",
     "write_run",
 ]

@@ -36,12 +36,18 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from judge.backends._base import Backend, PermanentError
+from judge.backends import Backend, PermanentError
 from judge.batch._executor import Executor, PassageJob
-from judge.judging import JudgeConfig, Passage, VerdictStore, bind_language, verdict_cache_key
-from judge.judging._core import cached_verdict
-from judge.judging._listwise import load_listwise_template
-from judge.judging._models import PassageVerdict
+from judge.judging import (
+    JudgeConfig,
+    Passage,
+    PassageVerdict,
+    VerdictStore,
+    bind_language,
+    cached_verdict,
+    load_listwise_template,
+    verdict_cache_key,
+)
 
 
 class KeyFn(Protocol):

@@ -28,9 +28,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
-from judge.backends._base import Backend
-from judge.judging import JudgeConfig, Passage, judge_listwise, judge_passage
-from judge.judging._models import PassageVerdict
+from judge.backends import Backend
+from judge.judging import JudgeConfig, Passage, PassageVerdict, judge_listwise, judge_passage
 
 _T = TypeVar("_T")
 

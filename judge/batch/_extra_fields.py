@@ -22,15 +22,20 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from judge.backends._base import Backend
-from judge.io._jsonl import DatasetRecord
-from judge.io._sites import source_site
-from judge.judging._config import JudgeConfig, Passage, VerdictStore
-from judge.judging._extra_judgments import ExtraOptions, judge_extras, with_extras
-from judge.judging._models import JudgeResult
-from judge.judging._recall import RECALL_CONVENTIONS
-from judge.judging._source_grades import SOURCE_CONVENTIONS
-from judge.metrics._source_quality_recall import LOW_QUALITY_MAX
+from judge.backends import Backend
+from judge.io import DatasetRecord, source_site
+from judge.judging import (
+    RECALL_CONVENTIONS,
+    SOURCE_CONVENTIONS,
+    ExtraOptions,
+    JudgeConfig,
+    JudgeResult,
+    Passage,
+    VerdictStore,
+    judge_extras,
+    with_extras,
+)
+from judge.metrics import LOW_QUALITY_MAX
 
 __all__ = ["extras_record", "summarize_extras"]
 

@@ -19,23 +19,26 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._records import finish_record, verdicts_of
-from judge.judging._models import JudgeResult, PassageVerdict, UsageSummary
-from judge.judging._review_queue import (
+from judge.judging import (
     AUDIT_EVERY,
+    JudgeResult,
+    PassageVerdict,
     QueueItem,
+    UsageSummary,
     apply_label,
     candidates_from_comparison,
     candidates_from_records,
     judge_verdict_of,
+    judged_list,
+    measure_conventions,
     review_queue,
     threshold_of,
 )
-from judge.judging._summary import judged_list, measure_conventions
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
-from judge.store._label_store import DEFAULT_COLLECTION, Label, LabelSet, trec_token
+from judge.store import DEFAULT_COLLECTION, Label, LabelSet, trec_token
 
 if TYPE_CHECKING:  # scipy-backed; imported when agreement is asked for
-    from judge.metrics._label_agreement import AgreementItem, AgreementReport
+    from judge.metrics import AgreementItem, AgreementReport
 
 __all__ = [
     "LabelOutcome",
@@ -244,7 +247,7 @@ def agreement_items(
     item's label is the resolved one (:class:`judge.store.LabelSet`). The judge's side is
     its own verdict (before any override); items it left unjudged are skipped. Returns
     ``(items, {(qid, docno): {reviewer: 0/1}})`` for :func:`judge.metrics.label_agreement`."""
-    from judge.metrics._label_agreement import AgreementItem
+    from judge.metrics import AgreementItem
 
     resolved = LabelSet(labels)
     per_reviewer: dict[tuple[str, str], dict[str, Label]] = {}
@@ -296,7 +299,7 @@ def job_agreement(
     seed: int = 0,
 ) -> AgreementReport:
     """:func:`judge.metrics.label_agreement` of a job's records and its labels."""
-    from judge.metrics._label_agreement import label_agreement
+    from judge.metrics import label_agreement
 
     items, humans = agreement_items(records, labels, level=level)
     return label_agreement(items, reviewer_labels=humans, resamples=resamples, seed=seed)

@@ -29,11 +29,9 @@ from typing import Any, Protocol
 from judge.batch._driver import QueryWork
 from judge.batch._executor import PassageJob
 from judge.batch._records import verdicts_of
-from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
-from judge.judging import Passage
-from judge.judging._models import PassageVerdict
-from judge.store._runstate import iter_output
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
+from judge.judging import Passage, PassageVerdict
+from judge.store import iter_output
 
 
 class Reporter(Protocol):

@@ -45,13 +45,18 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge.backends import AdaptiveLimiter, BackendStats, ResilientBackend
-from judge.backends._base import Backend, ConfigurationError
-from judge.backends._policy import DEFAULT_MAX_RETRIES, CallPolicy
+from judge.backends import (
+    DEFAULT_MAX_RETRIES,
+    AdaptiveLimiter,
+    Backend,
+    BackendStats,
+    CallPolicy,
+    ConfigurationError,
+    ResilientBackend,
+)
 from judge.batch._executor import FanOutExecutor, PassageJob
 from judge.batch._run_spec import RunSpec, run_spec
-from judge.judging import JudgeConfig, Passage
-from judge.judging._models import PassageVerdict
+from judge.judging import JudgeConfig, Passage, PassageVerdict
 
 __all__ = ["BackendSpec", "RayExecutor", "WorkerLostError", "ray_available"]
 

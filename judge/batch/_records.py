@@ -27,23 +27,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from judge.batch._extra_fields import summarize_extras
-from judge.io._jsonl import DatasetRecord
-from judge.judging._expected_verdicts import expected_metrics, mean_expected
-from judge.judging._models import JudgeResult, PassageVerdict
-from judge.judging._summary import judged_list
+from judge.io import DatasetRecord
+from judge.judging import JudgeResult, PassageVerdict, expected_metrics, judged_list, mean_expected
 from judge.metrics import (
+    REDUNDANCY_CONVENTIONS,
     JudgedList,
     Measure,
     NamedMeasure,
     ScaleMapping,
     judge_measure,
     parse_named_measures,
+    redundancy_by_k,
     resolve_mapping,
     scale_of_labels,
     truth_measure,
     truth_values,
 )
-from judge.metrics._redundancy import REDUNDANCY_CONVENTIONS, redundancy_by_k
 
 RECORD_VERSION = 1
 

@@ -43,10 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
-from judge.backends import BackendStats
-from judge.backends._base import Backend
-from judge.backends._fingerprint import backend_fingerprint
-from judge.backends._policy import DEFAULT_CONCURRENCY
+from judge.backends import DEFAULT_CONCURRENCY, Backend, BackendStats, backend_fingerprint
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extra_fields import extras_record
@@ -54,22 +51,29 @@ from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
-from judge.io._errors import InputError
-from judge.io._jsonl import (
+from judge.io import (
     DEFAULT_MAX_PASSAGE_CHARS,
     DatasetRecord,
+    InputError,
     RejectsReporter,
     count_lines,
     iter_dataset,
 )
-from judge.judging import JudgeConfig, VerdictStore, bind_language, resolve_config, summarize
-from judge.judging._config import LANGUAGE_RULE
-from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
-from judge.judging._extra_judgments import ExtraOptions
-from judge.judging._models import PassageVerdict
+from judge.judging import (
+    DEFAULT_BORDERLINE_MARGIN,
+    LANGUAGE_RULE,
+    ExtraOptions,
+    JudgeConfig,
+    PassageVerdict,
+    VerdictStore,
+    bind_language,
+    borderline_verdicts,
+    resolve_config,
+    summarize,
+)
 from judge.metrics import ScaleError
-from judge.store._label_store import LabelSet
-from judge.store._runstate import (
+from judge.store import (
+    LabelSet,
     OutputWriter,
     atomic_write_lines,
     atomic_write_text,

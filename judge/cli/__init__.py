@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from judge.io._errors import InputError
+    from judge.io import InputError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         # Imported only on failure: commands such as ``judge trec`` never load the backends.
-        from judge.backends._base import BackendError, ConfigurationError
+        from judge.backends import BackendError, ConfigurationError
 
         if isinstance(exc, ConfigurationError):
             print(f"judge: configuration error: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def register(subparsers: Any) -> None:

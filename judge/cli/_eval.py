@@ -21,7 +21,7 @@ from judge.cli._flags import (
     open_backend,
     run_spec_of,
 )
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def register(subparsers: Any) -> None:
@@ -55,10 +55,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from judge.backends import describe_backend
-    from judge.backends._sync import run_sync
-    from judge.judging._core import judge_query
-    from judge.judging._summary import with_measures
+    from judge.backends import describe_backend, run_sync
+    from judge.judging import judge_query, with_measures
 
     if not args.query.strip():
         raise InputError("must not be empty", field="--query")

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from judge.io._errors import InputError
+from judge.io import InputError
 
 if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
     from judge.backends import CallPolicy, ConfigError, ResilientBackend
@@ -161,7 +161,7 @@ def config_error(exc: ConfigError, flags: Mapping[str, str] | None = None) -> In
 def flag_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     """Inside: a :class:`~judge.backends.ConfigError` (a JudgeConfig, a CallPolicy, a
     backend spec) becomes an :class:`InputError` naming the flag (exit code 2)."""
-    from judge.backends._base import ConfigError
+    from judge.backends import ConfigError
 
     try:
         yield

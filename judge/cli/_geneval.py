@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.io._errors import InputError
+from judge.io import InputError
 
 _EXIT_BAD_INPUT = 2  # judge.cli.EXIT_BAD_INPUT (not imported: judge.cli imports this module)
 
@@ -126,7 +126,7 @@ def read_gen_eval(
 ) -> tuple[list[GenEvalItem], list[InputError]]:
     """Every valid line and every error (a broken line is an error naming file:line and field).
     Raises InputError when the file cannot be read at all."""
-    from judge.io._jsonl import open_binary
+    from judge.io import open_binary
 
     keys = {name: name for name in GEN_EVAL_FIELDS} | dict(field_map or {})
     where = str(path)
@@ -153,7 +153,7 @@ def read_gen_eval(
 
 
 def run_gen_eval(args: argparse.Namespace) -> int:
-    from judge.metrics._answer import ANSWER_METRICS, gen_eval
+    from judge.metrics import ANSWER_METRICS, gen_eval
 
     items, errors = read_gen_eval(args.input, parse_gen_eval_map(args.map))
     if errors:

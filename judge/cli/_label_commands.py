@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from judge.io._errors import InputError
+from judge.io import InputError
 
 STORE = "store"
 
@@ -229,10 +229,8 @@ def run_conflicts(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- calibrate
 def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, str]]:
     """(qid, docno) -> (the judge's own P(yes), template id) from ``judge score`` outputs."""
-    from judge.judging import judge_verdict_of
-    from judge.judging._models import PassageVerdict
-    from judge.store import recover_output
-    from judge.store._label_store import trec_token
+    from judge.judging import PassageVerdict, judge_verdict_of
+    from judge.store import recover_output, trec_token
 
     out: dict[tuple[str, str], tuple[float, str]] = {}
     for path in paths:
@@ -247,8 +245,7 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from judge.judging import load_template
-    from judge.judging._templates import TemplateError
+    from judge.judging import TemplateError, load_template
     from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, resolve_mapping
     from judge.store import Calibration, LabelStore
 

@@ -27,7 +27,7 @@ from judge.cli._flags import (
     run_spec_of,
 )
 from judge.cli._label_commands import add_label_flags, calibrated_threshold, label_set_of
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def register(subparsers: Any) -> None:
@@ -115,8 +115,8 @@ def register(subparsers: Any) -> None:
 
 
 def _extras(args: argparse.Namespace) -> Any:
-    from judge.io._sites import read_site_priors
-    from judge.judging._extra_judgments import ExtraOptions
+    from judge.io import read_site_priors
+    from judge.judging import ExtraOptions
 
     priors = read_site_priors(args.site_priors) if args.site_priors else None
     return ExtraOptions(
@@ -166,7 +166,7 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
     """The batch options of the command line (``given``: what was read before the backend
     was opened), the run spec and the opened backend."""
     from judge.batch import BatchOptions
-    from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
 
     return BatchOptions(
         k=tuple(dict.fromkeys(args.k)),
@@ -232,7 +232,7 @@ def _report(args: argparse.Namespace, outcome: Any) -> None:
 def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import BackendSpec, BatchOptions, check_labels, retry_unjudged, score_dataset
-    from judge.io._jsonl import parse_field_map
+    from judge.io import parse_field_map
     from judge.store import SQLiteVerdictStore
 
     _check_args(args)

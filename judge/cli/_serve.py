@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def register(subparsers: Any) -> None:
@@ -169,11 +169,9 @@ def run_serve(args: argparse.Namespace) -> int:
             f"the server needs the [server] extra ({exc.name} is missing): pip install 'judge[server]'"
         ) from None
     from judge.backends import describe_backend, register_secret
-    from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
-    from judge.server._bounds import JobBounds
-    from judge.server._schemas import JUDGE_OPTION_KEYS
-    from judge.store import SQLiteVerdictStore
-    from judge.store._cache import judge_home
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.server import JUDGE_OPTION_KEYS, JobBounds
+    from judge.store import SQLiteVerdictStore, judge_home
 
     keys = load_keys(keys_file=args.api_keys_file)
     if not keys and not is_loopback(args.host):
@@ -211,8 +209,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "map": {},
     }
 
-    from judge.server._lock import DatabaseBusy, DatabaseLock
-    from judge.server._security import redact_access_log
+    from judge.server import DatabaseBusy, DatabaseLock, redact_access_log
 
     db_path = Path(args.db) if args.db else judge_home() / "server.sqlite"
     db_lock = DatabaseLock(db_path)
@@ -241,7 +238,7 @@ def run_serve(args: argparse.Namespace) -> int:
         settings=call_settings(args, backend),
         spec=spec,
     )
-    from judge.server._db import SchemaError
+    from judge.server import SchemaError
 
     try:
         app = create_app(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import add_call_flags, add_judge_flags, open_backend, run_spec_of
-from judge.io._errors import InputError
+from judge.io import InputError
 
 EXIT_PASS = 0
 EXIT_BREACH = 1

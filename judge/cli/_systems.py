@@ -21,7 +21,7 @@ from judge.cli._flags import (
     open_backend,
     run_spec_of,
 )
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def register(subparsers: Any) -> None:
@@ -157,11 +157,16 @@ def register(subparsers: Any) -> None:
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.cli._label_commands import label_set_of
-    from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.store import SQLiteVerdictStore
-    from judge.systems import PoolRun, ReportFolder, SystemsOptions, run_comparison
-    from judge.systems._inputs import parse_system_args
-    from judge.systems._run import read_human_labels
+    from judge.systems import (
+        PoolRun,
+        ReportFolder,
+        SystemsOptions,
+        parse_system_args,
+        read_human_labels,
+        run_comparison,
+    )
 
     systems = parse_system_args(args.systems)
     if args.top_queries < 0:

@@ -11,8 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from judge.io import InputError, Qrels, Run, join_run_qrels, read_qrels, read_run
-from judge.io._trec import SubtopicQrels, join_run_subtopic_qrels, read_subtopic_qrels
+from judge.io import (
+    InputError,
+    Qrels,
+    Run,
+    SubtopicQrels,
+    join_run_qrels,
+    join_run_subtopic_qrels,
+    read_qrels,
+    read_run,
+    read_subtopic_qrels,
+)
 from judge.metrics import (
     Comparison,
     Evaluation,
@@ -141,7 +150,7 @@ def _evaluate(
 ) -> Evaluation:
     conventions = _conventions(args)
     if isinstance(qrels, SubtopicQrels):
-        from judge.metrics._diversity import DIVERSITY_CONVENTIONS
+        from judge.metrics import DIVERSITY_CONVENTIONS
 
         conventions["diversity"] = DIVERSITY_CONVENTIONS
         joined: Iterable[JudgedQuery] = join_run_subtopic_qrels(

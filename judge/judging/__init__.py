@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from judge.judging._config import (
+    LANGUAGE_RULE,
+    LANGUAGES,
     JudgeConfig,
     Language,
     Passage,
@@ -19,8 +21,24 @@ from judge.judging._config import (
     resolve_config,
     template_for,
 )
-from judge.judging._core import generate_summary, judge_passage, judge_query, verdict_cache_key
-from judge.judging._listwise import ListwiseResult, judge_listwise
+from judge.judging._core import (
+    as_passage,
+    cached_verdict,
+    check_probability,
+    generate_summary,
+    judge_passage,
+    judge_query,
+    verdict_cache_key,
+)
+from judge.judging._expected_verdicts import (
+    DEFAULT_BORDERLINE_MARGIN,
+    borderline_verdicts,
+    expected_metrics,
+    is_borderline,
+    mean_expected,
+)
+from judge.judging._extra_judgments import ExtraOptions, judge_extras, with_extras
+from judge.judging._listwise import ListwiseResult, judge_listwise, load_listwise_template
 from judge.judging._models import (
     JudgeResult,
     LLMGrade,
@@ -40,6 +58,7 @@ from judge.judging._parse import (
     parse_verdict,
     verdict_from_object,
 )
+from judge.judging._recall import RECALL_CONVENTIONS
 from judge.judging._review_queue import (
     AUDIT_EVERY,
     QueueCandidate,
@@ -53,7 +72,8 @@ from judge.judging._review_queue import (
     review_queue,
     threshold_of,
 )
-from judge.judging._summary import fallback_reason, summarize
+from judge.judging._source_grades import SOURCE_CONVENTIONS
+from judge.judging._summary import fallback_reason, judged_list, measure_conventions, summarize, with_measures
 from judge.judging._templates import (
     PromptTemplate,
     TemplateError,
@@ -69,7 +89,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUDIT_EVERY",
+    "DEFAULT_BORDERLINE_MARGIN",
+    "LANGUAGES",
+    "LANGUAGE_RULE",
+    "RECALL_CONVENTIONS",
+    "SOURCE_CONVENTIONS",
     "ContextualRecallJudge",
+    "ExtraOptions",
     "JudgeConfig",
     "JudgeResult",
     "LLMGrade",
@@ -91,23 +117,34 @@ __all__ = [
     "VerdictParseError",
     "VerdictStore",
     "apply_label",
+    "as_passage",
     "bind_language",
+    "borderline_verdicts",
+    "cached_verdict",
     "candidates_from_comparison",
     "candidates_from_records",
+    "check_probability",
     "check_templates",
     "default_template_id",
+    "expected_metrics",
     "extract_json_object",
     "fallback_reason",
     "flip_probability",
     "generate_summary",
     "grade_from_object",
+    "is_borderline",
+    "judge_extras",
     "judge_listwise",
     "judge_passage",
     "judge_query",
     "judge_verdict_of",
+    "judged_list",
     "language_of",
     "list_templates",
+    "load_listwise_template",
     "load_template",
+    "mean_expected",
+    "measure_conventions",
     "parse_grade",
     "parse_verdict",
     "rank_discount",
@@ -119,6 +156,8 @@ __all__ = [
     "threshold_of",
     "verdict_cache_key",
     "verdict_from_object",
+    "with_extras",
+    "with_measures",
 ]
 
 

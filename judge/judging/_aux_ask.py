@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from judge.backends._base import Backend, Message, UnsupportedError
+from judge.backends import Backend, Message, UnsupportedError
 from judge.judging._config import JudgeConfig, VerdictStore, resolve_config
 from judge.judging._core import _defuse
 from judge.judging._core import ask_verdict as _ask_verdict

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
-from judge.backends._base import ConfigError
+from judge.backends import ConfigError
 from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
 

@@ -35,16 +35,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any, Generic, TypeVar
 
-from judge.backends._base import (
-    Backend,
-    ChatRequest,
-    Completion,
-    Message,
-    TransientError,
-    UnsupportedError,
-    Usage,
-)
-from judge.io._errors import InputError
+from judge.backends import Backend, ChatRequest, Completion, Message, TransientError, UnsupportedError, Usage
+from judge.io import InputError
 from judge.judging._config import (
     JudgeConfig,
     Passage,

@@ -33,9 +33,7 @@ from deepeval.errors import MissingTestCaseParamsError
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
-from judge.backends._policy import CallPolicy
-from judge.backends._resolve import make_backend
-from judge.backends._sync import run_sync
+from judge.backends import CallPolicy, make_backend, run_sync
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._core import judge_query
 from judge.judging._models import JudgeResult, Mode

@@ -21,7 +21,7 @@ from typing import Any
 from deepeval.errors import MissingTestCaseParamsError
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
-from judge.backends._policy import CallPolicy
+from judge.backends import CallPolicy
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._deepeval_metric import JudgeMetric
 from judge.judging._dimension_models import ContextualRecall

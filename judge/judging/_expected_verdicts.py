@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from judge.judging._models import PassageVerdict
-from judge.metrics._expected_ranking import expected_average_precision, expected_ndcg
+from judge.metrics import expected_average_precision, expected_ndcg
 
 __all__ = [
     "DEFAULT_BORDERLINE_MARGIN",

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from judge.backends._base import Backend
-from judge.io._sites import SitePriors, source_site
+from judge.backends import Backend
+from judge.io import SitePriors, source_site
 from judge.judging._config import JudgeConfig, Passage, VerdictStore
 from judge.judging._dimension_models import ContextualRecall, SourceQuality
 from judge.judging._models import JudgeResult, PassageVerdict

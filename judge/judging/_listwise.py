@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge.backends._base import Backend, PermanentError, TransientError, Usage
-from judge.io._errors import InputError
+from judge.backends import Backend, PermanentError, TransientError, Usage
+from judge.io import InputError
 from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
 from judge.judging._core import _Asker, _defuse, _Outcome, judge_passage
 from judge.judging._models import PassageVerdict, TokenUsage

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from judge.backends._json import first_json_object
+from judge.backends import first_json_object
 from judge.judging._models import LLMGrade, LLMVerdict
 
 _VERDICT_ALIASES = {"yes": "yes", "no": "no", "是": "yes", "否": "no"}

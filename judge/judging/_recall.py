@@ -43,8 +43,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from judge.backends._base import Backend, ChatRequest, Message, TransientError, Usage
-from judge.io._errors import InputError
+from judge.backends import Backend, ChatRequest, Message, TransientError, Usage
+from judge.io import InputError
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
 from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
 from judge.judging._core import _call_cost
@@ -57,7 +57,7 @@ from judge.judging._dimension_models import (
 from judge.judging._models import PassageVerdict, TokenUsage
 from judge.judging._parse import VerdictParseError, extract_json_object
 from judge.judging._templates import PromptTemplate, load_template
-from judge.metrics._source_quality_recall import ClaimSupport, claim_recall_at_k, claim_status_at_k
+from judge.metrics import ClaimSupport, claim_recall_at_k, claim_status_at_k
 
 __all__ = [
     "RECALL_CONVENTIONS",

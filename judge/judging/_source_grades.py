@@ -22,19 +22,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from judge.backends._base import Backend
-from judge.io._sites import SitePriors
+from judge.backends import Backend
+from judge.io import SitePriors
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
 from judge.judging._config import JudgeConfig, VerdictStore, bind_language
 from judge.judging._dimension_models import SiteGrade, SourceQuality
 from judge.judging._models import PassageVerdict
 from judge.judging._templates import load_template
-from judge.metrics._source_quality_recall import (
-    LOW_QUALITY_MAX,
-    low_quality_share_at_k,
-    quality_weighted_ndcg,
-    source_quality_at_k,
-)
+from judge.metrics import LOW_QUALITY_MAX, low_quality_share_at_k, quality_weighted_ndcg, source_quality_at_k
 
 __all__ = ["SOURCE_CONVENTIONS", "grade_sites", "source_quality", "source_template_id"]
 

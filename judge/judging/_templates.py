@@ -36,8 +36,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Literal, cast
 
-from judge.backends._base import Message
-from judge.io._errors import InputError
+from judge.backends import Message
+from judge.io import InputError
 
 TemplateMode = Literal["binary", "graded", "summary", "claims"]
 

@@ -10,6 +10,8 @@ conventions of :data:`LABEL_FREE` and computed on a :class:`JudgedList`.
 
 from typing import TYPE_CHECKING
 
+from judge.metrics._answer import ANSWER_METRICS, answer_scores, gen_eval
+from judge.metrics._diversity import DIVERSITY_CONVENTIONS
 from judge.metrics._evaluate import (
     Evaluation,
     JudgedQuery,
@@ -18,6 +20,7 @@ from judge.metrics._evaluate import (
     format_trec_eval,
     ordered_measures,
 )
+from judge.metrics._expected_ranking import expected_average_precision, expected_ndcg
 from judge.metrics._judged import (
     LABEL_FREE,
     JudgedList,
@@ -59,6 +62,7 @@ from judge.metrics._ranking import (
     set_precision,
     success_at_k,
 )
+from judge.metrics._redundancy import REDUNDANCY_CONVENTIONS, redundancy_by_k
 from judge.metrics._registry import (
     NICKNAMES,
     available_measures,
@@ -90,17 +94,31 @@ from judge.metrics._significance import (
     permutation_interval,
     permutation_test,
 )
+from judge.metrics._source_quality_recall import (
+    LOW_QUALITY_MAX,
+    ClaimSupport,
+    claim_recall_at_k,
+    claim_status_at_k,
+    low_quality_share_at_k,
+    quality_weighted_ndcg,
+    source_quality_at_k,
+)
 
 __all__ = [
+    "ANSWER_METRICS",
+    "DIVERSITY_CONVENTIONS",
     "LABEL_FREE",
+    "LOW_QUALITY_MAX",
     "MAX_GRADE",
     "MIN_GEO_MEAN",
     "NICKNAMES",
     "NOT_IN_POOL",
+    "REDUNDANCY_CONVENTIONS",
     "SCALES",
     "UNJUDGED_IN_POOL",
     "Aggregate",
     "ApDenominator",
+    "ClaimSupport",
     "Comparison",
     "Conventions",
     "Evaluation",
@@ -117,6 +135,7 @@ __all__ = [
     "ScaleMapping",
     "UnjudgedPolicy",
     "Value",
+    "answer_scores",
     "apply_unjudged",
     "available_measures",
     "average_precision",
@@ -124,16 +143,22 @@ __all__ = [
     "bootstrap_ci",
     "check_label",
     "check_scale",
+    "claim_recall_at_k",
+    "claim_status_at_k",
     "compare_scores",
     "dcg",
     "evaluate",
+    "expected_average_precision",
+    "expected_ndcg",
     "f1_at_k",
     "format_trec_eval",
     "gain_values",
+    "gen_eval",
     "hit_rate",
     "holm",
     "holm_adjust",
     "judge_measure",
+    "low_quality_share_at_k",
     "mean_reciprocal_rank_all_hits",
     "measure_family",
     "ndcg",
@@ -147,14 +172,17 @@ __all__ = [
     "permutation_interval",
     "permutation_test",
     "precision_at_k",
+    "quality_weighted_ndcg",
     "r_precision",
     "recall_at_k",
     "reciprocal_rank",
+    "redundancy_by_k",
     "register_measure",
     "registry_version",
     "resolve_mapping",
     "scale_of_labels",
     "set_precision",
+    "source_quality_at_k",
     "split_measure_list",
     "success_at_k",
     "truth_measure",

@@ -7,6 +7,24 @@ results viewer. :func:`create_app` builds the ASGI app; ``judge serve`` runs it.
 
 from judge.server._app import ServerConfig, create_app
 from judge.server._auth import KeyRing, is_loopback, load_keys
+from judge.server._bounds import JobBounds
+from judge.server._db import SchemaError
 from judge.server._jobs import Runtime
+from judge.server._lock import DatabaseBusy, DatabaseLock
+from judge.server._schemas import JUDGE_OPTION_KEYS
+from judge.server._security import redact_access_log
 
-__all__ = ["KeyRing", "Runtime", "ServerConfig", "create_app", "is_loopback", "load_keys"]
+__all__ = [
+    "JUDGE_OPTION_KEYS",
+    "DatabaseBusy",
+    "DatabaseLock",
+    "JobBounds",
+    "KeyRing",
+    "Runtime",
+    "SchemaError",
+    "ServerConfig",
+    "create_app",
+    "is_loopback",
+    "load_keys",
+    "redact_access_log",
+]

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from judge.io._errors import InputError
+from judge.io import InputError
 from judge.server._db import sha256_hex
 
 COOKIE_NAME = "judge_session"

@@ -20,31 +20,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from judge.backends._base import Backend
+from judge.backends import Backend
 from judge.batch import (
     BatchOptions,
     retry_unjudged,
     score_dataset,
+    truth_of,
     write_qrels,
     write_run,
 )
-from judge.batch._records import truth_of
-from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, error_record, iter_dataset
-from judge.io._trec import read_qrels
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, error_record, iter_dataset, read_qrels
 from judge.judging import JudgeConfig, VerdictStore
 from judge.systems import (
     ComparisonReport,
+    Inputs,
     PoolRun,
     ReportFolder,
     SystemsOptions,
     SystemsReport,
+    build_pool,
+    map_human,
+    pool_dataset_lines,
+    pool_scale,
+    read_systems,
     run_comparison,
 )
-from judge.systems._inputs import Inputs, read_systems
-from judge.systems._label_scale import map_human
-from judge.systems._pool import build_pool, pool_dataset_lines
-from judge.systems._run import pool_scale
 
 INPUT_NAME = "input.jsonl"
 OUTPUT_NAME = "output.jsonl"

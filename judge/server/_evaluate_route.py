@@ -70,7 +70,7 @@ def evaluate_router(
         """Judge one query's passages now; the Python API's ``JudgeResult`` as JSON.
 
         ``summary: true`` also asks for a summary reason (one more LLM call)."""
-        from judge._api import aevaluate
+        from judge import aevaluate
         from judge.judging import Passage
 
         if len(body.retrieval_context) > max_passages:

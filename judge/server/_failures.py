@@ -20,8 +20,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
-from judge.backends import PermanentError, UnsupportedError
-from judge.backends._redact import redact
+from judge.backends import PermanentError, UnsupportedError, redact
 
 LOGGER = logging.getLogger("judge.server")
 

@@ -18,9 +18,7 @@ from typing import Any
 
 from fastapi.responses import Response
 
-from judge.judging import JudgeConfig, VerdictStore
-from judge.judging._config import resolve_config
-from judge.judging._models import PassageVerdict
+from judge.judging import JudgeConfig, PassageVerdict, VerdictStore, resolve_config
 
 
 class ConfigCache:

@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
-from judge.backends._base import Backend
+from judge.backends import Backend
 from judge.batch import RunSpec, run_spec_from_job_options
 from judge.io import dataset_limits
 from judge.judging import JudgeConfig, VerdictStore

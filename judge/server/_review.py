@@ -40,10 +40,8 @@ from judge.batch import (
     label_for_passage,
     summarize_records,
 )
-from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, iter_dataset
-from judge.judging import QueueItem, threshold_of
-from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, borderline_verdicts
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
+from judge.judging import DEFAULT_BORDERLINE_MARGIN, QueueItem, borderline_verdicts, threshold_of
 from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
 from judge.server import _bounds, _engine
 from judge.server._app_state import State
@@ -58,8 +56,8 @@ from judge.store import (
     calibrated_config,
     labels_to_qrels,
     read_label_file,
+    trec_token,
 )
-from judge.store._label_store import trec_token
 from judge.systems import ReportFolder
 
 ANONYMOUS = "anonymous"

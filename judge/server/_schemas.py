@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from judge.batch import RUN_DEFAULTS
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS
 
 
 def builtin_template_ids() -> set[str]:
@@ -31,7 +31,7 @@ def _check_cutoffs(value: list[int] | None) -> list[int] | None:
 
 
 def _check_field_map(value: dict[str, str]) -> dict[str, str]:
-    from judge.io._jsonl import parse_field_map
+    from judge.io import parse_field_map
 
     return parse_field_map([f"{a}={b}" for a, b in value.items()]) if value else {}
 
@@ -152,8 +152,8 @@ class CompareOptions(JudgeOptions):
     def _measures(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
-        from judge.io._errors import InputError
-        from judge.systems._scoring import parse_measures
+        from judge.io import InputError
+        from judge.systems import parse_measures
 
         try:
             parse_measures(value)
@@ -174,8 +174,8 @@ class CompareRequest(BaseModel):
     @field_validator("systems")
     @classmethod
     def _systems(cls, value: dict[str, list[dict[str, Any]] | str]) -> dict[str, list[dict[str, Any]] | str]:
-        from judge.io._errors import InputError
-        from judge.systems._inputs import check_name
+        from judge.io import InputError
+        from judge.systems import check_name
 
         for name in value:
             try:

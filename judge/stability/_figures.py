@@ -11,10 +11,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from judge.io._errors import InputError
-from judge.judging import JudgeResult
-from judge.judging._expected_verdicts import expected_metrics
-from judge.judging._summary import judged_list
+from judge.io import InputError
+from judge.judging import JudgeResult, expected_metrics, judged_list
 from judge.metrics import Measure, NamedMeasure, judge_measure
 
 __all__ = [

@@ -51,18 +51,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from judge.backends._base import Backend
-from judge.backends._fingerprint import backend_fingerprint
-from judge.backends._policy import DEFAULT_CONCURRENCY
+from judge.backends import DEFAULT_CONCURRENCY, Backend, backend_fingerprint
 from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork, RunSpec
-from judge.io._errors import InputError
-from judge.io._jsonl import DatasetRecord, read_dataset
-from judge.judging import JudgeConfig, JudgeResult, Passage, resolve_config, summarize
-from judge.judging._config import LANGUAGES, bind_language, check_templates
-from judge.judging._core import check_probability
-from judge.judging._expected_verdicts import DEFAULT_BORDERLINE_MARGIN, is_borderline
-from judge.judging._models import PassageVerdict
-from judge.judging._review_queue import apply_label
+from judge.io import DatasetRecord, InputError, read_dataset
+from judge.judging import (
+    DEFAULT_BORDERLINE_MARGIN,
+    LANGUAGES,
+    JudgeConfig,
+    JudgeResult,
+    Passage,
+    PassageVerdict,
+    apply_label,
+    bind_language,
+    check_probability,
+    check_templates,
+    is_borderline,
+    resolve_config,
+    summarize,
+)
 from judge.metrics import Scale, ScaleError, ScaleMapping
 from judge.stability._figures import (
     MAP_FIGURE,
@@ -86,7 +92,7 @@ from judge.stability._stats import (
 from judge.store import LabelSet, atomic_write_lines
 
 if TYPE_CHECKING:
-    from judge.metrics._agreement import AlphaLevel
+    from judge.metrics import AlphaLevel
 
 __all__ = [
     "REPORT_SCHEMA",

@@ -55,11 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from judge.backends import DEFAULT_MAX_RETRIES
-from judge.backends._base import Backend
+from judge.backends import DEFAULT_MAX_RETRIES, Backend
 from judge.batch import RunSpec, run_spec
-from judge.io._errors import InputError
-from judge.io._jsonl import DatasetRecord
+from judge.io import DatasetRecord, InputError
 from judge.judging import JudgeConfig
 from judge.stability._harness import (
     RunResult,

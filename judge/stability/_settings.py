@@ -26,9 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from judge.backends._base import Backend
-from judge.io._errors import InputError
-from judge.io._jsonl import DatasetRecord
+from judge.backends import Backend
+from judge.io import DatasetRecord, InputError
 from judge.judging import JudgeConfig
 from judge.stability._harness import RunResult, StabilityOptions, StabilityReport, run_stability
 from judge.stability._report import write_report

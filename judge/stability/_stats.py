@@ -35,7 +35,7 @@ import numpy.typing as npt
 from judge.metrics import percentile_bootstrap_mean
 
 if TYPE_CHECKING:
-    from judge.metrics._agreement import AlphaLevel
+    from judge.metrics import AlphaLevel
 
 __all__ = [
     "Interval",
@@ -192,8 +192,8 @@ def krippendorff_alpha(
     implementation), with ``nan`` where that raises :class:`~judge.metrics.AgreementUndefinedError`
     (fewer than two distinct values, or no unit with two ratings).
     """
-    from judge.metrics._agreement import AgreementUndefinedError
-    from judge.metrics._agreement import krippendorff_alpha as alpha
+    from judge.metrics import AgreementUndefinedError
+    from judge.metrics import krippendorff_alpha as alpha
 
     try:
         return alpha(data, level=level, value_domain=value_domain)

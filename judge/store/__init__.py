@@ -25,6 +25,7 @@ from judge.store._label_store import (
     labels_to_jsonl,
     labels_to_qrels,
     read_label_file,
+    trec_token,
 )
 from judge.store._runstate import (
     OutputWriter,
@@ -72,4 +73,5 @@ __all__ = [
     "run_migrations",
     "scan_output",
     "schema_version",
+    "trec_token",
 ]

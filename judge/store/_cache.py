@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from judge.io._errors import InputError
-from judge.judging._models import PassageVerdict
+from judge.io import InputError
+from judge.judging import PassageVerdict
 from judge.store._sqlite import SQLiteHolder, run_migrations
 
 

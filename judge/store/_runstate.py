@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from judge.io._errors import InputError
+from judge.io import InputError
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from judge.backends._base import Backend
+from judge.backends import Backend
 from judge.io import JudgedRanking
 from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
 from judge.metrics import Measure, evaluate

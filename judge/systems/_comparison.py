@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from judge.io._jsonl import RejectsReporter
+from judge.io import RejectsReporter
 from judge.judging import JudgeConfig
 from judge.metrics import Evaluation, Measure
 from judge.store import atomic_write_text

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judge.io._errors import InputError
-from judge.io._jsonl import (
+from judge.io import (
     DEFAULT_MAX_PASSAGE_CHARS,
     DatasetRecord,
+    InputError,
     RejectsReporter,
     iter_dataset,
     text_docno,

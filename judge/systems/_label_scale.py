@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from judge.io._trec import Qrels
+from judge.io import Qrels
 from judge.metrics import Scale, ScaleError, ScaleMapping, resolve_mapping, scale_of_labels
 
 QRELS_LEVEL_FIELD = "--qrels-level"

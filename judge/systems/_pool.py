@@ -20,10 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from judge.backends._base import Backend
-from judge.io._errors import InputError
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS
-from judge.io._trec import Qrels
+from judge.backends import Backend
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels
 from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
 from judge.store import atomic_write_lines, atomic_write_text, recover_output
 from judge.systems._inputs import Inputs

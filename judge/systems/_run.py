@@ -15,20 +15,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from judge.backends._base import Backend
-from judge.io import InputError, read_qrels
-from judge.io._jsonl import DEFAULT_MAX_PASSAGE_CHARS, RejectsReporter
-from judge.io._trec import Qrels
+from judge.backends import Backend
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels, RejectsReporter, read_qrels
 from judge.judging import (
+    LANGUAGE_RULE,
     JudgeConfig,
     Mode,
     PassageVerdict,
     VerdictStore,
+    bind_language,
     load_template,
     resolve_config,
     template_for,
 )
-from judge.judging._config import LANGUAGE_RULE, bind_language
 from judge.metrics import Evaluation, ScaleError
 from judge.store import LabelSet, atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
@@ -773,6 +772,6 @@ def compare_systems(
     threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
     resumes: judged pairs cost nothing.
     """
-    from judge.backends._sync import run_sync
+    from judge.backends import run_sync
 
     return run_sync(acompare_systems(systems, output_dir, **kwargs))
