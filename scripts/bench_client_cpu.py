@@ -44,7 +44,7 @@ import sim_llm_server
 from bench_batch import make_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_REF = "49b44bf"  # the last commit before the client CPU work (issue 5)
+BASELINE_REF = "49b44bf"  # the last commit before the client CPU work
 WARM_QUERIES = 8  # a warm-up run before the measured one (imports, pool, sqlite file)
 
 # --- the worker: runs in a child process whose sys.path starts with the tree under test --

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_REF = "a9901c5"  # the last commit before the measure vocabulary (issue 11)
+BASELINE_REF = "a9901c5"  # the last commit before the measure vocabulary
 
 _WORKER = r"""
 import json, random, sys, time

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How well does a judge agree with human relevance labels? (issue 7)
+"""How well does a judge agree with human relevance labels?
 
 Runs a judge (default: the embedded model) over labelled data in ``../shared/data`` on a
 fixed, seeded sample per dataset, keeps every raw verdict, and prints agreement tables.

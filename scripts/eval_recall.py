@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does contextual recall separate contexts that hold the answer from ones that don't? (issue 14)
+"""Does contextual recall separate contexts that hold the answer from ones that don't?
 
 Data: RGB's Chinese ``zh_refine.json`` (``../shared/data/zh_rgb``, read by path, never
 copied): per query a reference answer (``answer``), passages that contain it (``positive``)

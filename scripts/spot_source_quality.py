@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A spot check of the source-quality judge (issue 14) on well-known sites.
+"""A spot check of the source-quality judge on well-known sites.
 
 There is no labelled site-quality data in ``../shared``; this asks the judge (default: the
 embedded model) for the grade of a fixed list of sites whose kind is plain (government,

@@ -1,4 +1,4 @@
-"""The client hot path made cheaper (issue 5) gives the same results as the straightforward code.
+"""The client hot path made cheaper gives the same results as the straightforward code.
 
 * ``verdict_cache_key`` (serialised once per backend/config/template, then only the query
   and passage) equals the sha256 of the documented ``json.dumps`` of the whole payload, so

@@ -1,4 +1,4 @@
-"""Contextual recall and source quality in ``judge score`` and as a deepeval metric (issue 14)."""
+"""Contextual recall and source quality in ``judge score`` and as a deepeval metric."""
 
 from __future__ import annotations
 

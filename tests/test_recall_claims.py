@@ -1,4 +1,4 @@
-"""Contextual recall (issue 14): claims extracted and judged as scripted, values by hand."""
+"""Contextual recall: claims extracted and judged as scripted, values by hand."""
 
 from __future__ import annotations
 

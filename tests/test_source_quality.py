@@ -1,4 +1,4 @@
-"""Source quality (issue 14): sites from URLs, priors, judged grades, measures by hand."""
+"""Source quality: sites from URLs, priors, judged grades, measures by hand."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Contextual recall and source quality in ``judge score`` (issue 14): the record fields of
+"""Contextual recall and source quality in ``judge score``: the record fields of
 one query and the summary section computed from every record.
 
 Record fields (present only when the dimension applies):

@@ -1,4 +1,4 @@
-"""Sites of passages and the site-priors file (source quality, issue 14).
+"""Sites of passages and the site-priors file (source quality).
 
 A passage's *site* is the host name of its ``url`` (lower-cased, port and a leading
 ``www.`` dropped, a trailing dot removed, internationalised names kept as Unicode), or, with

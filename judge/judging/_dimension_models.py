@@ -1,4 +1,4 @@
-"""Result models of contextual recall and source quality (issue 14).
+"""Result models of contextual recall and source quality.
 
 Kept apart from :mod:`judge.judging._models` (which only imports them, for the optional
 fields of ``JudgeResult``) so that they depend on nothing but pydantic.

@@ -1,6 +1,6 @@
 """Contextual recall: do the top-k passages support what a reference answer says?
 
-Two steps per query (issue 14):
+Two steps per query:
 
 1. **Claims.** The reference answer (``expected_output``) is split into short,
    self-contained claims by the judge, once per (query, reference, template, backend):

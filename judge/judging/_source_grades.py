@@ -1,4 +1,4 @@
-"""Source quality: how authoritative are the sites the passages come from? (issue 14)
+"""Source quality: how authoritative are the sites the passages come from?
 
 Each passage's site comes from its ``url`` (else its ``site``/``source`` field; see
 :func:`judge.io._sites.source_site`). Each distinct site gets a 0-3 grade, once:
