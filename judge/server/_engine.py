@@ -23,6 +23,7 @@ from typing import Any, cast
 from judge.backends import Backend
 from judge.batch import (
     BatchOptions,
+    RunSpec,
     retry_unjudged,
     score_dataset,
     truth_of,
@@ -403,7 +404,7 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
 async def run_compare(
     job_dir: Path,
     backend: Backend,
-    config: JudgeConfig,
+    spec: RunSpec,
     store: VerdictStore | None,
     options: Mapping[str, Any],
     *,
@@ -411,9 +412,12 @@ async def run_compare(
     settings: Mapping[str, Any],
     retry: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) ``judge compare-systems`` in the job's directory; the job's summary:
-    the report's pool and means, the winner on the primary measure, the pool's verdicts."""
+    """Run (or resume) ``judge compare-systems`` in the job's directory with the job's
+    :class:`~judge.batch.RunSpec` (``concurrency``: the calls in flight the server's backend
+    enforces); the job's summary: the report's pool and means, the winner on the primary
+    measure, the pool's verdicts."""
     run = PoolRun(
+        spec=spec,
         concurrency=concurrency,
         progress="quiet",
         listwise=bool(options.get("listwise") or options.get("listwise_template")),
@@ -425,7 +429,7 @@ async def run_compare(
         _systems_of(job_dir, options),
         job_dir,
         backend,
-        config,
+        spec.config,
         store=store,
         options=systems_options(job_dir, options),
         pool_run=run,

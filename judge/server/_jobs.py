@@ -115,7 +115,7 @@ async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: P
     return await _engine.run_compare(
         job_dir,
         rt.backend,
-        config_of(opts, rt.spec),
+        job_spec(opts, rt.spec),
         rt.store,
         opts,
         concurrency=rt.concurrency,
