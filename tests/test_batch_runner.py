@@ -546,3 +546,35 @@ async def test_the_summarys_backend_block_has_every_counter_unpriced_calls_inclu
     assert block["unpriced_calls"] == 6
     assert (block["requests"], block["calls"], block["successes"], block["cost"]) == (6, 6, 6, 0.0)
     assert block == backend.stats.as_dict() and set(block) == {*BackendStats.counters(), "currency"}
+
+
+async def test_whole_file_passes_run_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a whole input or output (strict check, resume scan, line count) happens in a
+    worker thread, so a server's event loop keeps answering while a large file is read."""
+    import judge.batch._runner as runner
+
+    on_loop: dict[str, bool] = {}
+
+    def watched(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop[name] = True
+            except RuntimeError:
+                on_loop[name] = False
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("strict_check", "scan_output", "count_lines"):
+        monkeypatch.setattr(runner, name, watched(name, getattr(runner, name)))
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "d.judged.jsonl"
+    strict = BatchOptions(progress="quiet", fsync=False, strict=True)
+    await score_dataset(inp, out, _keyword(), JudgeConfig(), options=strict)
+    assert on_loop == {"strict_check": False, "scan_output": False, "count_lines": False}
+    on_loop.clear()
+    await retry_unjudged(out, _keyword(), JudgeConfig(), options=QUIET)
+    assert on_loop == {"scan_output": False}

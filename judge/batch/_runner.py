@@ -524,12 +524,19 @@ async def score_dataset(
     summary_path, rejects_path = _paths(out, opts, "rejects")
     reporter = RejectsReporter(rejects_path)
     try:
+        # Whole-file passes run in a worker thread: a server's event loop keeps answering
+        # while a large input or output is read (the plan below reads one line per step).
         if opts.strict:
-            strict_check(
-                inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars, reporter=reporter
+            await asyncio.to_thread(
+                strict_check,
+                inp,
+                field_map=opts.field_map,
+                max_passage_chars=opts.max_passage_chars,
+                reporter=reporter,
             )
-        scan = scan_output(out)
+        scan = await asyncio.to_thread(scan_output, out)
         _check_modes(scan.modes, config, out)
+        total = await asyncio.to_thread(count_lines, inp)
         plan = InputPlan(
             inp,
             done_ids=scan.ids,
@@ -546,7 +553,7 @@ async def score_dataset(
             opts,
             listwise=opts.listwise,
             reporter=reporter,
-            total=count_lines(inp),
+            total=total,
             skipped=lambda: plan.skipped,
             dropped=lambda: plan.rejected,
         )
@@ -590,7 +597,7 @@ async def retry_unjudged(
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))
-    scan = scan_output(out)
+    scan = await asyncio.to_thread(scan_output, out)
     _check_modes(scan.modes, config, out)
     summary_path, rejects_path = _paths(out, opts, "retry-rejects")
     reporter = RejectsReporter(rejects_path)
