@@ -94,7 +94,7 @@ def evaluate_router(
         except ValueError as exc:
             raise option_error(exc, "body", "config") from None
         passages = [p if isinstance(p, str) else Passage(p.text, p.id) for p in body.retrieval_context]
-        store = None if rt.store is None else _fastpath.RequestStore(rt.store, writer)
+        store = None if writer is None else _fastpath.RequestStore(writer)
         try:
             result = await aevaluate(
                 body.query,

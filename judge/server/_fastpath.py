@@ -98,11 +98,11 @@ class GroupCommit:
 
 class RequestStore:
     """A verdict store for one request: reads go to the cache (this request's own pending
-    verdicts first), writes wait for :meth:`flush`, which writes them in one go (through
-    ``writer``, shared by the requests of a server, when given)."""
+    verdicts first), writes wait for :meth:`flush`, which hands them to ``writer`` (shared
+    by the requests of a server) in one go."""
 
-    def __init__(self, store: VerdictStore, writer: GroupCommit | None = None) -> None:
-        self.store = store
+    def __init__(self, writer: GroupCommit) -> None:
+        self.store = writer.store
         self.writer = writer
         self.pending: dict[str, PassageVerdict] = {}
 
@@ -115,17 +115,8 @@ class RequestStore:
 
     async def flush(self) -> None:
         pending, self.pending = self.pending, {}
-        if not pending:
-            return
-        if self.writer is not None:
+        if pending:
             await self.writer.write(list(pending.items()))
-            return
-        put_many = getattr(self.store, "put_many", None)
-        if put_many is not None:
-            await put_many(list(pending.items()))
-        else:
-            for key, verdict in pending.items():
-                await self.store.put(key, verdict)
 
 
 def json_response(payload: str) -> Response:
