@@ -3,20 +3,18 @@
 One query and its ranked passages in, one :class:`~judge.judging.JudgeResult` out: a
 verdict per passage (input order) with reasons, the share of relevant passages (``score``),
 AP, NDCG@k, the unjudged count, a summary reason and the usage (calls, tokens, cost).
-``evaluate`` is ``aevaluate`` made synchronous (:func:`_synchronous`: same signature, same
+``evaluate`` is ``aevaluate`` made synchronous (:func:`judge.backends.synchronous`: same signature, same
 result). The settings of the call go through the one run resolution
 (:func:`judge.batch.run_spec_from_kwargs`), as the command line's and the server's do.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from judge.backends import CallPolicy, make_backend, run_sync
+from judge.backends import CallPolicy, make_backend, synchronous
 from judge.batch import run_spec_from_kwargs
 from judge.io import SitePriors, read_site_priors
 from judge.judging import (
@@ -35,9 +33,6 @@ from judge.judging import (
 from judge.metrics import parse_named_measures
 
 __all__ = ["aevaluate", "evaluate"]
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 def _priors(value: SitePriors | Mapping[str, int] | str | Path | None) -> SitePriors | None:
@@ -143,18 +138,4 @@ async def aevaluate(
             await resolved.aclose()
 
 
-def _synchronous(fn: Callable[P, Coroutine[Any, Any, T]], name: str) -> Callable[P, T]:
-    """``fn`` run to completion by :func:`~judge.backends._sync.run_sync`, with ``fn``'s
-    signature (``inspect.signature`` and ``help()`` show its parameters)."""
-
-    @functools.wraps(fn)
-    def sync(*args: P.args, **kwargs: P.kwargs) -> T:
-        return run_sync(fn(*args, **kwargs))
-
-    sync.__name__ = sync.__qualname__ = name
-    doc = inspect.cleandoc(fn.__doc__ or "")
-    sync.__doc__ = f"Synchronous :func:`{fn.__name__}` (same arguments, same result).\n\n{doc}"
-    return sync
-
-
-evaluate = _synchronous(aevaluate, "evaluate")
+evaluate = synchronous(aevaluate, "evaluate")

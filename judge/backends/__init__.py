@@ -54,7 +54,7 @@ from judge.backends._resilient import (
     estimate_tokens,
 )
 from judge.backends._resolve import describe_backend, make_backend, resolve_backend, resolve_cascade
-from judge.backends._sync import run_sync
+from judge.backends._sync import run_sync, synchronous
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -105,4 +105,5 @@ __all__ = [
     "resolve_cascade",
     "run_sync",
     "schema_to_model",
+    "synchronous",
 ]

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import inspect
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["run_sync"]
+__all__ = ["run_sync", "synchronous"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -83,3 +86,18 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()  # Ctrl-C or a failure while waiting: stop the coroutine too
         raise
+
+
+def synchronous(fn: Callable[P, Coroutine[Any, Any, T]], name: str) -> Callable[P, T]:
+    """``fn`` run to completion by :func:`run_sync`, as a function called ``name`` with
+    ``fn``'s signature (``inspect.signature`` and ``help()`` show its parameters) and
+    docstring."""
+
+    @functools.wraps(fn)
+    def sync(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(fn(*args, **kwargs))
+
+    sync.__name__ = sync.__qualname__ = name
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    sync.__doc__ = f"Synchronous :func:`{fn.__name__}` (same arguments, same result).\n\n{doc}"
+    return sync

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from judge.backends import Backend
+from judge.backends import Backend, synchronous
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels, RejectsReporter, read_qrels
 from judge.judging import (
     LANGUAGE_RULE,
@@ -701,7 +701,26 @@ async def acompare_systems(
     cascade: str | None = None,
     margin: float = 0.1,
 ) -> SystemsReport:
-    """Compare retrieval systems on a pool judged once (see :func:`compare_systems`)."""
+    """Judge the pooled passages of several retrieval systems once and compare them.
+
+    ``systems``: name -> dataset in ``judge score``'s input format (JSONL, gzip ok); the
+    first is the baseline. Writes ``report.json`` (schema ``judge.systems/1``),
+    ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
+    ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
+    report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
+    pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is relevant;
+    default an explicit ``relevance_level``, else refused), ``qrels_yes_grade`` (0/1 labels
+    with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    ``relevance_level``, ``cache`` (True: the default
+    verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
+    ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
+    ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
+    holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
+    ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
+    judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
+    threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
+    resumes: judged pairs cost nothing.
+    """
     from judge.backends import make_backend, resolve_cascade
     from judge.batch import run_spec_from_kwargs
 
@@ -747,31 +766,4 @@ async def acompare_systems(
             await resolved.aclose()
 
 
-def compare_systems(
-    systems: Mapping[str, str | os.PathLike[str]],
-    output_dir: str | os.PathLike[str] = DEFAULT_REPORT_DIR,
-    **kwargs: Any,
-) -> SystemsReport:
-    """Judge the pooled passages of several retrieval systems once and compare them.
-
-    ``systems``: name -> dataset in ``judge score``'s input format (JSONL, gzip ok); the
-    first is the baseline. Writes ``report.json`` (schema ``judge.systems/1``),
-    ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
-    ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
-    report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
-    pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is relevant;
-    default an explicit ``relevance_level``, else refused), ``qrels_yes_grade`` (0/1 labels
-    with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
-    ``relevance_level``, ``cache`` (True: the default
-    verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
-    ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
-    ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
-    holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
-    ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
-    judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
-    threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
-    resumes: judged pairs cost nothing.
-    """
-    from judge.backends import run_sync
-
-    return run_sync(acompare_systems(systems, output_dir, **kwargs))
+compare_systems = synchronous(acompare_systems, "compare_systems")
