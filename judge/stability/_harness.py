@@ -425,7 +425,7 @@ async def run_stability(
 def run_stability_sync(
     backend: Backend,
     records: Sequence[DatasetRecord],
-    config: JudgeConfig,
+    config: JudgeConfig | RunSpec,
     options: StabilityOptions = StabilityOptions(),
     **kwargs: Any,
 ) -> StabilityReport:
