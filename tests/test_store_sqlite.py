@@ -93,6 +93,35 @@ def test_two_openers_at_once_apply_each_migration_once(tmp_path: Path) -> None:
     assert errors == [] and len(applied) == 1
 
 
+def test_openers_of_one_new_file_at_once_all_get_a_wal_connection(tmp_path: Path) -> None:
+    """SQLite refuses the switch to WAL at once ("database is locked", no busy wait) while
+    another connection opens or migrates the same new file: every opener must still
+    succeed."""
+    errors: list[BaseException] = []
+    modes: list[str] = []
+    for trial in range(20):
+        path = tmp_path / f"new{trial}.sqlite"
+        start = threading.Barrier(8)
+
+        def opener(path: Path = path, start: threading.Barrier = start) -> None:
+            try:
+                start.wait(timeout=60)
+                conn = open_sqlite(path)
+                run_migrations(conn, ("CREATE TABLE t (a INTEGER)",), newer=_newer)
+                modes.append(conn.execute("PRAGMA journal_mode").fetchone()[0])
+                conn.close()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=opener) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == []
+    assert modes == ["wal"] * 160
+
+
 def test_a_holder_opens_migrates_and_closes_once(tmp_path: Path) -> None:
     path = tmp_path / "new" / "h.sqlite"
 

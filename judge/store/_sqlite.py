@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,30 @@ def open_sqlite(path: str | Path) -> sqlite3.Connection:
     file.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(file), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to the WAL journal. The switch needs the file to itself and SQLite
+    answers "database is locked" at once, without waiting out the busy timeout, while
+    another connection is opening the same new file; so it is tried again (every 10 ms,
+    for at most the busy timeout) until the other opener is through."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.01)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
