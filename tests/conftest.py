@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# A default judge chosen in the developer's shell must not leak into tests that expect the
+# environment's own resolution (keys, then the embedded model).
+os.environ.pop("JUDGE_BACKEND", None)
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:

@@ -15,10 +15,13 @@ resolves a spec string or an object and wraps it once in :class:`ResilientBacken
    ``deepeval:<module>:<Class>`` (instantiated with ``**options``),
    ``qrels:<file>[:<level>]`` (answers from known labels: :class:`~judge.backends.QrelsBackend`);
 2. ``base_url=`` given without a spec → ``openai:<$OPENAI_MODEL or default>``;
-3. ``$DASHSCOPE_API_KEY`` set → ``qwen:qwen-plus``;
-4. ``$OPENAI_BASE_URL`` set → ``openai:<$OPENAI_MODEL or default>`` (``qwen-plus`` for a
+3. ``$JUDGE_BACKEND`` set (not blank) → that spec string, read as in 1 (e.g.
+   ``JUDGE_BACKEND=qrels:datasets/sample.qrels``: the default judge of every command, the
+   server and the Python API, for a shell or a CI job);
+4. ``$DASHSCOPE_API_KEY`` set → ``qwen:qwen-plus``;
+5. ``$OPENAI_BASE_URL`` set → ``openai:<$OPENAI_MODEL or default>`` (``qwen-plus`` for a
    DashScope URL, else ``gpt-4o-mini``);
-5. else the embedded judge ``local:qwen2.5-coder-1.5b-q4km``.
+6. else the embedded judge ``local:qwen2.5-coder-1.5b-q4km``.
 
 ``describe_backend`` gives the CLI's stderr line.
 """
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from judge.backends._resilient import ResilientBackend
 
 __all__ = [
+    "BACKEND_ENV",
     "DEFAULT_LOCAL_MODEL",
     "DEFAULT_QWEN_MODEL",
     "SPEC_PREFIXES",
@@ -53,6 +57,8 @@ DEFAULT_QWEN_MODEL = "qwen-plus"
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-q4km"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 SPEC_PREFIXES = ("qwen", "openai", "local", "deepeval", "qrels")
+# The environment variable naming the default judge (a spec string, as --backend takes).
+BACKEND_ENV = "JUDGE_BACKEND"
 
 _reasons: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
@@ -138,6 +144,14 @@ def resolve_backend(
     if base_url:
         model = _default_openai_model(base_url)
         return _remember(_build("openai", model, base_url, api_key, options), "--base-url given")
+    env_spec = os.environ.get(BACKEND_ENV, "").strip()
+    if env_spec:
+        try:
+            backend = _from_spec(env_spec, base_url, api_key, options)
+        except ConfigurationError as exc:
+            # No field: the CLI would name --backend, which was not given.
+            raise ConfigurationError(f"${BACKEND_ENV}: {exc}") from None
+        return _remember(backend, f"{BACKEND_ENV} set")
     if os.environ.get("DASHSCOPE_API_KEY"):
         return _remember(_build("qwen", DEFAULT_QWEN_MODEL, None, api_key, options), "DASHSCOPE_API_KEY set")
     env_url = os.environ.get("OPENAI_BASE_URL")
