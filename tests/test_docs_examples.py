@@ -25,270 +25,11 @@ How the blocks run (one mechanism for every page):
 
 from __future__ import annotations
 
-import os
-import queue
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-BLOCK_TIMEOUT_S = 240.0
-README_BACKEND = "qrels:datasets/sample.qrels"
-_SENTINEL = "__judge_docs_block_end__"
-
-_FENCE = re.compile(r"^```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
-_SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->\s*$")
-_PORT = re.compile(r"(?:127\.0\.0\.1:|localhost:|--port[ =])(\d{4,5})\b")
-
-
-@dataclass(frozen=True)
-class Block:
-    path: Path
-    line: int  # of the opening fence, 1-based
-    lang: str
-    code: str
-    skip: str | None
-
-    @property
-    def id(self) -> str:
-        name = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
-        return f"{name}:{self.line}"
-
-
-def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
-def blocks_of(path: Path) -> list[Block]:
-    """The ``bash`` and ``python`` blocks of one Markdown file, in order, with their skip reason."""
-    text = path.read_text(encoding="utf-8")
-    found = []
-    for match in _FENCE.finditer(text):
-        lang = match.group(1).lower()
-        if lang not in {"bash", "python"}:
-            continue
-        line = text.count("\n", 0, match.start()) + 1
-        before = text[: match.start()]
-        above = before[:-1].rsplit("\n", 1)[-1] if before.endswith("\n") else ""
-        skip = _SKIP.search(above)
-        found.append(Block(path, line, lang, match.group(2), skip.group(1) if skip else None))
-    return found
-
-
-def all_blocks() -> list[Block]:
-    return [block for path in doc_files() for block in blocks_of(path)]
-
-
-def checkout_copy(dest: Path) -> Path:
-    """The checkout's files (tracked and new, not ignored) copied under ``dest``."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if not source.is_file():  # deleted in the work tree but still in the index
-            continue
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-    return dest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def docs_env(home: Path, copy: Path, backend: str | None) -> dict[str, str]:
-    drop = {"DASHSCOPE_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "JUDGE_BACKEND"}
-    drop |= {"JUDGE_API_KEYS", "PYTEST_CURRENT_TEST"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(copy)
-    env["JUDGE_HOME"] = str(home)
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    env["PYTHONUNBUFFERED"] = "1"
-    if backend is not None:
-        env["JUDGE_BACKEND"] = backend
-    return env
-
-
-_PY_DRIVER = f"""
-import sys, traceback
-scope = {{"__name__": "__main__"}}
-for name in sys.stdin:
-    name = name.strip()
-    code = open(name, encoding="utf-8").read()
-    status = 0
-    try:
-        exec(compile(code, name, "exec"), scope)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    sys.stdout.flush(); sys.stderr.flush()
-    print("\\n{_SENTINEL}", status, flush=True)
-"""
-
-
-class _Process:
-    """One long-lived bash or python process fed one block at a time."""
-
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def run(self, command: str, timeout: float) -> tuple[int | None, str]:
-        """Send ``command``; the block's status (None: timed out) and its output."""
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(command)
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            return 1, "(the shell had exited)"
-        out: list[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                return None, "".join(out)
-            if line is None:  # the process ended: `set -e` stopped at a failing command
-                return self.proc.wait(), "".join(out)
-            if line.startswith(_SENTINEL):
-                return int(line.split()[1]), "".join(out)
-            out.append(line)
-
-    def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-@dataclass
-class FileSession:
-    """The copy, the shell and the interpreter one Markdown file's blocks share."""
-
-    path: Path
-    base: Path
-    ports: dict[str, str] = field(default_factory=dict)
-    done: set[int] = field(default_factory=set)
-    failed: str | None = None
-    outputs: dict[int, str] = field(default_factory=dict)
-    _bash: _Process | None = None
-    _python: _Process | None = None
-
-    def __post_init__(self) -> None:
-        self.repo = checkout_copy(self.base / "repo")
-        backend = README_BACKEND if self.path == ROOT / "README.md" else None
-        self.env = docs_env(self.base / "home", self.repo, backend)
-        text = self.path.read_text(encoding="utf-8")
-        for port in sorted(set(_PORT.findall(text))):
-            self.ports[port] = str(free_port())
-
-    def localize(self, code: str) -> str:
-        if not self.ports:
-            return code
-        return _PORT.sub(lambda m: m.group(0)[: -len(m.group(1))] + self.ports[m.group(1)], code)
-
-    def run(self, block: Block) -> str:
-        script = self.base / f"block-{block.line}.{'sh' if block.lang == 'bash' else 'py'}"
-        script.write_text(self.localize(block.code), encoding="utf-8")
-        if block.lang == "bash":
-            if self._bash is None:
-                self._bash = _Process(["bash", "--noprofile", "--norc"], self.repo, self.env)
-                self._bash.run(f"set -e\nprintf '\\n{_SENTINEL} 0\\n'\n", 30)
-            # Sourced with stdin from /dev/null, so no command of the block can read the next one.
-            command = f". {script} </dev/null\nprintf '\\n{_SENTINEL} %s\\n' \"$?\"\n"
-            status, out = self._bash.run(command, BLOCK_TIMEOUT_S)
-            if status != 0:  # the shell is gone (set -e) or stuck: start over for later blocks
-                self._bash.close()
-                self._bash = None
-        else:
-            if self._python is None:
-                self._python = _Process([sys.executable, "-u", "-c", _PY_DRIVER], self.repo, self.env)
-            status, out = self._python.run(f"{script}\n", BLOCK_TIMEOUT_S)
-            if status is None:
-                self._python.close()
-                self._python = None
-        self.done.add(block.line)
-        self.outputs[block.line] = out
-        if status is None:
-            self.failed = f"{block.id} ran over {BLOCK_TIMEOUT_S:.0f} s"
-            raise AssertionError(f"{self.failed}; its output so far:\n{out}")
-        if status != 0:
-            self.failed = f"{block.id} failed (status {status})"
-            raise AssertionError(f"{self.failed}; its output:\n{out}")
-        return out
-
-    def close(self) -> None:
-        for process in (self._bash, self._python):
-            if process is not None:
-                process.close()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-class Sessions:
-    def __init__(self) -> None:
-        self.by_path: dict[Path, FileSession] = {}
-
-    def run_through(self, block: Block) -> str:
-        """Run ``block``, first running every earlier runnable block of its file not yet run
-        (so one block selected alone still sees the state the page builds up)."""
-        session = self.by_path.get(block.path)
-        if session is None:
-            session = FileSession(block.path, Path(tempfile.mkdtemp(prefix="judge-docs-")))
-            self.by_path[block.path] = session
-        for earlier in blocks_of(block.path):
-            if earlier.line >= block.line:
-                break
-            if earlier.skip is None and earlier.line not in session.done:
-                session.run(earlier)
-        if session.failed is not None:
-            pytest.fail(f"not run: an earlier block failed ({session.failed})")
-        return session.run(block)
-
-    def close(self) -> None:
-        for session in self.by_path.values():
-            session.close()
+from _docs_runner import ROOT, Block, FileSession, Sessions, all_blocks, blocks_of
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +71,7 @@ def test_state_carries_over_and_a_failure_is_reported(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
         "```bash\nexport GREETING=hi\ncd datasets\n```\n"
-        "```bash\necho \"$GREETING from $(basename \"$PWD\")\"\n```\n"
+        '```bash\necho "$GREETING from $(basename "$PWD")"\n```\n'
         "```python\nx = 41\n```\n```python\nprint(x + 1)\n```\n"
         "```bash\nfalse\necho never\n```\n"
         "```bash\necho after\n```\n",
@@ -353,7 +94,9 @@ def test_state_carries_over_and_a_failure_is_reported(tmp_path: Path) -> None:
 
 def test_ports_are_swapped_for_free_ones_consistently(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("```bash\njudge serve --port 8000 &\ncurl http://127.0.0.1:8000/healthz\n```\n", encoding="utf-8")
+    page.write_text(
+        "```bash\njudge serve --port 8000 &\ncurl http://127.0.0.1:8000/healthz\n```\n", encoding="utf-8"
+    )
     session = FileSession(page, tmp_path / "run")
     try:
         code = session.localize(blocks_of(page)[0].code)
@@ -365,7 +108,9 @@ def test_ports_are_swapped_for_free_ones_consistently(tmp_path: Path) -> None:
 
 def test_the_copy_is_isolated_from_the_checkout(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("```bash\ntouch written-by-an-example\ntest -f datasets/sample.jsonl\n```\n", encoding="utf-8")
+    page.write_text(
+        "```bash\ntouch written-by-an-example\ntest -f datasets/sample.jsonl\n```\n", encoding="utf-8"
+    )
     session = FileSession(page, tmp_path / "run")
     try:
         session.run(blocks_of(page)[0])
