@@ -46,7 +46,12 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
     """``--backend``, ``--base-url``, ``--mode``, ``--language``, ``--template`` and the decision
     flags. ``defaults=False`` leaves ``--mode`` and ``--language`` None when not given, for a
     command that must tell "not given" apart (``judge score`` resumes an output in its mode)."""
-    p.add_argument("--backend", default=None, help="backend spec, e.g. qwen:qwen-plus (default: auto)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="backend spec, e.g. qwen:qwen-plus or qrels:FILE (default: $JUDGE_BACKEND, else from the "
+        "keys set, else the embedded model)",
+    )
     p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
     p.add_argument(
         "--mode",
