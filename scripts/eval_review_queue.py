@@ -18,6 +18,21 @@ ground-truth mAP (``summary.ground_truth.map``, trec_eval conventions):
 
 Labels go through :func:`judge.batch.apply_labels`, the code ``judge score --labels`` uses.
 
+Each row also has ``ap_error``: the mean over queries of |the job's AP - the ground truth's
+AP|. **Read that one.** The judge's false yes and false no partly cancel in the mean mAP;
+fixing some of them un-cancels the rest, so the mAP distance can grow while every query's AP
+gets closer to the truth (docs/guides/review-measurement.md has the figures).
+
+``--compare B.judged.jsonl`` (a second system on the same queries) adds ``comparison``: the
+decision (which system wins on mAP, and whether significantly: paired t-test over per-query
+AP, p < 0.05) by the judge alone, with ``--n`` labels from one queue over both systems'
+passages, and how often ``--draws`` random label sets give the truth's decision.
+
+``--dl19-run RUN --simulate-judge OUT`` builds the dataset from a TREC DL 2019 passage run in
+``--dl19-dir`` (default ``../shared/data/trec_dl19``): each NIST-judged query's top
+``--depth`` passages that have text, NIST's graded qrels as the ground truth. ``--level``
+only sets the labels' level; the ground truth's AP is computed at level 1.
+
 ``--simulate-judge OUT.jsonl`` first writes such an output without an LLM: the dataset is
 scored by the batch engine with a scripted probability-mode backend whose P(yes) is
 ``sigmoid(b[grade] + N(0, sigma))`` per passage (seeded; ``b`` = -0.9, 0.8, 2.0, 3.0 and
