@@ -129,9 +129,12 @@ def register(subparsers: Any) -> None:
         help="refit a template's P(yes) threshold on human labels (named calibration)",
         description=(
             "Refit the P(yes) threshold of a template on labelled items with k-fold "
-            "cross-validation, report kappa before/after on held-out folds and store the result "
-            "as a named calibration in the label store (select it with --calibration NAME). "
-            "The shipped default (prompts/calibration.toml) is never changed."
+            "cross-validation (stratified, seeded folds): report Cohen's kappa at the current and "
+            "at the refit threshold on each held-out fold, their mean gain and its noise band "
+            "(+- 2 corrected standard errors over folds). Only when the gain is above the band's "
+            "zero is the result stored as a named calibration in the label store (select it with "
+            "--calibration NAME); otherwise it says the refit does not help and stores nothing "
+            "unless --force. The shipped default (prompts/calibration.toml) is never changed."
         ),
     )
     cal.add_argument("--labels", required=True, metavar="FILE|store", help="qrels, JSONL export or 'store'")
@@ -154,6 +157,11 @@ def register(subparsers: Any) -> None:
     cal.add_argument("--folds", type=int, default=5)
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--dry-run", action="store_true", help="report only; store nothing")
+    cal.add_argument(
+        "--force",
+        action="store_true",
+        help="store the calibration even when it is not better than the current threshold beyond noise",
+    )
     cal.set_defaults(func=run_calibrate)
 
 
@@ -290,7 +298,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise InputError(f"{exc.message} (template {template.id})", field="--labels") from None
     name = args.name or f"{template.id}.reviewed"
     report = {"name": name, "template_id": template.id, "template_hash": template.hash, **result.as_dict()}
-    if not args.dry_run:
+    store_it = not args.dry_run and (result.helps or args.force)
+    if store_it:
         with LabelStore(args.labels_store) as store:
             store.save_calibration(
                 Calibration(
@@ -302,12 +311,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
                     report=result.as_dict(),
                 )
             )
-        report["stored"] = True
+    report["stored"] = store_it
     print(json.dumps(report, ensure_ascii=False, indent=2))
+    if store_it:
+        tail = f"; stored as {name!r} (select with --calibration {name})"
+        if not result.helps:
+            tail += " although it does not help (--force)"
+    elif args.dry_run:
+        tail = "; not stored (--dry-run)"
+    else:
+        tail = "; not stored: keep the current threshold (--force stores it anyway)"
     print(
-        f"judge calibrate: {template.id} threshold {current:g} -> {result.threshold:g}; held-out kappa "
-        f"{result.kappa_before} -> {result.kappa_after} ({result.n} labels, {result.folds} folds)"
-        + ("" if args.dry_run else f"; stored as {name!r} (select with --calibration {name})"),
+        f"judge calibrate: {template.id} threshold {current:g} -> {result.threshold:g} "
+        f"({result.n} labels, {result.folds} stratified folds, seed {result.seed}); {result.verdict}{tail}",
         file=sys.stderr,
     )
     return 0

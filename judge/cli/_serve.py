@@ -53,6 +53,29 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="a reverse proxy sets X-Forwarded-Proto: trust it to mark the session cookie Secure",
     )
+    p.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT],...",
+        help="Host header values answered beside the server's own address and localhost (DNS-rebinding "
+        "defence; without keys every other Host gets 421; with keys the rule applies only when this is set)",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="close a connection idle this long after a response (default 5)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that has not sent a whole request line and headers this long after "
+        "it opened or began its next request (default 10)",
+    )
     add_batch_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
@@ -195,11 +218,19 @@ def run_serve(args: argparse.Namespace) -> int:
         (args.max_query_chars, "--max-query-chars"),
         (args.max_record_passages, "--max-record-passages"),
         (args.max_records, "--max-records"),
+        (args.keep_alive_timeout, "--keep-alive-timeout"),
+        (args.header_timeout, "--header-timeout"),
     ):
         _positive(value, flag)
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
     session_ttl_s = _duration_s(args.session_ttl, "--session-ttl")
+    from judge.server import header_timeout_protocol, parse_allowed_hosts
+
+    try:
+        parse_allowed_hosts(args.allowed_hosts)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--allowed-hosts") from None
     defaults: dict[str, Any] = {
         **{key: getattr(spec.config, key) for key in JUDGE_OPTION_KEYS},
         "k": list(dict.fromkeys(args.k)),
@@ -255,6 +286,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 max_passages=args.max_passages,
                 session_ttl_s=session_ttl_s,
                 trust_forwarded_proto=args.trust_forwarded_proto,
+                allowed_hosts=tuple(args.allowed_hosts),
                 db_lock=db_lock,
             )
         )
@@ -271,6 +303,8 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             log_level=args.log_level,
             proxy_headers=False,
+            http=header_timeout_protocol(args.header_timeout),
+            timeout_keep_alive=args.keep_alive_timeout,
             # Open event streams must not hold a shutdown: running jobs resume at the next start.
             timeout_graceful_shutdown=5,
         )

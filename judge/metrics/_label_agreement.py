@@ -24,6 +24,23 @@ pooled into one kappa "after", and the same items at the current threshold give 
 the midpoints between consecutive distinct P(yes) values (and the current threshold); ties
 go to the candidate nearest the current threshold. Refused (:class:`CalibrationError`) with
 fewer than :data:`MIN_CALIBRATION_LABELS` labels or only one class.
+
+**Does the refit help?** The gain is held-out kappa after minus before (``kappa_gain``);
+its noise band ``kappa_gain_band`` is the 98% percentile interval (``confidence``; so a
+one-sided 1% test of "after > before") of a paired bootstrap
+(``resamples`` draws of the items with replacement, seeded; each item keeps its held-out
+prediction at the fold's threshold and at the current one). The refit **helps** only when
+the band lies above zero; otherwise ``helps`` is False and ``verdict`` says plainly that it
+is not better than the current threshold beyond noise, and callers do not offer it as a
+job's setting. For reading, each held-out fold also gets its own kappa at the current
+threshold and at the threshold fitted without it (``fold_kappa_before`` /
+``fold_kappa_after``, always defined: stratified folds hold both classes), their means
+(``cv_kappa_before`` / ``cv_kappa_after``) and the per-fold gains' standard error corrected
+for the training folds' overlap (``fold_gain_se``, Nadeau and Bengio 2003). Measured on
+200 random-label sets (60 items, P(yes) uniform, labels independent of it), this band
+called a refit helpful in 3% of them (a 95% band: 8%; a per-fold rule with +-2 plain
+standard errors: about 10%), and on 200 sets of 100 labels following a logistic curve
+centred at 0.7 (current threshold 0.5) in 46% (95% band: 62%).
 """
 
 from __future__ import annotations
@@ -258,6 +275,50 @@ class CalibrationResult:
     kappa_after: float | None
     fold_thresholds: Sequence[float]
     seed: int = 0
+    fold_kappa_before: Sequence[float] = ()
+    fold_kappa_after: Sequence[float] = ()
+    kappa_gain_band: tuple[float, float] | None = None  # paired bootstrap
+    confidence: float = 0.98
+    resamples: int = 0
+
+    @property
+    def kappa_gain(self) -> float | None:
+        """Held-out kappa after minus before (pooled over folds)."""
+        if self.kappa_before is None or self.kappa_after is None:
+            return None
+        return _r(self.kappa_after - self.kappa_before)
+
+    @property
+    def fold_gain_se(self) -> float | None:
+        """Standard error of the per-fold gains, corrected for the training folds' overlap
+        (Nadeau and Bengio, 2003): sd * sqrt(1/k + 1/(k-1))."""
+        gains = [a - b for a, b in zip(self.fold_kappa_after, self.fold_kappa_before, strict=True)]
+        k = len(gains)
+        if k < 2:
+            return None
+        return _r(float(np.std(gains, ddof=1)) * math.sqrt(1.0 / k + 1.0 / (k - 1)))
+
+    @property
+    def helps(self) -> bool:
+        """The refit beats the current threshold beyond noise: the gain's band is above 0."""
+        return self.kappa_gain_band is not None and self.kappa_gain_band[0] > 0
+
+    @property
+    def verdict(self) -> str:
+        gain, band = self.kappa_gain, self.kappa_gain_band
+        if gain is None or band is None:
+            return "held-out kappa is undefined: the refit's effect is unknown"
+        figures = (
+            f"held-out kappa {self.kappa_before:.3f} -> {self.kappa_after:.3f}, gain {gain:+.3f} "
+            f"({self.confidence:.0%} paired bootstrap band {band[0]:+.3f} .. {band[1]:+.3f}; "
+            f"{self.folds} folds)"
+        )
+        if self.helps:
+            return f"the refit threshold helps: {figures}"
+        return (
+            f"the refit threshold does not help: {figures}; it is not better than the current "
+            f"threshold {self.previous_threshold:g} beyond noise, so keep the current one"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -271,7 +332,26 @@ class CalibrationResult:
             "fold_thresholds": list(self.fold_thresholds),
             "seed": self.seed,
             "method": "max Cohen's kappa; stratified k-fold, held-out predictions pooled",
+            "fold_kappa_before": list(self.fold_kappa_before),
+            "fold_kappa_after": list(self.fold_kappa_after),
+            "cv_kappa_before": _mean(self.fold_kappa_before),
+            "cv_kappa_after": _mean(self.fold_kappa_after),
+            "fold_gain_se": self.fold_gain_se,
+            "kappa_gain": self.kappa_gain,
+            "kappa_gain_band": None if self.kappa_gain_band is None else list(self.kappa_gain_band),
+            "resamples": self.resamples,
+            "confidence": self.confidence,
+            "helps": self.helps,
+            "rule": (
+                "helps iff the lower end of the paired bootstrap band of held-out kappa after - before "
+                "(items resampled, each fold's held-out predictions fixed) is above 0"
+            ),
+            "verdict": self.verdict,
         }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return _r(float(np.mean(values))) if len(values) else None
 
 
 def _kappa_at(p: np.ndarray, y: np.ndarray, t: float) -> float | None:
@@ -312,6 +392,8 @@ def calibrate_threshold(
     folds: int = 5,
     seed: int = 0,
     min_labels: int = MIN_CALIBRATION_LABELS,
+    resamples: int = 2000,
+    confidence: float = 0.98,
 ) -> CalibrationResult:
     """Refit the P(yes) threshold on labelled items (labels 0/1); see the module doc."""
     p = np.asarray(list(p_yes), dtype=np.float64)
@@ -332,16 +414,24 @@ def calibrate_threshold(
     k = max(2, min(folds, positives, int(y.size) - positives))
     predicted = np.zeros(y.size, dtype=np.int64)
     fold_thresholds: list[float] = []
+    fold_before: list[float] = []
+    fold_after: list[float] = []
     for test in _folds(y, k, seed):
         train = np.setdiff1d(np.arange(y.size), test)
         t = _fit(p[train], y[train], current_threshold)
         fold_thresholds.append(t)
         predicted[test] = (p[test] >= t).astype(np.int64)
+        # each fold holds both classes (k <= either class's count): kappa is defined
+        fold_before.append(
+            _r(cohen_kappa(y[test], (p[test] >= current_threshold).astype(np.int64), labels=[0, 1]))
+        )
+        fold_after.append(_r(cohen_kappa(y[test], predicted[test], labels=[0, 1])))
     before = _kappa_at(p, y, current_threshold)
     try:
         after: float | None = cohen_kappa(y, predicted, labels=[0, 1])
     except AgreementUndefinedError:
         after = None
+    band = _gain_band(y, (p >= current_threshold).astype(np.int64), predicted, seed, resamples, confidence)
     return CalibrationResult(
         threshold=_fit(p, y, current_threshold),
         previous_threshold=float(current_threshold),
@@ -352,4 +442,38 @@ def calibrate_threshold(
         kappa_after=None if after is None else _r(after),
         fold_thresholds=fold_thresholds,
         seed=seed,
+        fold_kappa_before=fold_before,
+        fold_kappa_after=fold_after,
+        kappa_gain_band=band,
+        resamples=resamples,
+        confidence=confidence,
     )
+
+
+def _kappas(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Cohen's kappa of each row pair (binary), NaN where undefined."""
+    n = y.shape[-1]
+    p_o = (y == pred).mean(axis=-1)
+    a = y.sum(axis=-1)
+    b = pred.sum(axis=-1)
+    p_e = (a * b + (n - a) * (n - b)) / float(n * n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: np.ndarray = (p_o - p_e) / (1.0 - p_e)
+    return out
+
+
+def _gain_band(
+    y: np.ndarray, before: np.ndarray, after: np.ndarray, seed: int, resamples: int, confidence: float
+) -> tuple[float, float] | None:
+    """``confidence`` percentile interval of kappa(after) - kappa(before) over paired resamples of the
+    items (seeded); resamples where either kappa is undefined are skipped."""
+    if resamples < 1:
+        return None
+    idx = np.random.default_rng(seed).integers(0, y.size, size=(resamples, y.size))
+    diff = _kappas(y[idx], after[idx]) - _kappas(y[idx], before[idx])
+    diff = diff[np.isfinite(diff)]
+    if diff.size == 0:
+        return None
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(diff, [tail, 1.0 - tail])
+    return _r(float(lo)), _r(float(hi))

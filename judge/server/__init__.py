@@ -12,7 +12,8 @@ from judge.server._db import SchemaError
 from judge.server._jobs import Runtime
 from judge.server._lock import DatabaseBusy, DatabaseLock
 from judge.server._schemas import JUDGE_OPTION_KEYS
-from judge.server._security import redact_access_log
+from judge.server._security import parse_allowed_hosts, redact_access_log
+from judge.server._timeouts import header_timeout_protocol
 
 __all__ = [
     "JUDGE_OPTION_KEYS",
@@ -24,7 +25,9 @@ __all__ = [
     "SchemaError",
     "ServerConfig",
     "create_app",
+    "header_timeout_protocol",
     "is_loopback",
     "load_keys",
+    "parse_allowed_hosts",
     "redact_access_log",
 ]

@@ -11,7 +11,8 @@ Each route reaches the server's :class:`~judge.server._app_state.AppState` (sett
 database, sessions, job manager, metrics, review) through a dependency. In front of every
 route, :class:`~judge.server._guard.Guard` times the request, checks the key and bounds the
 body; around it, :mod:`judge.server._security` adds the security headers; inside it, the
-same-origin rule refuses cross-site state changes. Every JSON body is parsed and checked by
+same-origin rule refuses cross-site state changes; in front of it, without keys, the host
+rule refuses a ``Host`` that is not this server (DNS rebinding). Every JSON body is parsed and checked by
 :class:`~judge.server._bounds.ParsedBodyRoute` before FastAPI reads it.
 """
 
@@ -37,7 +38,7 @@ from judge.server._jobs import JobManager, Runtime
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import ServerMetrics
 from judge.server._review import Review
-from judge.server._security import CsrfCheck, SecurityHeaders, viewer_csp
+from judge.server._security import CsrfCheck, HostCheck, SecurityHeaders, parse_allowed_hosts, viewer_csp
 from judge.server._sessions import DEFAULT_TTL_S, SIGNIN_STYLE, Authenticator, SessionStore
 
 
@@ -58,6 +59,9 @@ class ServerConfig:
     sse_interval_s: float = 0.5
     session_ttl_s: float = DEFAULT_TTL_S
     trust_forwarded_proto: bool = False
+    # Host names (``NAME`` or ``NAME:PORT``) answered beside the server's own address and
+    # localhost; the host rule is on without keys, and with keys when this names any.
+    allowed_hosts: tuple[str, ...] = ()
     # The database's writer lock, when the caller took it already (``judge serve`` does,
     # before it opens the backend); else create_app takes it.
     db_lock: DatabaseLock | None = None
@@ -125,8 +129,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(_compare_routes.router)
     app.include_router(_viewer_routes.router)
     app.mount("/static", StaticFiles(directory=_viewer_routes.STATIC_DIR), name="static")
-    app.add_middleware(CsrfCheck)  # type: ignore[arg-type]  # inside Guard: after authentication
+    app.add_middleware(CsrfCheck, trust_forwarded_proto=config.trust_forwarded_proto)  # type: ignore[arg-type]  # inside Guard: after authentication
     app.add_middleware(Guard, auth=state.auth, metrics=state.metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
+    if not config.keys or config.allowed_hosts:  # before authentication and every route
+        app.add_middleware(HostCheck, allowed=parse_allowed_hosts(config.allowed_hosts))  # type: ignore[arg-type]
     app.add_middleware(SecurityHeaders, csp=viewer_csp(SIGNIN_STYLE))  # type: ignore[arg-type]
     return app
 

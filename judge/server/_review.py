@@ -87,6 +87,9 @@ class CalibrateIn(BaseModel):
     name: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[\w.\-]+$")
     folds: int | None = Field(default=None, ge=2, le=20)
     seed: int = 0
+    # dry_run: report only; force: store a refit that does not help (not better beyond noise)
+    dry_run: bool = False
+    force: bool = False
 
 
 def serve_flags(exc: ScaleError) -> str:
@@ -540,18 +543,20 @@ class Review:
             seed=body.seed,
         )
         name = body.name or f"{template}@{job['id']}"
-        cal = self.store.save_calibration(
-            Calibration(
-                name=name,
-                template_id=template,
-                threshold=result.threshold,
-                template_hash=conv.get("template_hash"),
-                previous_threshold=current,
-                report={**result.as_dict(), "job": job["id"], "labels": len(with_p)},
-            )
+        cal = Calibration(
+            name=name,
+            template_id=template,
+            threshold=result.threshold,
+            template_hash=conv.get("template_hash"),
+            previous_threshold=current,
+            report={**result.as_dict(), "job": job["id"], "labels": len(with_p)},
         )
-        self.bump()
-        return cal.as_dict()
+        # Stored (so a job can select it) only when the refit helps beyond noise, or forced.
+        stored = not body.dry_run and (result.helps or body.force)
+        if stored:
+            cal = self.store.save_calibration(cal)
+            self.bump()
+        return {**cal.as_dict(), "stored": stored, "helps": result.helps, "verdict": result.verdict}
 
 
 def _k_of(job: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -685,9 +690,13 @@ async def agreement(job_id: str, state: State) -> Any:
 
 @router.post("/v1/jobs/{job_id}/calibrate", tags=["review"], status_code=201)
 async def calibrate(job_id: str, state: State, body: CalibrateIn | None = None) -> JSONResponse:
-    """Refit the template's P(yes) threshold on the job's labelled items (kappa before
-    and after on held-out folds) and store it as a named calibration; never changes the
-    shipped default. Refused (422) with fewer than 30 labels or one class."""
+    """Refit the template's P(yes) threshold on the job's labelled items: Cohen's kappa
+    before and after on each held-out fold (stratified k-fold, seeded), the mean gain and
+    its noise band (``report.kappa_gain_band``, +- 2 corrected standard errors). Stored as a
+    named calibration (201, ``stored: true``) only when the gain is above noise
+    (``helps``) or ``force``; otherwise 200 with ``stored: false`` and ``verdict`` saying why
+    (``dry_run`` reports only). Never changes the shipped default. Refused (422) with fewer
+    than 30 labels or one class."""
     job = state.job(job_id)
     try:
         cal = await asyncio.to_thread(state.review.calibrate, job, body or CalibrateIn())
@@ -695,7 +704,7 @@ async def calibrate(job_id: str, state: State, body: CalibrateIn | None = None) 
         raise _fail(("body", exc.field), exc.message) from None
     except Conflict as exc:
         return JSONResponse({"detail": str(exc)}, status_code=409)
-    return JSONResponse(cal, status_code=201)
+    return JSONResponse(cal, status_code=201 if cal["stored"] else 200)
 
 
 @router.get("/v1/labels", tags=["review"], response_model=None)

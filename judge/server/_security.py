@@ -6,12 +6,22 @@ cookie, and the access-log filter that keeps query strings (and any key in them)
 authenticated by a bearer key (so: by the viewer's cookie, the sign-in form itself, or any
 request when auth is off) must come from this server's own pages: ``Sec-Fetch-Site`` must be
 ``same-origin`` (or ``none``: typed by the user), or, from a browser that does not send it,
-``Origin`` must name this server's host and port. With the cookie, the JSON/NDJSON routes
+``Origin`` must name this server's scheme, host and port (``https://HOST:PORT`` is not the
+origin of an http server on HOST:PORT). With the cookie, the JSON/NDJSON routes
 (``/v1/...``) also refuse the content types an HTML form can send without script
 (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``). A refusal
 is ``403 {"detail": ...}``. Bearer-key clients are never checked: a browser cannot attach an
 ``Authorization`` header across origins without a CORS preflight, which this server never
 grants.
+
+**Host rule** (DNS rebinding). A page on ``rebind.attacker.example`` whose name the attacker
+re-points at 127.0.0.1 is, to the browser, same-origin with this server: ``Origin`` and
+``Sec-Fetch-Site`` cannot tell it apart, only ``Host`` can. :class:`HostCheck` answers
+``421 {"detail": ...}`` before any route (and before authentication) unless ``Host`` names
+the address the connection reached (``scope["server"]``) or ``localhost``, both with the
+server's port, or one of the operator's ``--allowed-hosts`` (``NAME`` any port,
+``NAME:PORT`` that port). It is on whenever the server runs without keys, and with keys when
+``--allowed-hosts`` is given.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import hashlib
 import json
 import logging
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 Scope = MutableMapping[str, Any]
@@ -82,22 +92,26 @@ def _host_port(netloc: str, default_port: int) -> tuple[str, int] | None:
     return parts.hostname.lower(), port if port is not None else default_port
 
 
-def same_origin(origin: str, host: str | None) -> bool:
-    """``Origin`` names the host and port the request was sent to (``Host``)."""
+def same_origin(origin: str, host: str | None, scheme: str | None = None) -> bool:
+    """``Origin`` names the host and port the request was sent to (``Host``), and, when
+    ``scheme`` (the request's: ``http`` or ``https``) is given, that scheme too."""
     if not host or origin.strip().lower() == "null":
         return False
     try:
         parts = urllib.parse.urlsplit(origin.strip())
     except ValueError:
         return False
-    default = DEFAULT_PORTS.get(parts.scheme.lower())
-    if default is None:
+    origin_scheme = parts.scheme.lower()
+    if scheme is not None and origin_scheme != scheme.lower():
+        return False
+    default = DEFAULT_PORTS.get(scheme.lower() if scheme is not None else origin_scheme)
+    if default is None or origin_scheme not in DEFAULT_PORTS:
         return False
     sent_to = _host_port(host, default)
-    return sent_to is not None and _host_port(parts.netloc, default) == sent_to
+    return sent_to is not None and _host_port(parts.netloc, DEFAULT_PORTS[origin_scheme]) == sent_to
 
 
-def csrf_refusal(scope: Scope) -> str | None:
+def csrf_refusal(scope: Scope, trust_forwarded_proto: bool = False) -> str | None:
     """Why this request is refused under the same-origin rule (None: it may go on)."""
     if scope.get("method", "GET") not in UNSAFE_METHODS:
         return None
@@ -114,7 +128,9 @@ def csrf_refusal(scope: Scope) -> str | None:
                 "signed in by cookie must come from this server's own pages; scripts use "
                 "Authorization: Bearer <key>"
             )
-    elif origin is not None and not same_origin(origin, headers.get("host")):
+    elif origin is not None and not same_origin(
+        origin, headers.get("host"), "https" if request_is_https(scope, trust_forwarded_proto) else "http"
+    ):
         return (
             f"cross-origin request refused (Origin {origin} is not this server): state-changing "
             "requests signed in by cookie must come from this server's own pages; scripts use "
@@ -134,25 +150,92 @@ class CsrfCheck:
     """The same-origin rule as ASGI middleware; it runs after authentication (which sets
     ``state.auth_via``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, trust_forwarded_proto: bool = False) -> None:
         self.app = app
+        self.trust_forwarded_proto = trust_forwarded_proto
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            reason = csrf_refusal(scope)
+            reason = csrf_refusal(scope, self.trust_forwarded_proto)
             if reason is not None:
-                body = json.dumps({"detail": reason}).encode("utf-8")
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
+                await _json_refusal(send, 403, reason)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _json_refusal(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+LOCAL_NAMES = ("localhost",)
+
+
+def parse_allowed_hosts(values: Sequence[str]) -> tuple[tuple[str, int | None], ...]:
+    """``--allowed-hosts`` entries (``NAME`` or ``NAME:PORT``; IPv6 as ``[::1]:8000``), each
+    lower-cased; ValueError naming the entry that is not a host."""
+    out: list[tuple[str, int | None]] = []
+    for raw in values:
+        for entry in (e.strip() for e in raw.split(",")):
+            if not entry:
+                continue
+            try:
+                parts = urllib.parse.urlsplit("//" + entry)
+                port = parts.port
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a host or host:port") from None
+            if not parts.hostname or parts.path or parts.query or parts.username:
+                raise ValueError(f"{entry!r} is not a host or host:port")
+            out.append((parts.hostname.lower(), port))
+    return tuple(out)
+
+
+def host_allowed(
+    host: str | None, server: tuple[str, int] | None, extra: Sequence[tuple[str, int | None]]
+) -> bool:
+    """Whether ``Host`` names this server: the address the connection reached or
+    ``localhost`` with the server's port, or an allowed ``(name, port)`` (port None: any)."""
+    if not host:
+        return False
+    sent_to = _host_port(host, DEFAULT_PORTS["http"])
+    if sent_to is None:
+        return False
+    name, port = sent_to
+    if server is not None:
+        own = str(server[0]).lower()
+        if name in (own, *LOCAL_NAMES) and port == int(server[1]):
+            return True
+    return any(name == n and (p is None or p == port) for n, p in extra)
+
+
+class HostCheck:
+    """The host rule (module doc) as ASGI middleware, in front of authentication and every
+    route: 421 for a ``Host`` that does not name this server."""
+
+    def __init__(self, app: ASGIApp, *, allowed: Sequence[tuple[str, int | None]] = ()) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = _headers(scope).get("host")
+            server = scope.get("server")
+            own = (str(server[0]), int(server[1])) if server and server[1] is not None else None
+            if not host_allowed(host, own, self.allowed):
+                shown = (host or "")[:200]
+                await _json_refusal(
+                    send,
+                    421,
+                    f"Host {shown!r} is not this server; a server without keys answers only its own "
+                    "address and localhost (name more with judge serve --allowed-hosts)",
                 )
-                await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 
@@ -207,8 +290,11 @@ def redact_access_log(logger_name: str = "uvicorn.access") -> None:
 
 __all__ = [
     "CsrfCheck",
+    "HostCheck",
     "SecurityHeaders",
     "csrf_refusal",
+    "host_allowed",
+    "parse_allowed_hosts",
     "redact_access_log",
     "request_is_https",
     "same_origin",

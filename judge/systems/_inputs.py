@@ -25,6 +25,9 @@ from judge.io import (
 )
 
 _FORBIDDEN_NAME_CHARS = set('/\\=:*?"<>|')
+# A system name becomes a file name (NAME.jsonl, NAME.run, ...; most file systems stop at
+# 255 bytes) and a run tag: at most this many characters, and twice that in UTF-8 bytes.
+MAX_SYSTEM_NAME_CHARS = 100
 
 
 def trec_token(value: str) -> str:
@@ -96,7 +99,17 @@ def parse_system_args(items: Sequence[str]) -> dict[str, Path]:
 
 def check_name(name: str) -> str:
     """A system name: used as ``runs/NAME.run`` and as the run tag, so one token of
-    printable characters without path separators."""
+    printable characters without path separators, at most :data:`MAX_SYSTEM_NAME_CHARS`
+    characters (and twice that in UTF-8 bytes)."""
+    if (
+        len(name) > MAX_SYSTEM_NAME_CHARS
+        or len(name.encode("utf-8", "surrogatepass")) > 2 * MAX_SYSTEM_NAME_CHARS
+    ):
+        raise InputError(
+            f"system name {name[:40]!r}... is longer than {MAX_SYSTEM_NAME_CHARS} characters "
+            f"({2 * MAX_SYSTEM_NAME_CHARS} UTF-8 bytes)",
+            field="NAME",
+        )
     if not name or name != name.strip() or any(c.isspace() for c in name):
         raise InputError(f"system name {name!r} must be non-empty and without whitespace", field="NAME")
     if name.startswith(".") or any(c in _FORBIDDEN_NAME_CHARS or not c.isprintable() for c in name):

@@ -77,24 +77,55 @@ function conflictsCard(conflicts, scale) {
     items.length ? el("ul", {}, items) : el("p", { class: "muted" }, "None."));
 }
 
-// The calibrate action: refit the template's P(yes) threshold on the job's labels.
+// The calibrate action: refit the template's P(yes) threshold on the job's labels. "Check"
+// reports the cross-validated kappa before and after (dry run); "Store" is enabled only when
+// the refit helps beyond noise, else it stays disabled with the reason next to it.
 function calibrateCard(jobId) {
   const out = el("div", { id: "calibrate-result", class: "muted" });
+  const reason = el("div", { id: "calibrate-reason", class: "muted" });
   const name = el("input", { type: "text", id: "calibrate-name", placeholder: "name (optional)" });
-  const button = el("button", { type: "button", id: "calibrate" }, "Calibrate from reviews");
-  button.addEventListener("click", async () => {
-    const body = name.value.trim() ? { name: name.value.trim() } : {};
+  const button = el("button", { type: "button", id: "calibrate" }, "Check calibration from reviews");
+  const apply = el("button", { type: "button", id: "calibrate-apply", disabled: "disabled" }, "Store as a named calibration");
+  const post = async (extra) => {
+    const body = Object.assign(name.value.trim() ? { name: name.value.trim() } : {}, extra);
     const resp = await api(jobUrl(jobId, "/calibrate"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const data = await resp.json();
-    if (!resp.ok) { out.className = "err"; out.textContent = typeof data.detail === "string" ? data.detail : data.detail.map((d) => d.msg).join("; "); return; }
+    if (!resp.ok) { out.className = "err"; out.textContent = typeof data.detail === "string" ? data.detail : data.detail.map((d) => d.msg).join("; "); return null; }
+    return data;
+  };
+  button.addEventListener("click", async () => {
+    apply.disabled = true;
+    reason.textContent = "";
+    const data = await post({ dry_run: true });
+    if (!data) return;
     const r = data.report || {};
+    const band = r.kappa_gain_band || [null, null];
     out.className = "";
-    out.textContent = `stored "${data.name}": threshold ${fmt(data.previous_threshold, 3)} → ${fmt(data.threshold, 3)}; ` +
-      `held-out κ ${fmt(r.kappa_before, 3)} → ${fmt(r.kappa_after, 3)} on ${r.n} labels (${r.folds} folds). A job selects it with the option calibration=${data.name}.`;
+    out.textContent = `threshold ${fmt(data.previous_threshold, 3)} → ${fmt(data.threshold, 3)}; ` +
+      `cross-validated κ ${fmt(r.cv_kappa_before, 3)} → ${fmt(r.cv_kappa_after, 3)} ` +
+      `(gain ${fmt(r.kappa_gain, 3)}, noise band ${fmt(band[0], 3)} … ${fmt(band[1], 3)}) on ${r.n} labels, ${r.folds} folds, seed ${r.seed}.`;
+    if (data.helps) {
+      apply.disabled = false;
+      apply.title = "";
+      reason.textContent = "The refit helps beyond noise.";
+    } else {
+      apply.disabled = true;
+      apply.title = data.verdict;
+      reason.className = "err";
+      reason.textContent = `Not offered: ${data.verdict}.`;
+    }
+  });
+  apply.addEventListener("click", async () => {
+    const data = await post({});
+    if (!data) return;
+    apply.disabled = true;
+    out.className = "";
+    reason.className = "muted";
+    reason.textContent = data.stored ? `Stored "${data.name}". A job selects it with the option calibration=${data.name}.` : `Not stored: ${data.verdict}.`;
   });
   return el("div", { class: "card", id: "calibrate-card" }, el("h2", {}, "Calibrate the threshold"),
-    el("p", { class: "muted" }, "Refits the template's P(yes) threshold on this job's labels (at least 30, both classes) with cross-validation and stores it under a name; the shipped default is not changed."),
-    el("div", { class: "row filters" }, name, button), out);
+    el("p", { class: "muted" }, "Refits the template's P(yes) threshold on this job's labels (at least 30, both classes) with cross-validation. It can be stored under a name only when the held-out κ gain is above its noise band; the shipped default is not changed."),
+    el("div", { class: "row filters" }, name, button, apply), out, reason);
 }
 
 async function loadAgreement(jobId) {
