@@ -230,7 +230,7 @@ def run_conflicts(args: argparse.Namespace) -> int:
 def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, str]]:
     """(qid, docno) -> (the judge's own P(yes), template id) from ``judge score`` outputs."""
     from judge.judging import PassageVerdict, judge_verdict_of
-    from judge.store import recover_output, trec_token
+    from judge.store import recover_output
 
     out: dict[tuple[str, str], tuple[float, str]] = {}
     for path in paths:
@@ -240,7 +240,7 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
             for v, docno in zip(r["verdicts"], r["docnos"], strict=True):
                 base = judge_verdict_of(PassageVerdict.model_validate(v, strict=False))
                 if base.p_yes is not None:
-                    out.setdefault((trec_token(r["id"]), str(docno)), (float(base.p_yes), base.template_id))
+                    out.setdefault((str(r["id"]), str(docno)), (float(base.p_yes), base.template_id))
     return out
 
 

@@ -58,6 +58,8 @@ class ServerConfig:
     sse_interval_s: float = 0.5
     session_ttl_s: float = DEFAULT_TTL_S
     trust_forwarded_proto: bool = False
+    # labels of the keys that may import labels under other reviewers' names (--admin-keys)
+    admin_keys: frozenset[str] = frozenset()
     # The database's writer lock, when the caller took it already (``judge serve`` does,
     # before it opens the backend); else create_app takes it.
     db_lock: DatabaseLock | None = None
@@ -82,6 +84,7 @@ def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
         manager.job_dir,
         level=config.labels_level,
         yes_grade=config.labels_yes_grade,
+        admin_keys=config.admin_keys,
     )
     auth = Authenticator(config.keys, sessions)
     return AppState(config, db, sessions, auth, metrics, manager, review)
