@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -233,6 +234,8 @@ class JobData:
     by_qid: dict[str, int]  # record index of each query id
     k: list[int]
     mappings: dict[str, Any]  # the scale mappings by record mode (for one record's update)
+    border: list[int] | None = None  # per record: borderline verdicts
+    stale: bool = False  # the summary is computed from the labelled records when next shown
 
 
 class Review:
@@ -342,7 +345,7 @@ class Review:
     def _figures(self, job: Mapping[str, Any], data: JobData, error: str | None, mapping: Any) -> JobData:
         """``data`` with its totals, summary and review block computed from its labelled
         records and per-record counts."""
-        records, labelled, threshold, k = data.records, data.labelled, data.threshold, data.k
+        records, labelled, threshold = data.records, data.labelled, data.threshold
         applied = sum(a for a, _ in data.counts)
         outcome = LabelOutcome(
             labelled, applied, sum(c for _, c in data.counts), sum(1 for a, _ in data.counts if a), 0, {}
@@ -352,14 +355,19 @@ class Review:
         stored = job.get("summary")
         summary: dict[str, Any] | None = None
         margin = float((stored or {}).get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
-        borderline = _borderline(labelled, threshold, margin)
+        border = (
+            data.border
+            if data.border is not None
+            else [_borderline([r], threshold, margin) for r in labelled]
+        )
+        borderline = sum(border)
+        judge_map = ((stored or {}).get("judge") or {}).get("map") if job["kind"] == "score" else None
+        labelled_map = judge_map
+        stale = False
         if stored is not None and job["kind"] == "score":
             summary = dict(stored)
-            if outcome.applied:
-                summary.update(summarize_records(labelled, k))
-                summary["judge_only"] = stored.get("judge")
-                summary["borderline"] = borderline
-        judge_map = ((stored or {}).get("judge") or {}).get("map") if job["kind"] == "score" else None
+            if outcome.applied:  # the summary of the labelled records: computed when shown
+                labelled_map, stale = _map_of(labelled), True
         review = {
             "scale": scale,
             "threshold": threshold,
@@ -367,7 +375,7 @@ class Review:
             "changed": outcome.changed,
             "queries": outcome.queries,
             "borderline": borderline,
-            "map": ((summary or {}).get("judge") or {}).get("map"),
+            "map": labelled_map if summary is not None else None,
             "map_judge": judge_map,
             "mapping": mapping if outcome.applied else None,
             "labels": len(latest),
@@ -380,7 +388,26 @@ class Review:
             applied=outcome.applied,
             summary=summary,
             review=review,
+            border=border,
+            stale=stale,
         )
+
+    def summary(self, job: Mapping[str, Any], data: JobData) -> dict[str, Any] | None:
+        """The job's summary with the labels applied (computed once after each change)."""
+        if not data.stale or data.summary is None:
+            return data.summary
+        stored = job.get("summary") or {}
+        summary = {
+            **data.summary,
+            **summarize_records(data.labelled, data.k),
+            "judge_only": stored.get("judge"),
+            "borderline": data.review["borderline"],
+        }
+        with self._lock:
+            for key, (stamp, cached) in list(self._cache.items()):
+                if cached is data:
+                    self._cache[key] = (stamp, replace(data, summary=summary, stale=False))
+        return summary
 
     def add(self, job: Mapping[str, Any], label: Label) -> Label:
         """Store one label of ``job`` and update the job's cached figures: that query's
@@ -431,8 +458,21 @@ class Review:
         labelled[index] = new
         counts = list(data.counts)
         counts[index] = (applied, changed)
+        border = list(data.border or [])
+        if border:
+            stored_summary = job.get("summary") or {}
+            margin = float(stored_summary.get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
+            border[index] = _borderline([new], data.threshold, margin)
         mappings = {**data.mappings, mode: mapping}
-        fresh = replace(data, labelled=labelled, counts=counts, labels=labels, mappings=mappings)
+        fresh = replace(
+            data,
+            labelled=labelled,
+            counts=counts,
+            labels=labels,
+            mappings=mappings,
+            border=border or None,
+            summary=dict(job["summary"]) if job.get("summary") is not None else None,
+        )
         return self._figures(job, fresh, None, data.review.get("mapping") or _mapping_dict(mapping))
 
     def texts(self, job: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -472,8 +512,9 @@ class Review:
             return view
         data = self.data(job)
         out = dict(view)
-        if data.summary is not None:
-            out["summary"] = data.summary
+        summary = self.summary(job, data)
+        if summary is not None:
+            out["summary"] = summary
         out["review"] = data.review
         return out
 
@@ -672,6 +713,12 @@ def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
         if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
             changed += 1
     return applied, changed
+
+
+def _map_of(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The mean AP over the records where it is defined (as the summary's ``map``)."""
+    xs = [float(r["ap"]) for r in records if r.get("ap") is not None]
+    return round(math.fsum(xs) / len(xs), 6) if xs else None
 
 
 def _mapping_dict(mapping: Mapping[Any, Any]) -> dict[str, Any]:
