@@ -164,7 +164,7 @@ class Label:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSONL export object (every field)."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in _LABEL_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "<memory>", line: int | None = None) -> Label:
@@ -291,6 +291,9 @@ def check_label_fields(
     out = {k: v for k, v in data.items() if k in allowed}
     out["scale"] = scale
     return out
+
+
+_LABEL_FIELDS = tuple(Label.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -652,8 +655,7 @@ class LabelStore(SQLiteHolder):
         now = time.time()
         checked: list[Label] = []
         for number, lab in enumerate(labels, start=1):
-            data = asdict(lab)
-            fields = check_label_fields(data, line=number)
+            fields = check_label_fields(lab.as_dict(), line=number)
             checked.append(Label(**fields, created=now))
         out: list[Label] = []
         with self._lock:
