@@ -108,7 +108,11 @@ def register(subparsers: Any) -> None:
     i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
     common(i)
     i.add_argument("file", help="TREC qrels or JSONL labels export")
-    i.add_argument("--reviewer", default=None, help="reviewer name (required for qrels)")
+    i.add_argument(
+        "--reviewer",
+        default=None,
+        help="reviewer name (required for qrels; for JSONL, the reviewer of lines that name none)",
+    )
     i.add_argument(
         "--scale", choices=("binary", "graded"), default=None, help="qrels scale (default: inferred)"
     )
