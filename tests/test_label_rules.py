@@ -405,3 +405,16 @@ def test_a_label_post_updates_one_query_not_the_whole_job(client: Any, monkeypat
 def test_label_from_dict_keeps_a_carried_time_as_source_created() -> None:
     lab = Label.from_dict({**GOOD, "created": 123.0})
     assert lab.source_created == 123.0 and lab.created == 0.0
+
+
+def test_serve_refuses_an_admin_key_that_is_not_an_accepted_key(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    admin = tmp_path / "admin.keys"
+    admin.write_text("not-an-accepted-key\n")
+    monkeypatch.setenv("JUDGE_API_KEYS", KEY_A)
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    assert main(["serve", "--admin-keys", str(admin), "--db", str(tmp_path / "s.sqlite")]) == 2
+    assert "--admin-keys" in capsys.readouterr().err
