@@ -235,6 +235,8 @@ class JobData:
     k: list[int]
     mappings: dict[str, Any]  # the scale mappings by record mode (for one record's update)
     border: list[int] | None = None  # per record: borderline verdicts
+    aps: list[float | None] | None = None  # per labelled record: its AP
+    passages: int = 0  # passages of the job's records
     stale: bool = False  # the summary is computed from the labelled records when next shown
 
 
@@ -367,7 +369,8 @@ class Review:
         if stored is not None and job["kind"] == "score":
             summary = dict(stored)
             if outcome.applied:  # the summary of the labelled records: computed when shown
-                labelled_map, stale = _map_of(labelled), True
+                aps = data.aps if data.aps is not None else [r.get("ap") for r in labelled]
+                labelled_map, stale = _map_of(aps), True
         review = {
             "scale": scale,
             "threshold": threshold,
@@ -380,7 +383,7 @@ class Review:
             "mapping": mapping if outcome.applied else None,
             "labels": len(latest),
             "error": error,
-            "queue": sum(len(r["docnos"]) for r in records) - outcome.applied,
+            "queue": (data.passages or sum(len(r["docnos"]) for r in records)) - outcome.applied,
         }
         return replace(
             data,
@@ -390,6 +393,8 @@ class Review:
             review=review,
             border=border,
             stale=stale,
+            aps=[r.get("ap") for r in labelled] if data.aps is None else data.aps,
+            passages=data.passages or sum(len(r["docnos"]) for r in records),
         )
 
     def summary(self, job: Mapping[str, Any], data: JobData) -> dict[str, Any] | None:
@@ -464,8 +469,11 @@ class Review:
             margin = float(stored_summary.get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
             border[index] = _borderline([new], data.threshold, margin)
         mappings = {**data.mappings, mode: mapping}
+        aps = list(data.aps) if data.aps is not None else [r.get("ap") for r in labelled]
+        aps[index] = new.get("ap")
         fresh = replace(
             data,
+            aps=aps,
             labelled=labelled,
             counts=counts,
             labels=labels,
@@ -715,9 +723,9 @@ def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
     return applied, changed
 
 
-def _map_of(records: Sequence[Mapping[str, Any]]) -> float | None:
+def _map_of(aps: Sequence[float | None]) -> float | None:
     """The mean AP over the records where it is defined (as the summary's ``map``)."""
-    xs = [float(r["ap"]) for r in records if r.get("ap") is not None]
+    xs = [float(x) for x in aps if x is not None]
     return round(math.fsum(xs) / len(xs), 6) if xs else None
 
 
