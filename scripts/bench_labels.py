@@ -111,7 +111,7 @@ def timed(fn: Any) -> float:
 
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 def measure(client: Any, job_id: str, queries: int, posts: int, offset: int) -> dict[str, Any]:
