@@ -226,6 +226,10 @@ def test_agreement_figures_equal_a_hand_computation(client: Any) -> None:
         ("q5", "d3", 1, False),  # yes 0.99
         ("q4", "d3", 0, True),  # no 0.02
     ]
+    # The audit items are those the queue drew (recorded as the queue route records them).
+    client.app.state.judge.review.store.record_audit_draws(
+        job_id, [(q, d) for q, d, _, a in given if a], collection="default"
+    )
     for qid, docno, value, audit in given:
         assert label(client, job_id, qid, docno, value, reviewer="alice", audit=audit).status_code == 201
     data = client.get(f"/v1/jobs/{job_id}/agreement").json()

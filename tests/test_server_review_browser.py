@@ -11,6 +11,7 @@ With ``JUDGE_DOCS_SCREENSHOT=1`` the screenshot is also written to ``docs/server
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from _review import TABLE, records  # noqa: E402
 from _server import ROOT, serve_env, serve_process  # noqa: E402
 
 ALICE = "alice-review-key"
+ALICE_PRINCIPAL = "key-" + hashlib.sha256(b"key:" + ALICE.encode()).hexdigest()[:8] + "/alice"
 BOB = "bob-review-key"
 OPTIONS = {"probability": True, "explain": True, "p_yes_threshold": 0.5, "k": [3]}
 
@@ -96,7 +98,8 @@ def test_review_five_with_the_keyboard_in_chromium(tmp_path: Path) -> None:
             if page.is_enabled("#reviewer"):  # no name from sign-in: the page asks for one
                 page.fill("#reviewer", "alice")
                 page.keyboard.press("Escape")
-            assert page.input_value("#reviewer") == "alice"
+            # the signed-in name behind the key's label (a name is unique per key)
+            assert page.input_value("#reviewer") == ALICE_PRINCIPAL
             assert page.inner_text("#stat-queue .v") == str(queue["total"])
             assert "No labelled items yet" in page.inner_text("#agree-overall")
             map_shown = page.inner_text("#stat-map .v")
@@ -138,7 +141,7 @@ def test_review_five_with_the_keyboard_in_chromium(tmp_path: Path) -> None:
             assert not {it["key"] for it in first5} & set(keys)
             assert "None." in page.inner_text("#conflicts")
             stored = _call(f"{url}/v1/labels?format=json", ALICE)["labels"]
-            assert len(stored) == 5 and {x["reviewer"] for x in stored} == {"alice"}
+            assert len(stored) == 5 and {x["reviewer"] for x in stored} == {ALICE_PRINCIPAL}
             first = next(x for x in stored if (x["qid"], x["docno"]) == (top["query_id"], top["docno"]))
             assert first["comment"] == "明显无关" and first["judge_p_yes"] == top["p_yes"]
             assert sum(x["audit"] for x in stored) == sum(it["audit"] for it in first5) == 1

@@ -108,7 +108,9 @@ def test_reviewer_name_is_the_principal_and_a_bearer_key_its_label(tmp_path: Pat
     with TestClient(_whoami(app_for(tmp_path, keys=KEYS))) as c:
         cookie = _sign_in(c, name="  王 小明\u202e\x00 ").cookies["judge_session"]
         c.cookies.set("judge_session", cookie)
-        assert c.get("/probe/whoami").json() == {"principal": "王 小明", "via": "cookie"}
+        # the name given at sign-in, behind the key's label: unique per key, never another key's
+        alpha = "key-" + sha256_hex("key:k-alpha")[:8]
+        assert c.get("/probe/whoami").json() == {"principal": alpha + "/王 小明", "via": "cookie"}
         c.cookies.clear()
         beta = c.get("/probe/whoami", headers={"Authorization": "Bearer k-beta"}).json()
         assert beta == {"principal": "key-" + sha256_hex("key:k-beta")[:8], "via": "bearer"}
@@ -131,10 +133,10 @@ def test_sessions_expire(tmp_path: Path) -> None:
     store = SessionStore(tmp_path / "s.sqlite", clock=lambda: now[0])
     ring = KeyRing(["k"])
     token = store.create(principal="ada", key_label="key-x", keyring=ring.fingerprint, ttl_s=60)
-    assert store.lookup(token, ring.fingerprint) == "ada"
+    assert store.lookup(token, ring.fingerprint) == "key-x/ada"  # a row without its key's label gets it
     assert store.lookup(token, KeyRing(["k", "k2"]).fingerprint) is None
     now[0] = 1059.0
-    assert store.lookup(token, ring.fingerprint) == "ada"
+    assert store.lookup(token, ring.fingerprint) == "key-x/ada"
     now[0] = 1060.0
     assert store.lookup(token, ring.fingerprint) is None
     store.create(principal="bob", key_label="key-x", keyring=ring.fingerprint, ttl_s=60)

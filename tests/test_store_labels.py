@@ -35,7 +35,7 @@ def test_new_file_is_migrated_in_order_and_a_newer_file_is_refused(tmp_path: Pat
     with LabelStore(path) as store:
         assert store.schema_found == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 3
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"labels", "label_history", "calibrations"} <= tables
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -105,10 +105,10 @@ def test_conflicts_between_reviewers_and_the_most_recent_label_applies(tmp_path:
 
 def test_labels_are_checked_on_their_scale(tmp_path: Path) -> None:
     with LabelStore(tmp_path / "l.sqlite") as store:
-        with pytest.raises(ScaleError, match="binary scale"):
+        with pytest.raises(InputError, match="binary scale"):
             store.put(Label("q1", "d1", 2, "ann"))
         store.put(Label("q1", "d1", 2, "ann", scale="graded"))
-        with pytest.raises(ScaleError, match="reviewer"):
+        with pytest.raises(InputError, match="reviewer"):
             store.put(Label("q1", "d1", 1, ""))
 
 

@@ -35,7 +35,7 @@ from judge.judging import (
     threshold_of,
 )
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
-from judge.store import DEFAULT_COLLECTION, Label, LabelSet, trec_token
+from judge.store import DEFAULT_COLLECTION, Label, LabelSet
 
 if TYPE_CHECKING:  # scipy-backed; imported when agreement is asked for
     from judge.metrics import AgreementItem, AgreementReport
@@ -122,7 +122,7 @@ def relabel_record(
     recomputed; returns (record, passages decided by people, of which changed)."""
     mode = str(record.get("mode", "binary"))
     threshold = _grade_threshold(record)
-    qid = trec_token(record["id"])
+    qid = str(record["id"])
     query = record.get("query")
     verdicts: list[PassageVerdict] = []
     applied = changed = 0
@@ -183,7 +183,7 @@ def apply_labels(
         applied += a
         changed += c
         queries += 1 if a else 0
-        qid = trec_token(r["id"])
+        qid = str(r["id"])
         seen.update((qid, str(d)) for d in r["docnos"])
     unmatched = sum(1 for x in labels if x.label.key not in seen)
     mapping = {str(s): m.as_dict() for per in by_mode.values() for s, m in per.items()}
@@ -260,7 +260,7 @@ def agreement_items(
     for r in records:
         mode = str(r.get("mode", "binary"))
         gt = _grade_threshold(r)
-        qid = trec_token(r["id"])
+        qid = str(r["id"])
         query = r.get("query") if isinstance(r.get("query"), str) else None
         for v, docno in zip(verdicts_of(r), r["docnos"], strict=True):
             key = (qid, str(docno))
@@ -310,7 +310,7 @@ def _reviewed_pairs(records: Sequence[Mapping[str, Any]], labels: LabelSet | Non
     reviewed: set[tuple[str, str]] = set()
     if labels is not None:
         for r in records:
-            qid = trec_token(r["id"])
+            qid = str(r["id"])
             query = r.get("query") if isinstance(r.get("query"), str) else None
             reviewed.update(
                 (qid, str(d)) for d in r["docnos"] if labels.lookup(qid, str(d), query) is not None
@@ -371,7 +371,7 @@ def map_impacts(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], f
         gt = _grade_threshold(r)
         verdicts = [judge_verdict_of(v) for v in verdicts_of(r)]
         base = _ap(verdicts, mode, gt) or 0.0
-        qid = trec_token(r["id"])
+        qid = str(r["id"])
         for i, (v, docno) in enumerate(zip(verdicts, r["docnos"], strict=True)):
             sides = (v.verdict != "yes",) if v.judged else (True, False)
             changes = []
@@ -405,7 +405,7 @@ def label_for_passage(
     use: Scale = scale if scale is not None else ("graded" if record.get("mode") == "graded" else "binary")
     query = record.get("query")
     return Label(
-        qid=trec_token(record["id"]),
+        qid=str(record["id"]),
         docno=str(docnos[index]),
         label=label,
         reviewer=reviewer,

@@ -108,7 +108,11 @@ def register(subparsers: Any) -> None:
     i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
     common(i)
     i.add_argument("file", help="TREC qrels or JSONL labels export")
-    i.add_argument("--reviewer", default=None, help="reviewer name (required for qrels)")
+    i.add_argument(
+        "--reviewer",
+        default=None,
+        help="reviewer name (required for qrels; for JSONL, the reviewer of lines that name none)",
+    )
     i.add_argument(
         "--scale", choices=("binary", "graded"), default=None, help="qrels scale (default: inferred)"
     )
@@ -238,7 +242,7 @@ def run_conflicts(args: argparse.Namespace) -> int:
 def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, str]]:
     """(qid, docno) -> (the judge's own P(yes), template id) from ``judge score`` outputs."""
     from judge.judging import PassageVerdict, judge_verdict_of
-    from judge.store import recover_output, trec_token
+    from judge.store import recover_output
 
     out: dict[tuple[str, str], tuple[float, str]] = {}
     for path in paths:
@@ -248,7 +252,7 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
             for v, docno in zip(r["verdicts"], r["docnos"], strict=True):
                 base = judge_verdict_of(PassageVerdict.model_validate(v, strict=False))
                 if base.p_yes is not None:
-                    out.setdefault((trec_token(r["id"]), str(docno)), (float(base.p_yes), base.template_id))
+                    out.setdefault((str(r["id"]), str(docno)), (float(base.p_yes), base.template_id))
     return out
 
 

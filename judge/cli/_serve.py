@@ -43,6 +43,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jobs-dir", default=None, help="job files (default: DB's folder/jobs)")
     p.add_argument("--api-keys-file", default=None, help="file of accepted API keys, one per line")
     p.add_argument(
+        "--admin-keys",
+        default=None,
+        metavar="FILE",
+        help="file of API keys (one per line, each also an accepted key) that may import labels under "
+        "other reviewers' names (POST /v1/labels keeps each line's reviewer); other keys' imports "
+        "naming another reviewer are refused (403)",
+    )
+    p.add_argument(
         "--session-ttl",
         default="12h",
         metavar="DURATION",
@@ -206,6 +214,13 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     for key in keys:
         register_secret(key)  # redacted from every error text
+    admin = load_keys("", keys_file=args.admin_keys) if args.admin_keys else []
+    ring = KeyRing(keys)
+    admin_labels = frozenset(ring.label_for(k) or "" for k in admin)
+    if "" in admin_labels:
+        raise InputError(
+            "an admin key that is not an accepted API key", path=args.admin_keys, field="--admin-keys"
+        )
     for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
         if grade is not None and not 1 <= grade <= 3:
             raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
@@ -278,7 +293,8 @@ def run_serve(args: argparse.Namespace) -> int:
                 jobs_dir=jobs_dir,
                 runtime=runtime,
                 defaults=defaults,
-                keys=KeyRing(keys),
+                keys=ring,
+                admin_keys=admin_labels,
                 labels_path=Path(args.labels_store) if args.labels_store else None,
                 labels_level=args.labels_level,
                 labels_yes_grade=args.labels_yes_grade,

@@ -42,6 +42,7 @@ __all__ = [
 from judge.io._jsonl import (
     DEFAULT_MAX_PASSAGE_CHARS,
     MAPPABLE_FIELDS,
+    MAX_ID_CHARS,
     MAX_JSON_DEPTH,
     DatasetLimits,
     DatasetPassage,
@@ -51,6 +52,7 @@ from judge.io._jsonl import (
     dataset_limits,
     deep_field,
     error_record,
+    id_problem,
     iter_dataset,
     json_problem,
     open_binary,
@@ -63,6 +65,7 @@ from judge.io._sites import SitePriors, read_site_priors, source_site
 __all__ += [
     "DEFAULT_MAX_PASSAGE_CHARS",
     "MAPPABLE_FIELDS",
+    "MAX_ID_CHARS",
     "MAX_JSON_DEPTH",
     "DatasetLimits",
     "DatasetPassage",
@@ -70,6 +73,7 @@ __all__ += [
     "count_lines",
     "dataset_limits",
     "deep_field",
+    "id_problem",
     "iter_dataset",
     "json_problem",
     "parse_field_map",

@@ -65,6 +65,25 @@ MAX_JSON_DEPTH = 64
 """A line whose JSON nests arrays/objects deeper than this (the line's object is level 1)
 is rejected."""
 
+MAX_ID_CHARS = 1000
+"""The longest query id or passage id (docno) accepted anywhere: a job's or a comparison's
+lines, a human label, a label import. One number, so every id a job takes can be labelled."""
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a query id or docno (None: it can): empty or blank, longer
+    than :data:`MAX_ID_CHARS`, or holding a control character (NUL, newline, ...).
+    Whitespace inside an id is kept as given."""
+    if not value.strip():
+        return "must not be empty"
+    if len(value) > MAX_ID_CHARS:
+        return f"id of {len(value)} characters; at most {MAX_ID_CHARS}"
+    bad = next((ch for ch in value if ch < " " or "\x7f" <= ch <= "\x9f"), None)
+    if bad is not None:
+        return f"control character U+{ord(bad):04X} in an id"
+    return None
+
+
 # A \uD800-\uDFFF escape: the only way a lone surrogate gets into a line that is valid UTF-8.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # The tokens that matter for nesting: strings (skipped whole), brackets and colons.
@@ -310,8 +329,9 @@ class _LineReader:
         if isinstance(qid_raw, bool) or not isinstance(qid_raw, str | int):
             raise self.error("must be a string or an integer", line, key)
         qid = str(qid_raw)
-        if not qid.strip():
-            raise self.error("must not be empty", line, key)
+        problem = id_problem(qid)
+        if problem is not None:
+            raise self.error(problem, line, key)
         return qid
 
     def _query(self, obj: dict[str, Any], line: int) -> str:
@@ -380,6 +400,9 @@ class _LineReader:
             if isinstance(pid_raw, bool) or not isinstance(pid_raw, str | int):
                 raise self.error("must be a string or an integer", line, f"{where}.{k['passage_id']}")
             pid = str(pid_raw)
+            problem = id_problem(pid)
+            if problem is not None:
+                raise self.error(problem, line, f"{where}.{k['passage_id']}")
         url: str | None = None
         site: str | None = None
         for name in (k["url"], *SITE_KEYS):

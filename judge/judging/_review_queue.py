@@ -285,7 +285,7 @@ def candidates_from_records(
     already decided by a person are left out)."""
     out: list[QueueCandidate] = []
     for r in records:
-        qid = "_".join(str(r["id"]).split()) or "_"
+        qid = str(r["id"])
         for rank, (v, docno) in enumerate(zip(r["verdicts"], r["docnos"], strict=True), start=1):
             if v.get("source") == "human":
                 continue

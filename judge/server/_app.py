@@ -62,6 +62,8 @@ class ServerConfig:
     # Host names (``NAME`` or ``NAME:PORT``) answered beside the server's own address and
     # localhost; the host rule is on without keys, and with keys when this names any.
     allowed_hosts: tuple[str, ...] = ()
+    # labels of the keys that may import labels under other reviewers' names (--admin-keys)
+    admin_keys: frozenset[str] = frozenset()
     # The database's writer lock, when the caller took it already (``judge serve`` does,
     # before it opens the backend); else create_app takes it.
     db_lock: DatabaseLock | None = None
@@ -86,6 +88,7 @@ def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
         manager.job_dir,
         level=config.labels_level,
         yes_grade=config.labels_yes_grade,
+        admin_keys=config.admin_keys,
     )
     auth = Authenticator(config.keys, sessions)
     return AppState(config, db, sessions, auth, metrics, manager, review)

@@ -8,20 +8,28 @@ The service only serves; the rules live in the label core (:mod:`judge.store`'s 
 * an *item* is one judged passage of a job (a scoring job's output, or a comparison's pooled
   verdicts) with its query, passage text, rank, verdict, P(yes), threshold and reason;
 * a label is stored through the label store with the verdict and P(yes) it replaces, under
-  the reviewer: the caller's name (``request.state.principal``: a name given at sign-in or
-  the API key's label), else a ``reviewer`` field in the body, else ``anonymous``;
+  the reviewer: with keys, the caller's principal (``request.state.principal``: the key's
+  label, ``/`` and the name given at sign-in); without keys, a ``reviewer`` field in the body,
+  else ``anonymous``. Its time is the store's clock; its audit flag is the queue's recorded
+  draw, never the body's;
+* an import (``POST /v1/labels``) keeps each line's reviewer without keys or for an admin
+  key (``judge serve --admin-keys``); another key's import naming anyone but the caller is
+  refused (403). Each line names the server's collection or is refused (422);
 * a job's records and summary are recomputed with the latest human labels applied (the
-  judge's figures stay beside them), cached per job until its output or the store changes.
+  judge's figures stay beside them), cached per job until its output or the store changes
+  (another process's write); a label saved through this server updates the cached figures
+  of its job incrementally (that query's record, then the totals).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,9 +46,10 @@ from judge.batch import (
     job_agreement,
     job_review_queue,
     label_for_passage,
+    relabel_record,
     summarize_records,
 )
-from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, MAX_ID_CHARS, InputError, iter_dataset
 from judge.judging import DEFAULT_BORDERLINE_MARGIN, QueueItem, borderline_verdicts, threshold_of
 from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, check_scale, resolve_mapping
 from judge.server import _bounds, _engine
@@ -49,19 +58,20 @@ from judge.server._jobs import config_of
 from judge.server._viewer_routes import index_page
 from judge.store import (
     DEFAULT_COLLECTION,
+    MAX_PAGE,
     Calibration,
     Label,
     LabelSet,
     LabelStore,
     calibrated_config,
+    conflicts_of,
+    decode_cursor,
     labels_to_qrels,
-    read_label_file,
-    trec_token,
+    read_label_lines,
 )
 from judge.systems import ReportFolder
 
 ANONYMOUS = "anonymous"
-AUDIT_WINDOW = 1000  # queue items searched for a label's audit flag when the client does not say
 
 
 class LabelIn(BaseModel):
@@ -69,13 +79,13 @@ class LabelIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query_id: str = Field(min_length=1, max_length=1000)
-    docno: str | None = Field(default=None, min_length=1, max_length=1000)
+    query_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    docno: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
     index: int | None = Field(default=None, ge=0)
     label: int | str
     comment: str | None = Field(default=None, max_length=4000)
-    reviewer: str | None = Field(default=None, min_length=1, max_length=200)
-    audit: bool | None = None
+    reviewer: str | None = Field(default=None, min_length=1, max_length=200)  # only without keys
+    audit: bool | None = None  # ignored: an item is an audit item when the queue drew it
     scale: Literal["binary", "graded"] | None = None  # the label's scale (default: the job's)
 
 
@@ -104,12 +114,17 @@ class Conflict(Exception):
     """The job's labels cannot be compared with its verdicts as the server is set up (409)."""
 
 
+def keys_on(request: Request) -> bool:
+    """Whether the caller was identified by a key (the server runs with keys)."""
+    return getattr(request.state, "auth_via", None) in ("bearer", "cookie")
+
+
 def reviewer_of(request: Request, given: str | None) -> str:
-    """Who is labelling: the signed-in principal (a name given at sign-in or the key's label;
-    ``anonymous`` when auth is off counts as none), else the body's ``reviewer``, else anonymous."""
+    """Who is labelling: with keys, the authenticated principal (the body's ``reviewer`` is
+    not used); without keys, the body's ``reviewer``, else ``anonymous``."""
     principal = getattr(request.state, "principal", None)
-    if isinstance(principal, str) and principal.strip() and principal.strip() != ANONYMOUS:
-        return principal.strip()
+    if keys_on(request) and isinstance(principal, str) and principal:
+        return principal
     if given is not None and given.strip():
         return given.strip()
     return ANONYMOUS
@@ -218,6 +233,14 @@ class JobData:
     summary: dict[str, Any] | None
     review: dict[str, Any]
     labels: list[Label]  # every reviewer's latest label on the job's passages
+    counts: list[tuple[int, int]]  # per record: passages decided by people, of which changed
+    by_qid: dict[str, int]  # record index of each query id
+    k: list[int]
+    mappings: dict[str, Any]  # the scale mappings by record mode (for one record's update)
+    border: list[int] | None = None  # per record: borderline verdicts
+    aps: list[float | None] | None = None  # per labelled record: its AP
+    passages: int = 0  # passages of the job's records
+    stale: bool = False  # the summary is computed from the labelled records when next shown
 
 
 class Review:
@@ -231,8 +254,10 @@ class Review:
         collection: str = DEFAULT_COLLECTION,
         level: int | None = None,
         yes_grade: int | None = None,
+        admin_keys: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
+        self.admin_keys = admin_keys  # key labels whose imports keep each line's reviewer
         self.job_dir = job_dir
         self.collection = collection
         # the stated mapping for labels on another scale than a job's (``judge serve
@@ -244,6 +269,7 @@ class Review:
         self._texts: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
         self._ranks: dict[str, dict[str, dict[str, list[str]]]] = {}
         self._lock = threading.Lock()
+        self._write = threading.Lock()  # one label write (and its cache update) at a time
 
     @classmethod
     def open(
@@ -253,8 +279,9 @@ class Review:
         *,
         level: int | None = None,
         yes_grade: int | None = None,
+        admin_keys: frozenset[str] = frozenset(),
     ) -> Review:
-        return cls(LabelStore(path), job_dir, level=level, yes_grade=yes_grade)
+        return cls(LabelStore(path), job_dir, level=level, yes_grade=yes_grade, admin_keys=admin_keys)
 
     def close(self) -> None:
         self.store.close()
@@ -266,10 +293,9 @@ class Review:
 
     # --- reading a job -------------------------------------------------------------------
     def _store_stamp(self) -> Any:
-        """What the store's state is known by: this server's writes, and the files (a
-        ``judge labels import`` by another process changes them)."""
-        path = self.store.path
-        return (self.revision, _stamp(path, path.with_name(path.name + "-wal")))
+        """What the store's state is known by: this server's writes, and another process's
+        (a ``judge labels import`` changes the store's data version)."""
+        return (self.revision, self.store.data_version())
 
     def data(self, job: Mapping[str, Any]) -> JobData:
         """The job's records, labelled records, summary and review figures (cached)."""
@@ -291,32 +317,63 @@ class Review:
         scale = scale_of(job, records)
         threshold = threshold_of(records[0]) if records else None  # the one its verdicts were decided at
         k = _k_of(job, records)
-        keys = {(trec_token(r["id"]), str(d)) for r in records for d in r["docnos"]}
-        latest = [x for x in self.store.latest(collection=self.collection) if x.key in keys]
+        keys = {(str(r["id"]), str(d)) for r in records for d in r["docnos"]}
+        latest = [
+            x
+            for x in self.store.latest_for({str(r["id"]) for r in records}, collection=self.collection)
+            if x.key in keys
+        ]
+        labels = LabelSet(latest, source="the label store")
         error: str | None = None
+        mappings: dict[str, Any] = {}
         try:
-            outcome = apply_labels(
-                records,
-                LabelSet(latest, source="the label store"),
-                k=k,
-                level=self.level,
-                yes_grade=self.yes_grade,
-            )
+            outcome = apply_labels(records, labels, k=k, level=self.level, yes_grade=self.yes_grade)
+            mappings = {
+                m: labels.mapping_to(
+                    m,  # type: ignore[arg-type]
+                    level=self.level,
+                    yes_grade=self.yes_grade,
+                    target_name=f"the {m} job",
+                )
+                for m in {str(r.get("mode", "binary")) for r in records}
+            }
         except ScaleError as exc:  # labels on another scale and no stated mapping
             error = serve_flags(exc)
-            outcome = LabelOutcome(records, 0, 0, 0, 0, {})
-        labelled = outcome.records if outcome.applied else records
+            outcome = LabelOutcome(list(records), 0, 0, 0, 0, {})
+        counts = [_human_counts(r) for r in outcome.records]
+        by_qid = {str(r["id"]): i for i, r in enumerate(records)}
+        data = JobData(
+            records, outcome.records, scale, threshold, 0, None, {}, latest, counts, by_qid, k, mappings
+        )
+        return self._figures(job, data, error, outcome.mapping if outcome.applied else None)
+
+    def _figures(self, job: Mapping[str, Any], data: JobData, error: str | None, mapping: Any) -> JobData:
+        """``data`` with its totals, summary and review block computed from its labelled
+        records and per-record counts."""
+        records, labelled, threshold = data.records, data.labelled, data.threshold
+        applied = sum(a for a, _ in data.counts)
+        outcome = LabelOutcome(
+            labelled, applied, sum(c for _, c in data.counts), sum(1 for a, _ in data.counts if a), 0, {}
+        )
+        scale = data.scale
+        latest = data.labels
         stored = job.get("summary")
         summary: dict[str, Any] | None = None
         margin = float((stored or {}).get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
-        borderline = _borderline(labelled, threshold, margin)
+        border = (
+            data.border
+            if data.border is not None
+            else [_borderline([r], threshold, margin) for r in labelled]
+        )
+        borderline = sum(border)
+        judge_map = ((stored or {}).get("judge") or {}).get("map") if job["kind"] == "score" else None
+        labelled_map = judge_map
+        stale = False
         if stored is not None and job["kind"] == "score":
             summary = dict(stored)
-            if outcome.applied:
-                summary.update(summarize_records(labelled, k))
-                summary["judge_only"] = stored.get("judge")
-                summary["borderline"] = borderline
-        judge_map = ((stored or {}).get("judge") or {}).get("map") if job["kind"] == "score" else None
+            if outcome.applied:  # the summary of the labelled records: computed when shown
+                aps = data.aps if data.aps is not None else [r.get("ap") for r in labelled]
+                labelled_map, stale = _map_of(aps), True
         review = {
             "scale": scale,
             "threshold": threshold,
@@ -324,13 +381,110 @@ class Review:
             "changed": outcome.changed,
             "queries": outcome.queries,
             "borderline": borderline,
-            "map": ((summary or {}).get("judge") or {}).get("map"),
+            "map": labelled_map if summary is not None else None,
             "map_judge": judge_map,
-            "mapping": outcome.mapping if outcome.applied else None,
+            "mapping": mapping if outcome.applied else None,
             "labels": len(latest),
             "error": error,
+            "queue": (data.passages or sum(len(r["docnos"]) for r in records)) - outcome.applied,
         }
-        return JobData(records, labelled, scale, threshold, outcome.applied, summary, review, latest)
+        return replace(
+            data,
+            labelled=labelled if outcome.applied else list(records),
+            applied=outcome.applied,
+            summary=summary,
+            review=review,
+            border=border,
+            stale=stale,
+            aps=[r.get("ap") for r in labelled] if data.aps is None else data.aps,
+            passages=data.passages or sum(len(r["docnos"]) for r in records),
+        )
+
+    def summary(self, job: Mapping[str, Any], data: JobData) -> dict[str, Any] | None:
+        """The job's summary with the labels applied (computed once after each change)."""
+        if not data.stale or data.summary is None:
+            return data.summary
+        stored = job.get("summary") or {}
+        summary = {
+            **data.summary,
+            **summarize_records(data.labelled, data.k),
+            "judge_only": stored.get("judge"),
+            "borderline": data.review["borderline"],
+        }
+        with self._lock:
+            for key, (stamp, cached) in list(self._cache.items()):
+                if cached is data:
+                    self._cache[key] = (stamp, replace(data, summary=summary, stale=False))
+        return summary
+
+    def add(self, job: Mapping[str, Any], label: Label) -> Label:
+        """Store one label of ``job`` and update the job's cached figures: that query's
+        record, then the totals (the whole job is recomputed only when the cache is not
+        current, e.g. after another process wrote to the store)."""
+        files = job_files(self.job_dir(job["id"]), job["kind"])
+        with self._write:
+            before = self._store_stamp()
+            stored = self.store.put(label)
+            with self._lock:
+                self.revision += 1
+                hit = self._cache.get(job["id"])
+            key = (_stamp(files.records), before, job["status"], job["finished"])
+            if hit is None or hit[0] != key or job["kind"] != "score":
+                return stored
+            data = self._updated(job, hit[1], stored)
+            if data is not None:
+                with self._lock:
+                    self._cache[job["id"]] = ((key[0], self._store_stamp(), key[2], key[3]), data)
+        return stored
+
+    def _updated(self, job: Mapping[str, Any], data: JobData, stored: Label) -> JobData | None:
+        """``data`` with ``stored`` applied to its query's record only (None: recompute)."""
+        index = data.by_qid.get(stored.qid)
+        if index is None or data.review.get("error"):
+            return None
+        labels = [x for x in data.labels if not (x.key == stored.key and x.reviewer == stored.reviewer)]
+        labels.append(stored)
+        here = LabelSet([x for x in labels if x.qid == stored.qid], source="the label store")
+        record = data.records[index]
+        mode = str(record.get("mode", "binary"))
+        try:
+            mapping = dict(data.mappings.get(mode) or {})
+            if not here.scales() <= set(mapping):
+                mapping.update(
+                    here.mapping_to(
+                        mode,  # type: ignore[arg-type]
+                        level=self.level,
+                        yes_grade=self.yes_grade,
+                        target_name=f"the {mode} job",
+                    )
+                )
+            new, _, _ = relabel_record(record, here, mapping, data.k)
+        except ScaleError:
+            return None
+        applied, changed = _human_counts(new)
+        labelled = list(data.labelled)
+        labelled[index] = new
+        counts = list(data.counts)
+        counts[index] = (applied, changed)
+        border = list(data.border or [])
+        if border:
+            stored_summary = job.get("summary") or {}
+            margin = float(stored_summary.get("borderline_margin") or DEFAULT_BORDERLINE_MARGIN)
+            border[index] = _borderline([new], data.threshold, margin)
+        mappings = {**data.mappings, mode: mapping}
+        aps = list(data.aps) if data.aps is not None else [r.get("ap") for r in labelled]
+        aps[index] = new.get("ap")
+        fresh = replace(
+            data,
+            aps=aps,
+            labelled=labelled,
+            counts=counts,
+            labels=labels,
+            mappings=mappings,
+            border=border or None,
+            summary=dict(job["summary"]) if job.get("summary") is not None else None,
+        )
+        return self._figures(job, fresh, None, data.review.get("mapping") or _mapping_dict(mapping))
 
     def texts(self, job: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         files = job_files(self.job_dir(job["id"]), job["kind"])
@@ -369,8 +523,9 @@ class Review:
             return view
         data = self.data(job)
         out = dict(view)
-        if data.summary is not None:
-            out["summary"] = data.summary
+        summary = self.summary(job, data)
+        if summary is not None:
+            out["summary"] = summary
         out["review"] = data.review
         return out
 
@@ -412,13 +567,15 @@ class Review:
     def pending(self, job: Mapping[str, Any]) -> int:
         """How many of the job's passages nobody has labelled (the queue's full length)."""
         data = self.data(job)
+        if job["kind"] != "compare":
+            return int(data.review["queue"])
         labels = LabelSet(data.labels, source="the label store")
         ranked: set[tuple[str, str]] | None = None
         if job["kind"] == "compare":
             ranked = {(q, d) for lists in self._rankings(job).values() for q, ds in lists.items() for d in ds}
         keys: set[tuple[str, str]] = set()
         for r in data.records:
-            qid = trec_token(r["id"])
+            qid = str(r["id"])
             query = r.get("query") if isinstance(r.get("query"), str) else None
             for d in r["docnos"]:
                 key = (qid, str(d))
@@ -454,7 +611,7 @@ class Review:
             "rank": rank,
             "ranks": dict(c.ranks) if job["kind"] == "compare" else None,
             "systems": sorted(c.ranks) if job["kind"] == "compare" else None,
-            "text": texts.get(c.qid, {}).get(c.docno),
+            "text": _text_of(texts, c.qid, c.docno),
             "verdict": c.verdict,
             "grade": extra.get("grade"),
             "p_yes": c.p_yes,
@@ -473,8 +630,8 @@ class Review:
     ) -> tuple[dict[str, Any], int]:
         """The record and passage index a label names (422 naming the field if none)."""
         data = self.data(job)
-        qid = trec_token(query_id)
-        record = next((r for r in data.records if trec_token(r["id"]) == qid), None)
+        index_of = data.by_qid.get(query_id)
+        record = None if index_of is None else data.records[index_of]
         if record is None:
             raise _fail(("body", "query_id"), f"job has no finished query {query_id!r}")
         docnos = [str(d) for d in record["docnos"]]
@@ -486,32 +643,9 @@ class Review:
             raise _fail(("body", "docno"), "give the passage's docno (or its 0-based index)")
         return record, index
 
-    def add(self, label: Label) -> Label:
-        stored = self.store.put(label)
-        self.bump()
-        return stored
-
-    def conflicts(self, job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-        """Items whose reviewers' latest labels differ (of one job, or of the store)."""
-        found = self.store.conflicts(collection=self.collection)
-        keys: set[tuple[str, str]] | None = None
-        if job is not None:
-            keys = {(trec_token(r["id"]), str(d)) for r in self.data(job).records for d in r["docnos"]}
-        out = []
-        for c in found:
-            if keys is not None and (c.qid, c.docno) not in keys:
-                continue
-            out.append(
-                {
-                    "query_id": c.qid,
-                    "docno": c.docno,
-                    "labels": [
-                        {"reviewer": r, "label": v, "scale": c.scales.get(r)}
-                        for r, v in sorted(c.labels.items())
-                    ],
-                }
-            )
-        return out
+    def conflicts(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Items whose reviewers' latest labels differ (of one job, or among ``labels``)."""
+        return conflict_rows(conflicts_of(self.data(job).labels))
 
     def agreement(self, job: Mapping[str, Any]) -> dict[str, Any]:
         data = self.data(job)
@@ -559,6 +693,51 @@ class Review:
         return {**cal.as_dict(), "stored": stored, "helps": result.helps, "verdict": result.verdict}
 
 
+def conflict_rows(found: Sequence[Any]) -> list[dict[str, Any]]:
+    """The JSON of label conflicts (:class:`judge.store.LabelConflict`)."""
+    return [
+        {
+            "query_id": c.qid,
+            "docno": c.docno,
+            "labels": [
+                {"reviewer": r, "label": v, "scale": c.scales.get(r)} for r, v in sorted(c.labels.items())
+            ],
+        }
+        for c in found
+    ]
+
+
+def _text_of(texts: Mapping[str, Mapping[str, str]], qid: str, docno: str) -> str | None:
+    """A passage's text (a comparison's pool keys queries by their TREC token)."""
+    found = texts.get(qid)
+    if found is None:
+        found = next((v for k, v in texts.items() if ("_".join(k.split()) or "_") == qid), {})
+    return found.get(docno)
+
+
+def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
+    """(passages of ``record`` decided by people, of which the label changed the verdict)."""
+    applied = changed = 0
+    for v in record.get("verdicts") or []:
+        if v.get("source") != "human":
+            continue
+        applied += 1
+        old = v.get("replaced") or {}
+        if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
+            changed += 1
+    return applied, changed
+
+
+def _map_of(aps: Sequence[float | None]) -> float | None:
+    """The mean AP over the records where it is defined (as the summary's ``map``)."""
+    xs = [float(x) for x in aps if x is not None]
+    return round(math.fsum(xs) / len(xs), 6) if xs else None
+
+
+def _mapping_dict(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+    return {str(s): m.as_dict() for s, m in mapping.items()}
+
+
 def _k_of(job: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[int]:
     k = job["options"].get("k")
     if k:
@@ -593,13 +772,6 @@ def _check_mapping(review: Review, scale: str, job_scale: str) -> None:
         raise _fail(("body", "scale"), serve_flags(exc)) from None
 
 
-def _drawn_for_audit(review: Review, job: Mapping[str, Any], record: Mapping[str, Any], index: int) -> bool:
-    """Whether the queue drew this passage uniformly among those a reviewer is shown."""
-    items = review.queue(job, AUDIT_WINDOW)
-    docno = str(record["docnos"][index])
-    return any(q.audit for q in items if q.docno == docno and q.qid == trec_token(record["id"]))
-
-
 # ------------------------------------------------------------------------------ routes
 router = APIRouter(route_class=_bounds.ParsedBodyRoute)  # JSON bodies checked as on every route
 
@@ -616,13 +788,16 @@ async def queue(
     the largest expected change of the figures first (the chance a label flips the
     verdict, from P(yes) against the threshold, times how much the flip moves the job's
     mAP; in a comparison, the rank weight, doubled for a passage in one system's list
-    and not another's); every fifth item is an ``audit`` item drawn uniformly. Each
+    and not another's); every fifth item is an ``audit`` item drawn uniformly (the draw
+    is recorded: a label on it counts in ``agreement.audit``). Each
     item: query, passage text, rank, verdict, grade, P(yes), threshold, reason,
     template, audit flag. ``signed_in``: the caller's
     name when the server knows it (then labels are stored under it)."""
     review, job = state.review, state.job(job_id)
     items = await asyncio.to_thread(review.queue, job, offset + limit)
     page = items[offset : offset + limit]
+    drawn = [(q.qid, q.docno) for q in page if q.audit]
+    await asyncio.to_thread(review.store.record_audit_draws, job_id, drawn, collection=review.collection)
     total = await asyncio.to_thread(review.pending, job)
     data = review.data(job)
     return {
@@ -643,9 +818,11 @@ async def queue(
 async def add_label(job_id: str, body: LabelIn, request: Request, state: State) -> JSONResponse:
     """Label one passage of the job on its scale (binary: ``y``/``n``/0/1; graded:
     0-3; the other scale is refused naming both). Stored in the label store with the
-    judge verdict and P(yes) it replaces, under the caller's name (the signed-in name or
-    the key's label), else the body's ``reviewer``, else ``anonymous``. Answers the
-    stored label and the job's refreshed review figures."""
+    judge verdict and P(yes) it replaces and the store's clock as its time, under the
+    caller's principal (with keys; a body ``reviewer`` is used only on a server without
+    keys, else ``anonymous``). Its ``audit`` flag is whether the queue drew the item as an
+    audit item (a body ``audit`` is ignored). Answers the stored label and the job's
+    refreshed review figures."""
     review, job = state.review, state.job(job_id)
     record, index = await asyncio.to_thread(review.find, job, body.query_id, body.docno, body.index)
     job_scale = str(record.get("mode") or review.data(job).scale)
@@ -653,9 +830,8 @@ async def add_label(job_id: str, body: LabelIn, request: Request, state: State) 
     value = parse_label(body.label, scale, job_scale)
     if scale != job_scale:
         _check_mapping(review, scale, job_scale)
-    audit = body.audit
-    if audit is None:
-        audit = await asyncio.to_thread(_drawn_for_audit, review, job, record, index)
+    qid, docno = str(record["id"]), str(record["docnos"][index])
+    audit = await asyncio.to_thread(review.store.audit_drawn, qid, docno, collection=review.collection)
     label = label_for_passage(
         record,
         index,
@@ -663,10 +839,13 @@ async def add_label(job_id: str, body: LabelIn, request: Request, state: State) 
         reviewer_of(request, body.reviewer),
         scale=scale,  # type: ignore[arg-type]
         comment=body.comment or "",
-        audit=bool(audit),
+        audit=audit,
         collection=review.collection,
     )
-    stored = await asyncio.to_thread(review.add, label)
+    try:
+        stored = await asyncio.to_thread(review.add, job, label)
+    except InputError as err:
+        raise _fail(("body", err.field or "label"), err.message) from None
     data = await asyncio.to_thread(review.data, state.job(job_id))
     total = await asyncio.to_thread(review.pending, state.job(job_id))
     return JSONResponse(
@@ -712,21 +891,44 @@ async def export_labels(
     state: State,
     format: str = Query(default="json", pattern="^(json|qrels)$"),
     history: bool = False,
+    collection: str | None = Query(default=None, min_length=1, max_length=200),
+    limit: int = Query(default=MAX_PAGE, ge=1, le=MAX_PAGE),
+    cursor: str | None = Query(default=None, max_length=40),
 ) -> Response:
-    """Every human label: ``format=qrels`` the resolved label of each passage as TREC
-    qrels (``qid 0 docno label``); ``format=json`` every reviewer's latest label with its
-    provenance (``history=true``: every change) and the conflicts."""
+    """The human labels of a collection (default and only one: the server's, listed under
+    ``collections``; another is refused, 422). ``format=qrels``: the resolved label of each
+    passage as TREC qrels (``qid 0 docno label``, ids percent-encoded where they hold
+    whitespace, ``%`` or control characters). ``format=json``: one page, in write order, of
+    every reviewer's latest label with its provenance (``history=true``: every change), at
+    most ``limit`` (<= 1000) labels; ``next`` is the ``cursor`` of the next page (null at
+    the end); ``conflicts`` are those among the page's passages."""
     review = state.review
+    if collection is not None and collection != review.collection:
+        raise _fail(
+            ("query", "collection"), f"no collection {collection!r}; this server has {review.collection!r}"
+        )
     if format == "qrels":
         text = await asyncio.to_thread(_qrels_text, review)
         return PlainTextResponse(text, headers={"Content-Disposition": 'inline; filename="labels.qrels"'})
-    rows = review.store.history if history else review.store.latest
-    labels = await asyncio.to_thread(rows, collection=review.collection)
+    try:
+        after = decode_cursor(cursor) if cursor else 0
+    except InputError as err:
+        raise _fail(("query", "cursor"), err.message) from None
+    page = await asyncio.to_thread(
+        review.store.page, collection=review.collection, history=history, after=after, limit=limit
+    )
+    latest = await asyncio.to_thread(
+        review.store.latest_for, {x.qid for x in page.labels}, collection=review.collection
+    )
+    keys = {x.key for x in page.labels}
     return JSONResponse(
         {
-            "labels": [x.as_dict() for x in labels],
-            "conflicts": review.conflicts(None),
-            "count": len(labels),
+            "collection": review.collection,
+            "collections": [review.collection],
+            "labels": [x.as_dict() for x in page.labels],
+            "conflicts": conflict_rows(conflicts_of(x for x in latest if x.key in keys)),
+            "count": len(page.labels),
+            "next": page.next,
         }
     )
 
@@ -737,21 +939,50 @@ async def import_labels(
     state: State,
     reviewer: str | None = Query(default=None, min_length=1, max_length=200),
     scale: str | None = Query(default=None, pattern="^(binary|graded)$"),
-) -> dict[str, Any]:
-    """Import labels: TREC qrels text (each line a label by ``reviewer``, the caller
-    when signed in; ``scale`` default: binary when every grade is 0/1) or the JSONL that
-    ``format=json`` lists one object a line."""
+) -> Any:
+    """Import labels, all or none: TREC qrels text (each line a label by ``reviewer``;
+    ids percent-decoded; ``scale`` default: binary when every grade is 0/1) or the JSONL
+    that ``format=json`` lists, one object a line. Every line is checked as a label (422
+    naming the line and field); each line's ``collection`` must be the server's (422).
+    Each line's ``reviewer`` is kept on a server without keys and for an admin key
+    (``judge serve --admin-keys``); another key may import only its own labels (lines
+    without a reviewer, or naming its principal; else 403). A line's ``created`` is kept as
+    ``source_created``; the store's clock is the label's time."""
     raw = await request.body()
     review = state.review
-    who = reviewer_of(request, reviewer)
+    caller = reviewer_of(request, None)
+    admin = not keys_on(request) or getattr(request.state, "key_label", None) in review.admin_keys
+    default = reviewer if (admin and reviewer) else (reviewer if not keys_on(request) else caller)
+    if keys_on(request) and not admin and reviewer is not None and reviewer != caller:
+        return JSONResponse(
+            {"detail": f"reviewer {reviewer!r}: this key imports only its own labels ({caller!r})"},
+            status_code=403,
+        )
     try:
-        labels = await asyncio.to_thread(_read_labels, raw, who, scale, review.collection)
+        lines = await asyncio.to_thread(_read_labels, raw, default or ANONYMOUS, scale, review.collection)
     except InputError as err:
         raise _fail(
             ("body", err.field) if err.field else ("body",),
             f"line {err.line}: {err.message}" if err.line else err.message,
         ) from None
-    stored = await asyncio.to_thread(review.store.put_many, labels)
+    for number, lab in lines:
+        if lab.collection != review.collection:
+            raise _fail(
+                ("body", "collection"),
+                f"line {number}: no collection {lab.collection!r}; this server has {review.collection!r}",
+            )
+        if not admin and lab.reviewer != caller:
+            return JSONResponse(
+                {
+                    "detail": f"line {number}: reviewer {lab.reviewer!r}: this key imports only its own "
+                    f"labels ({caller!r}); an admin key (judge serve --admin-keys) keeps each line's reviewer"
+                },
+                status_code=403,
+            )
+    try:
+        stored = await asyncio.to_thread(review.store.put_many, [lab for _, lab in lines])
+    except InputError as err:
+        raise _fail(("body", err.field or "label"), err.message) from None
     review.bump()
     return {"imported": len(stored)}
 
@@ -768,14 +999,14 @@ def _qrels_text(review: Review) -> str:
         return path.read_text(encoding="utf-8")
 
 
-def _read_labels(raw: bytes, reviewer: str, scale: str | None, collection: str) -> list[Label]:
+def _read_labels(raw: bytes, reviewer: str, scale: str | None, collection: str) -> list[tuple[int, Label]]:
     """The body as a labels file: its bytes as sent, so that every check of
     :func:`judge.store.read_label_file` (invalid UTF-8 included) names the bad line."""
     suffix = ".jsonl" if raw.lstrip().startswith(b"{") else ".qrels"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("labels" + suffix)
         path.write_bytes(raw)
-        return read_label_file(path, reviewer=reviewer, scale=scale, collection=collection)  # type: ignore[arg-type]
+        return read_label_lines(path, reviewer=reviewer, scale=scale, collection=collection)  # type: ignore[arg-type]
 
 
 __all__ = ["CalibrateIn", "LabelIn", "Review", "parse_label", "reviewer_of", "router"]

@@ -8,8 +8,11 @@ key's label, the fingerprint of the key set and an expiry (``--session-ttl``, de
 Signing out deletes the row, so the cookie is dead at once; a session also ends when the
 key set changes (another key file or ``JUDGE_API_KEYS``: the fingerprint no longer matches).
 
-Every request that gets through carries ``request.state.principal``: the name given at
-sign-in, else the key's label (``key-`` + 8 hex digits), or ``anonymous`` when auth is off.
+Every request that gets through carries ``request.state.principal``: the key's label
+(``key-`` + 8 hex digits), followed by ``/`` and the name given at sign-in when one was
+given (``key-1b73d32f/alice``), so a name is unique per key and can never be another key's
+principal or ``anonymous``; ``anonymous`` when auth is off. ``request.state.key_label`` is
+the key's label (None when auth is off).
 """
 
 from __future__ import annotations
@@ -60,18 +63,25 @@ class SessionStore(SQLiteHolder):
 
     def lookup(self, token: str, keyring: str) -> str | None:
         """The principal of a live session made under this key set, else None."""
+        found = self.lookup_key(token, keyring)
+        return None if found is None else found[0]
+
+    def lookup_key(self, token: str, keyring: str) -> tuple[str, str] | None:
+        """(principal, key label) of a live session made under this key set, else None. A
+        principal stored without its key's label (by an older judge) gets it in front."""
         with self._lock:
             row = (
                 self._connection()
                 .execute(
-                    "SELECT principal, keyring, expires FROM sessions WHERE token_hash = ?",
+                    "SELECT principal, keyring, expires, key_label FROM sessions WHERE token_hash = ?",
                     (self._hash(token),),
                 )
                 .fetchone()
             )
         if row is None or row[1] != keyring or float(row[2]) <= self._clock():
             return None
-        return str(row[0])
+        principal, label = str(row[0]), str(row[3])
+        return principal_of(label, principal), label
 
     def delete(self, token: str) -> None:
         with self._lock:
@@ -89,6 +99,7 @@ class Identity:
 
     principal: str
     via: str
+    key_label: str | None = None
 
 
 def cookie_value(scope: MutableMapping[str, Any], name: str = COOKIE_NAME) -> str | None:
@@ -120,6 +131,7 @@ class Authenticator:
         state = scope.setdefault("state", {})
         state["principal"] = None if identity is None else identity.principal
         state["auth_via"] = None if identity is None else identity.via
+        state["key_label"] = None if identity is None else identity.key_label
         return identity
 
     def _identify(self, scope: MutableMapping[str, Any]) -> Identity | None:
@@ -129,13 +141,21 @@ class Authenticator:
             if key.lower() == b"authorization":
                 label = self.keys.label_for_authorization(value.decode("latin-1"))
                 if label is not None:
-                    return Identity(label, "bearer")
+                    return Identity(label, "bearer", label)
         token = cookie_value(scope)
         if token is not None:
-            principal = self.sessions.lookup(token, self.keys.fingerprint)
-            if principal is not None:
-                return Identity(principal, "cookie")
+            found = self.sessions.lookup_key(token, self.keys.fingerprint)
+            if found is not None:
+                return Identity(found[0], "cookie", found[1])
         return None
+
+
+def principal_of(key_label: str, name: str) -> str:
+    """The principal of a sign-in: the key's label, then ``/`` and the name when one was
+    given (a name is unique per key and never another key's principal)."""
+    if not name or name == key_label or name.startswith(key_label + "/"):
+        return name or key_label
+    return f"{key_label}/{name}"
 
 
 def clean_name(raw: str) -> str:
@@ -176,5 +196,6 @@ __all__ = [
     "Identity",
     "SessionStore",
     "clean_name",
+    "principal_of",
     "signin_page",
 ]

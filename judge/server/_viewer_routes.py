@@ -15,7 +15,7 @@ from judge.server._app_state import State
 from judge.server._auth import COOKIE_NAME
 from judge.server._bounds import ParsedBodyRoute
 from judge.server._security import request_is_https
-from judge.server._sessions import clean_name, cookie_value, signin_page
+from judge.server._sessions import clean_name, cookie_value, principal_of, signin_page
 
 STATIC_DIR = Path(str(resources.files("judge.server") / "static"))
 INDEX_HTML = STATIC_DIR / "index.html"
@@ -61,7 +61,7 @@ async def login(request: Request, state: State, next: str = "/") -> Response:
         return HTMLResponse(signin_page(target, True), status_code=401)
     ttl_s = config.session_ttl_s
     token = state.sessions.create(
-        principal=name or label, key_label=label, keyring=keys.fingerprint, ttl_s=ttl_s
+        principal=principal_of(label, name), key_label=label, keyring=keys.fingerprint, ttl_s=ttl_s
     )
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

@@ -1,9 +1,12 @@
 """Human relevance labels: a SQLite label store beside the verdict cache, and label files.
 
-**Identity.** A label is about one passage of one query, named as TREC qrels and every
-``judge`` export name it: the query id ``qid`` (the record's ``id``, whitespace made ``_``)
-and the passage's ``docno`` (its id, else ``h`` + the first 16 hex digits of the SHA-256 of
-its text, the passage identity ``--export-qrels`` and compare-systems use). The pair
+**Identity.** A label is about one passage of one query: the query id ``qid`` (the record's
+``id`` exactly as given, whitespace included) and the passage's ``docno`` (its id as given,
+else ``h`` + the first 16 hex digits of the SHA-256 of its text, the passage identity
+``--export-qrels`` and compare-systems use). Ids are bounded and checked as a job's lines
+check them (:func:`judge.io.id_problem`). In TREC qrels, which cannot hold whitespace, an id
+is written with :func:`qrels_escape` (percent-encoding) and read back with
+:func:`qrels_unescape`. The pair
 lives in a ``collection`` (default ``"default"``): the scope in which a qid means one query.
 A label applies wherever its (collection, qid, docno) appears, in any job, run or pool that
 reads that collection, so a passage reviewed in one job is reviewed for every later job on
@@ -18,11 +21,22 @@ exchange format of the field, carry exactly qid + docno: an export re-imports un
 with :func:`judge.metrics.check_label`. It is put on a job's scale only through
 :func:`judge.metrics.resolve_mapping` (a graded label on a binary job needs a stated level).
 
+**Checks.** Every way in (the review route, ``POST /v1/labels``, ``judge labels import``,
+``--labels FILE``) checks each field with :func:`check_label_fields`: types, ranges,
+finiteness, string bounds, no control characters in names and ids. A bad line is an
+:class:`InputError` naming line and field, and :meth:`LabelStore.put_many` stores all of an
+import or none of it.
+
+**Time.** ``created`` is the store's clock when the label is written, always; a label
+imported from elsewhere keeps the time it carried as ``source_created`` (shown, never used
+to decide). The latest label is the one written last (the history row id).
+
 **History.** Every change is a row of ``label_history`` (append-only, a retraction is a row
 with a NULL label); ``labels`` holds the latest label of each reviewer for each passage. The
 latest label per reviewer counts; when reviewers disagree the item is a *conflict*
 (:meth:`LabelStore.conflicts`) and the most recent label among them is the one applied
-(:meth:`LabelSet.lookup` reports the conflict alongside it).
+(:meth:`LabelSet.lookup` reports the conflict alongside it). Rows that an older ``judge``
+stored without these checks are moved to ``label_quarantine`` by a migration.
 
 **Concurrency.** As the verdict cache: WAL, ``synchronous=NORMAL``, one connection guarded
 by a lock (safe to share between threads and the event loop), ``busy_timeout`` for other
@@ -31,23 +45,31 @@ processes. Schema versions: ``PRAGMA user_version`` counts the applied :data:`LA
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem, read_qrels
+from judge.io import MAX_JSON_DEPTH, InputError, deep_field, id_problem, json_problem
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 from judge.metrics import scale_of_labels as _scale_of_labels
 from judge.store._cache import CacheVersionError, judge_home
 from judge.store._sqlite import SQLiteHolder, run_migrations
 
 DEFAULT_COLLECTION = "default"
+MAX_NAME_CHARS = 200  # a reviewer, collection or template id
+MAX_COMMENT_CHARS = 4000
+MAX_QUERY_CHARS = 100_000
+MAX_PAGE = 1000
+"""The most labels one page of :meth:`LabelStore.page` (``GET /v1/labels``) holds."""
+MAX_TIME = 1e11  # seconds since 1970 (year 5138): a larger time is not a time
 LabelFormat = Literal["qrels", "jsonl"]
 LABEL_FORMATS: tuple[LabelFormat, ...] = ("qrels", "jsonl")
 
@@ -55,18 +77,27 @@ __all__ = [
     "DEFAULT_COLLECTION",
     "LABEL_FORMATS",
     "LABEL_SCHEMA_VERSION",
+    "MAX_PAGE",
     "Calibration",
     "Label",
     "LabelConflict",
     "LabelFormat",
+    "LabelPage",
     "LabelSet",
     "LabelStore",
     "ResolvedLabel",
     "calibrated_config",
+    "check_label_fields",
+    "conflicts_of",
+    "decode_cursor",
     "default_labels_path",
+    "encode_cursor",
     "labels_to_jsonl",
     "labels_to_qrels",
+    "qrels_escape",
+    "qrels_unescape",
     "read_label_file",
+    "read_label_lines",
     "trec_token",
 ]
 
@@ -74,6 +105,23 @@ __all__ = [
 def trec_token(value: object) -> str:
     """A query id or docno as one TREC token (whitespace replaced by ``_``), as exports do."""
     return "_".join(str(value).split()) or "_"
+
+
+def qrels_escape(value: str) -> str:
+    """An id as one TREC qrels token that :func:`qrels_unescape` reads back exactly: every
+    whitespace, control character and ``%`` percent-encoded (its UTF-8 bytes as ``%XX``),
+    everything else kept (``doc 1`` -> ``doc%201``, ``50%`` -> ``50%25``)."""
+    return "".join(
+        urllib.parse.quote(ch, safe="")
+        if ch == "%" or ch.isspace() or ch < " " or "\x7f" <= ch <= "\x9f"
+        else ch
+        for ch in value
+    )
+
+
+def qrels_unescape(token: str) -> str:
+    """The id a :func:`qrels_escape` token stands for (``%XX`` sequences decoded)."""
+    return urllib.parse.unquote(token, errors="strict") if "%" in token else token
 
 
 def default_labels_path() -> Path:
@@ -88,8 +136,10 @@ class Label:
     ``label`` is None for a retraction (history only). ``judge_*``: the judge verdict the
     label replaced, when the reviewer saw one (``judge_verdict`` ``yes``/``no``/``unjudged``,
     its grade, P(yes) and template id). ``audit``: the item was an audit item of the review
-    queue (drawn uniformly), so agreement can be reported on an unbiased subset.
-    ``history_id``: the row id in ``label_history`` (0 for labels not from a store)."""
+    queue (drawn uniformly, as the store's ``audit_draws`` recorded), so agreement can be
+    reported on an unbiased subset. ``history_id``: the row id in ``label_history`` (0 for
+    labels not from a store). ``created``: when the store wrote it (its clock);
+    ``source_created``: the time an imported label carried (shown, never deciding)."""
 
     qid: str
     docno: str
@@ -106,6 +156,7 @@ class Label:
     template_id: str | None = None
     audit: bool = False
     history_id: int = 0
+    source_created: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -113,29 +164,136 @@ class Label:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSONL export object (every field)."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in _LABEL_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "<memory>", line: int | None = None) -> Label:
-        """A label from a JSONL export object; :class:`InputError` names the bad field."""
+        """A label from a JSONL export object; :class:`InputError` names the bad field.
+        The object's ``created`` (or ``source_created``) becomes ``source_created``: the
+        store writes its own time."""
         known = {f for f in cls.__dataclass_fields__}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InputError(
                 f"unknown label field(s) {', '.join(unknown)}", path=where, line=line, field=unknown[0]
             )
-        for name in ("qid", "docno", "reviewer"):
-            if not isinstance(data.get(name), str) or not data[name]:
-                raise InputError("must be a non-empty string", path=where, line=line, field=name)
-        try:
-            scale = check_scale(str(data.get("scale", "binary")))
-            value = data.get("label")
-            if value is not None:
-                check_label(value, scale)
-        except ScaleError as exc:
-            raise InputError(exc.message, path=where, line=line, field=exc.field) from None
-        out = cls(**{k: v for k, v in data.items() if k in known})
-        return replace(out, qid=trec_token(out.qid), docno=trec_token(out.docno), scale=scale)
+        values = dict(data)
+        values.pop("history_id", None)
+        carried = values.pop("created", None)
+        if values.get("source_created") is None and carried is not None:
+            values["source_created"] = carried
+            if not _is_time(carried):
+                raise InputError(
+                    "must be a finite time in seconds since 1970", path=where, line=line, field="created"
+                )
+        fields = check_label_fields(values, where=where, line=line)
+        return cls(**fields)
+
+
+def _is_time(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_TIME
+    )
+
+
+def _text_problem(value: object, limit: int, *, multiline: bool = False, empty: bool = False) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if not empty and not value.strip():
+        return "must not be empty"
+    if len(value) > limit:
+        return f"{len(value)} characters; at most {limit}"
+    allowed = "\n\r\t" if multiline else ""
+    bad = next((ch for ch in value if (ch < " " or "\x7f" <= ch <= "\x9f") and ch not in allowed), None)
+    if bad is not None:
+        return f"control character U+{ord(bad):04X}"
+    return None
+
+
+def _number_problem(value: object, low: float, high: float) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number, got {type(value).__name__}"
+    if not math.isfinite(value) or not low <= value <= high:
+        return f"must be a finite number in [{low:g}, {high:g}], got {value!r}"
+    return None
+
+
+def _field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(field, problem) for each field of a label object, in a fixed order."""
+    for name in ("qid", "docno"):
+        value = data.get(name)
+        yield (
+            name,
+            (
+                f"must be a string, got {type(value).__name__}"
+                if not isinstance(value, str)
+                else id_problem(value)
+            ),
+        )
+    yield "reviewer", _text_problem(data.get("reviewer"), MAX_NAME_CHARS)
+    yield "collection", _text_problem(data.get("collection", DEFAULT_COLLECTION), MAX_NAME_CHARS)
+    query = data.get("query")
+    yield "query", None if query is None else _text_problem(query, MAX_QUERY_CHARS, multiline=True)
+    yield "comment", _text_problem(data.get("comment", ""), MAX_COMMENT_CHARS, multiline=True, empty=True)
+    verdict = data.get("judge_verdict")
+    yield (
+        "judge_verdict",
+        (None if verdict is None or verdict in ("yes", "no", "unjudged") else "must be yes, no or unjudged"),
+    )
+    grade = data.get("judge_grade")
+    yield (
+        "judge_grade",
+        (
+            None
+            if grade is None or (isinstance(grade, int) and not isinstance(grade, bool) and 0 <= grade <= 3)
+            else "must be an integer grade 0..3"
+        ),
+    )
+    p_yes = data.get("judge_p_yes")
+    yield "judge_p_yes", None if p_yes is None else _number_problem(p_yes, 0.0, 1.0)
+    template = data.get("template_id")
+    yield "template_id", None if template is None else _text_problem(template, MAX_NAME_CHARS)
+    audit = data.get("audit", False)
+    yield "audit", None if isinstance(audit, bool) else f"must be true or false, got {audit!r}"
+    source = data.get("source_created")
+    yield (
+        "source_created",
+        (None if source is None or _is_time(source) else "must be a finite time in seconds since 1970"),
+    )
+
+
+def check_label_fields(
+    data: Mapping[str, Any], *, where: str | None = None, line: int | None = None
+) -> dict[str, Any]:
+    """The fields of one label (a :class:`Label`'s, without ``created``/``history_id``)
+    checked: ids as a job's lines take them, names and comment bounded strings without
+    control characters, ``label`` on ``scale``, ``judge_p_yes`` finite in [0, 1],
+    ``audit`` a boolean, ``source_created`` a finite time. :class:`InputError` naming the
+    first bad field (and ``where``/``line``)."""
+    for name, problem in _field_problems(data):
+        if problem is not None:
+            raise InputError(problem, path=where, line=line, field=name)
+    try:
+        scale = (
+            check_scale(data.get("scale", "binary")) if isinstance(data.get("scale", "binary"), str) else None
+        )
+        if scale is None:
+            raise ScaleError("must be binary or graded", field="scale")
+        value = data.get("label")
+        if value is not None:
+            check_label(value, scale)
+    except ScaleError as exc:
+        raise InputError(exc.message, path=where, line=line, field=exc.field) from None
+    allowed = set(Label.__dataclass_fields__) - {"created", "history_id"}
+    out = {k: v for k, v in data.items() if k in allowed}
+    out["scale"] = scale
+    return out
+
+
+_LABEL_FIELDS = tuple(Label.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -183,28 +341,46 @@ class Calibration:
         return {**asdict(self), "report": dict(self.report)}
 
 
+def conflicts_of(latest: Iterable[Label]) -> list[LabelConflict]:
+    """The conflicts among reviewers' latest labels (``latest``: one per reviewer and passage)."""
+    groups: dict[tuple[str, str, str], list[Label]] = {}
+    for lab in latest:
+        groups.setdefault((lab.collection, lab.qid, lab.docno), []).append(lab)
+    out: list[LabelConflict] = []
+    for (coll, qid, docno), labs in groups.items():
+        values = {x.reviewer: int(x.label) for x in labs if x.label is not None}
+        scales = {x.reviewer: x.scale for x in labs}
+        if len(set(values.values())) > 1 or len(set(scales.values())) > 1:
+            out.append(LabelConflict(coll, qid, docno, values, scales))
+    return out
+
+
 class LabelSet:
     """Labels resolved to one per (qid, docno) (the latest among reviewers' latest labels),
     from a store or a file. :meth:`lookup` is what overrides use."""
 
     def __init__(self, labels: Iterable[Label], *, source: str = "labels") -> None:
         self.source = source
-        latest: dict[tuple[str, str], dict[str, Label]] = {}
-        for lab in labels:
+        # The order of writing decides (the store's history id; a file's line order), never
+        # a time a label carries.
+        latest: dict[tuple[str, str], dict[str, tuple[tuple[int, int], Label]]] = {}
+        for seq, lab in enumerate(labels):
             if lab.label is None:
                 latest.get(lab.key, {}).pop(lab.reviewer, None)
                 continue
             per = latest.setdefault(lab.key, {})
+            order = (lab.history_id, seq)
             old = per.get(lab.reviewer)
-            if old is None or (lab.created, lab.history_id) >= (old.created, old.history_id):
-                per[lab.reviewer] = lab
+            if old is None or order >= old[0]:
+                per[lab.reviewer] = (order, lab)
         self._items: dict[tuple[str, str], ResolvedLabel] = {}
-        for key, per in latest.items():
-            if not per:
+        for key, ordered in latest.items():
+            if not ordered:
                 continue
-            newest = max(per.values(), key=lambda x: (x.created, x.history_id))
-            values = {r: int(x.label) for r, x in per.items() if x.label is not None}
-            scales = {x.scale for x in per.values()}
+            kept = {r: x for r, (_, x) in ordered.items()}
+            newest = max(ordered.values(), key=lambda x: x[0])[1]
+            values = {r: int(x.label) for r, x in kept.items() if x.label is not None}
+            scales = {x.scale for x in kept.values()}
             conflict = len(set(values.values())) > 1 or len(scales) > 1
             self._items[key] = ResolvedLabel(newest, values, conflict)
 
@@ -217,7 +393,7 @@ class LabelSet:
     def lookup(self, qid: object, docno: str, query: str | None = None) -> ResolvedLabel | None:
         """The label for (qid, docno), or None; None too when the label keeps a query text
         and ``query`` is given and differs (another data set's query with the same id)."""
-        hit = self._items.get((trec_token(qid), docno))
+        hit = self._items.get((str(qid), docno))
         if hit is None:
             return None
         if query is not None and hit.label.query is not None and hit.label.query != query:
@@ -296,7 +472,96 @@ def _m002_calibrations(conn: sqlite3.Connection) -> None:
     )
 
 
-LABEL_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_m001_labels, _m002_calibrations)
+_QUARANTINE_COLUMNS = (
+    "id",
+    "collection",
+    "qid",
+    "docno",
+    "reviewer",
+    "label",
+    "scale",
+    "query",
+    "created",
+    "comment",
+    "judge_verdict",
+    "judge_grade",
+    "judge_p_yes",
+    "template_id",
+    "audit",
+)
+
+
+def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) of a history row an older judge wrote unchecked, or None."""
+    created = row["created"]
+    if not _is_time(created):
+        return "created", f"not a finite time: {created!r}"
+    if row["audit"] not in (0, 1):
+        return "audit", f"not 0/1: {row['audit']!r}"
+    data = {k: row[k] for k in row if k not in ("id", "created", "audit")}
+    data["audit"] = bool(row["audit"])
+    label = row["label"]
+    for name, problem in _field_problems(data):
+        if problem is not None:
+            return name, problem
+    try:
+        scale = check_scale(row["scale"])
+        if label is not None:
+            check_label(label, scale)
+    except (ScaleError, TypeError) as exc:
+        return "label", str(exc)
+    return None
+
+
+def _m003_checked(conn: sqlite3.Connection) -> None:
+    """Labels written by an older judge without checks (a text or infinite ``created``, a
+    P(yes) off [0, 1], ...) move to ``label_quarantine`` with the reason (each reviewer's
+    latest is then the latest good row); ``source_created`` (the time an import carried);
+    the queue's audit draws; indexes for paging and for one job's labels."""
+    conn.execute(
+        "CREATE TABLE label_quarantine (id INTEGER PRIMARY KEY, row TEXT NOT NULL, field TEXT NOT NULL, "
+        "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
+    )
+    conn.execute("ALTER TABLE label_history ADD COLUMN source_created REAL")
+    names = ", ".join(_QUARANTINE_COLUMNS)
+    bad: list[tuple[int, str, str, str]] = []
+    for values in conn.execute(f"SELECT {names} FROM label_history"):
+        row = dict(zip(_QUARANTINE_COLUMNS, values, strict=True))
+        problem = _stored_row_problem(row)
+        if problem is not None:
+            shown = json.dumps(
+                {k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()}
+            )
+            bad.append((int(row["id"]), shown, problem[0], problem[1]))
+    now = time.time()
+    for hid, shown, field_name, problem_text in bad:
+        conn.execute(
+            "INSERT INTO label_quarantine (id, row, field, problem, quarantined) VALUES (?, ?, ?, ?, ?)",
+            (hid, shown, field_name, problem_text, now),
+        )
+        conn.execute("DELETE FROM label_history WHERE id = ?", (hid,))
+    if bad:  # each reviewer's latest is the latest row left
+        conn.execute("DELETE FROM labels")
+        conn.execute(
+            "INSERT INTO labels (collection, qid, docno, reviewer, history_id) "
+            "SELECT collection, qid, docno, reviewer, MAX(id) FROM label_history GROUP BY 1, 2, 3, 4"
+        )
+        conn.execute(
+            "DELETE FROM labels WHERE history_id IN (SELECT id FROM label_history WHERE label IS NULL)"
+        )
+    conn.execute(
+        "CREATE TABLE audit_draws (collection TEXT NOT NULL, qid TEXT NOT NULL, docno TEXT NOT NULL, "
+        "job TEXT NOT NULL, drawn REAL NOT NULL, PRIMARY KEY (collection, qid, docno))"
+    )
+    conn.execute("CREATE INDEX label_history_page ON label_history (collection, id)")
+    conn.execute("CREATE INDEX labels_page ON labels (collection, history_id)")
+
+
+LABEL_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _m001_labels,
+    _m002_calibrations,
+    _m003_checked,
+)
 """Label-store schema migrations in order; after migration ``i`` ``user_version`` is ``i``.
 Append to change the schema; never edit one that has shipped."""
 
@@ -304,7 +569,7 @@ LABEL_SCHEMA_VERSION = len(LABEL_MIGRATIONS)
 
 _COLUMNS = (
     "id, collection, qid, docno, reviewer, label, scale, query, created, comment, "
-    "judge_verdict, judge_grade, judge_p_yes, template_id, audit"
+    "judge_verdict, judge_grade, judge_p_yes, template_id, audit, source_created"
 )
 
 
@@ -337,7 +602,32 @@ def _row_label(row: Sequence[Any]) -> Label:
         judge_p_yes=None if row[12] is None else float(row[12]),
         template_id=row[13],
         audit=bool(row[14]),
+        source_created=None if row[15] is None else float(row[15]),
     )
+
+
+@dataclass(frozen=True)
+class LabelPage:
+    """One page of labels and the opaque cursor of the next (None: this was the last)."""
+
+    labels: list[Label]
+    next: str | None
+
+
+def encode_cursor(history_id: int) -> str:
+    """An opaque page cursor (the last history id seen)."""
+    return base64.urlsafe_b64encode(f"h{history_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The history id of :func:`encode_cursor`'s cursor; :class:`InputError` on anything else."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        if text[:1] != "h" or not text[1:].isdigit() or len(text) > 20:
+            raise ValueError(text)
+        return int(text[1:])
+    except ValueError:
+        raise InputError("not a cursor this server gave", field="cursor") from None
 
 
 class LabelStore(SQLiteHolder):
@@ -358,20 +648,15 @@ class LabelStore(SQLiteHolder):
         return self.put_many([label])[0]
 
     def put_many(self, labels: Iterable[Label]) -> list[Label]:
-        """Record several labels in one transaction (an import); returns them as stored."""
+        """Record several labels in one transaction (an import; all or none); returns them as
+        stored. Each is checked (:func:`check_label_fields`; :class:`InputError` naming the
+        label's 1-based position as ``line`` and the field) and stamped with this store's
+        clock as ``created``."""
         now = time.time()
         checked: list[Label] = []
-        for lab in labels:
-            if not lab.reviewer:
-                raise ScaleError("a label needs a reviewer", field="reviewer")
-            scale = check_scale(lab.scale)
-            if lab.label is not None:
-                check_label(lab.label, scale)
-            if lab.judge_p_yes is not None and not math.isfinite(lab.judge_p_yes):
-                raise ScaleError("judge_p_yes must be a finite number", field="judge_p_yes")
-            checked.append(
-                replace(lab, qid=trec_token(lab.qid), docno=trec_token(lab.docno), created=lab.created or now)
-            )
+        for number, lab in enumerate(labels, start=1):
+            fields = check_label_fields(lab.as_dict(), line=number)
+            checked.append(Label(**fields, created=now))
         out: list[Label] = []
         with self._lock:
             conn = self._connection()
@@ -380,8 +665,8 @@ class LabelStore(SQLiteHolder):
                 for lab in checked:
                     cur = conn.execute(
                         "INSERT INTO label_history (collection, qid, docno, reviewer, label, scale, query, "
-                        "created, comment, judge_verdict, judge_grade, judge_p_yes, template_id, audit) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "created, comment, judge_verdict, judge_grade, judge_p_yes, template_id, audit, "
+                        "source_created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             lab.collection,
                             lab.qid,
@@ -397,6 +682,7 @@ class LabelStore(SQLiteHolder):
                             lab.judge_p_yes,
                             lab.template_id,
                             int(lab.audit),
+                            lab.source_created,
                         ),
                     )
                     hid = int(cur.lastrowid or 0)
@@ -418,6 +704,46 @@ class LabelStore(SQLiteHolder):
                 conn.execute("ROLLBACK")
                 raise
         return out
+
+    # --- the review queue's audit draws ----------------------------------------------------
+    def record_audit_draws(self, job: str, items: Iterable[tuple[str, str]], *, collection: str) -> None:
+        """Remember that the review queue drew these (qid, docno) as audit items (the first
+        draw is kept)."""
+        rows = [(collection, q, d, job, time.time()) for q, d in items]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO audit_draws (collection, qid, docno, job, drawn) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def audit_drawn(self, qid: str, docno: str, *, collection: str) -> bool:
+        """Whether the review queue drew (qid, docno) as an audit item."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT 1 FROM audit_draws WHERE collection = ? AND qid = ? AND docno = ?",
+                    (collection, qid, docno),
+                )
+                .fetchone()
+            )
+        return row is not None
+
+    def data_version(self) -> int:
+        """Changes when another connection (another process) commits to the file; this
+        store's own writes leave it as it is (SQLite's ``PRAGMA data_version``)."""
+        with self._lock:
+            return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
 
     def retract(
         self, qid: str, docno: str, reviewer: str, *, collection: str = DEFAULT_COLLECTION, comment: str = ""
@@ -466,6 +792,42 @@ class LabelStore(SQLiteHolder):
             params,
         )
 
+    def latest_for(self, qids: Iterable[str], *, collection: str = DEFAULT_COLLECTION) -> list[Label]:
+        """Each reviewer's latest label on the given queries only (one indexed look-up per
+        query: the cost of a job's labels, not of the store)."""
+        wanted = sorted(set(qids))
+        cols = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
+        out: list[Label] = []
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            out += self._select(
+                f"SELECT {cols} FROM labels l JOIN label_history h ON h.id = l.history_id "
+                f"WHERE l.collection = ? AND l.qid IN ({','.join('?' * len(chunk))}) ORDER BY h.id",
+                [collection, *chunk],
+            )
+        return out
+
+    def page(
+        self, *, collection: str, history: bool = False, after: int = 0, limit: int = MAX_PAGE
+    ) -> LabelPage:
+        """One page of the collection's labels in write order: each reviewer's latest label
+        (``history``: every change), those written after history id ``after``, at most
+        ``limit`` (1..:data:`MAX_PAGE`); ``next`` is the cursor of the next page (None at the end)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InputError(f"limit must be in 1..{MAX_PAGE}", field="limit")
+        if history:
+            sql = f"SELECT {_COLUMNS} FROM label_history WHERE collection = ? AND id > ? ORDER BY id LIMIT ?"
+        else:
+            cols = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
+            sql = (
+                f"SELECT {cols} FROM labels l JOIN label_history h ON h.id = l.history_id "
+                "WHERE l.collection = ? AND l.history_id > ? ORDER BY l.history_id LIMIT ?"
+            )
+        rows = self._select(sql, [collection, after, limit + 1])
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return LabelPage(rows, encode_cursor(rows[-1].history_id) if more and rows else None)
+
     def history(
         self,
         *,
@@ -484,16 +846,7 @@ class LabelStore(SQLiteHolder):
 
     def conflicts(self, *, collection: str | None = DEFAULT_COLLECTION) -> list[LabelConflict]:
         """Passages whose reviewers' latest labels differ (values or scales)."""
-        groups: dict[tuple[str, str, str], list[Label]] = {}
-        for lab in self.latest(collection=collection):
-            groups.setdefault((lab.collection, lab.qid, lab.docno), []).append(lab)
-        out: list[LabelConflict] = []
-        for (coll, qid, docno), labs in groups.items():
-            values = {x.reviewer: int(x.label) for x in labs if x.label is not None}
-            scales = {x.reviewer: x.scale for x in labs}
-            if len(set(values.values())) > 1 or len(set(scales.values())) > 1:
-                out.append(LabelConflict(coll, qid, docno, values, scales))
-        return out
+        return conflicts_of(self.latest(collection=collection))
 
     def collections(self) -> list[str]:
         with self._lock:
@@ -564,42 +917,101 @@ def read_label_file(
     scale: Scale | None = None,
     collection: str = DEFAULT_COLLECTION,
 ) -> list[Label]:
+    """The labels of :func:`read_label_lines`, without their line numbers."""
+    return [lab for _, lab in read_label_lines(path, reviewer=reviewer, scale=scale, collection=collection)]
+
+
+def read_label_lines(
+    path: str | Path,
+    *,
+    reviewer: str | None = None,
+    scale: Scale | None = None,
+    collection: str = DEFAULT_COLLECTION,
+) -> list[tuple[int, Label]]:
     """Labels from a TREC qrels file or a JSONL labels export (``.jsonl``/``.json`` or a
     first non-blank character ``{``).
 
     qrels: each line is a label by ``reviewer`` (required) on ``scale`` (default: binary
-    when every grade is 0/1, else graded); negative grades are skipped. JSONL: each object
-    as :meth:`Label.as_dict` writes it (``reviewer``/``scale`` given here override the
-    file's). Bad input raises :class:`InputError` naming file, line and field."""
+    when every grade is 0/1, else graded), ids unescaped (:func:`qrels_unescape`); negative
+    grades are skipped. JSONL: each object as :meth:`Label.as_dict` writes it; each line
+    keeps its own ``reviewer`` and ``collection`` (``reviewer``/``collection`` given here
+    fill lines without one; ``scale`` given here overrides). Bad input raises
+    :class:`InputError` naming file, line and field; nothing is returned then."""
     p = Path(path)
     if not p.is_file():
         raise InputError("no such labels file", path=p)
-    text_head = p.read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
-    if p.suffix in (".jsonl", ".json") or text_head.startswith("{"):
+    with p.open("rb") as fh:
+        head = fh.read(4096).lstrip()
+    if p.suffix in (".jsonl", ".json") or head.startswith(b"{"):
         return _read_jsonl_labels(p, reviewer=reviewer, scale=scale, collection=collection)
     if reviewer is None or not reviewer:
         raise InputError("a qrels file needs a reviewer name (--reviewer NAME)", path=p, field="reviewer")
-    qrels = read_qrels(p).to_dict()
-    values = [g for docs in qrels.values() for g in docs.values() if g >= 0]
-    use: Scale = scale if scale is not None else _scale_of_labels(values)
-    out: list[Label] = []
-    for qid, docs in qrels.items():
-        for docno, grade in docs.items():
-            if grade < 0:
-                continue
-            try:
-                check_label(grade, use, field="grade")
-            except ScaleError as exc:
-                raise InputError(f"{exc.message} (qid {qid}, docno {docno})", path=p, field="grade") from None
-            out.append(Label(qid, docno, grade, reviewer, scale=use, collection=collection))
+    rows = _read_qrels_lines(p)
+    use: Scale = scale if scale is not None else _scale_of_labels([g for *_, g in rows if g >= 0])
+    out: list[tuple[int, Label]] = []
+    for number, qid, docno, grade in rows:
+        if grade < 0:
+            continue
+        fields = check_label_fields(
+            {
+                "qid": qid,
+                "docno": docno,
+                "label": grade,
+                "reviewer": reviewer,
+                "scale": use,
+                "collection": collection,
+            },
+            where=str(p),
+            line=number,
+        )
+        out.append((number, Label(**fields)))
     return out
 
 
-def _read_jsonl_labels(p: Path, *, reviewer: str | None, scale: Scale | None, collection: str) -> list[Label]:
+def _read_qrels_lines(p: Path) -> list[tuple[int, str, str, int]]:
+    """(line, qid, docno, grade) of each line of a qrels file (``qid iter docno grade``),
+    ids unescaped (:func:`qrels_unescape`); strict UTF-8, :class:`InputError` naming the line."""
+    out: list[tuple[int, str, str, int]] = []
+    with p.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"invalid UTF-8 at byte {exc.start}", path=p, line=number) from None
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 4:
+                raise InputError(
+                    f"expected 4 columns (qid iter docno grade), got {len(parts)}", path=p, line=number
+                )
+            try:
+                grade = int(parts[3])
+            except ValueError:
+                raise InputError(
+                    f"not an integer: {parts[3][:40]!r}", path=p, line=number, field="grade"
+                ) from None
+            ids: list[str] = []
+            for name, token in (("qid", parts[0]), ("docno", parts[2])):
+                try:
+                    ids.append(qrels_unescape(token))
+                except UnicodeDecodeError:
+                    raise InputError(
+                        "a %XX escape that is not UTF-8", path=p, line=number, field=name
+                    ) from None
+            out.append((number, ids[0], ids[1], grade))
+    if not out:
+        raise InputError("empty file: no data lines", path=p, line=1)
+    return out
+
+
+def _read_jsonl_labels(
+    p: Path, *, reviewer: str | None, scale: Scale | None, collection: str
+) -> list[tuple[int, Label]]:
     """Each line checked as a dataset line is (:func:`judge.io.json_problem`): invalid UTF-8,
     a lone surrogate escape or nesting deeper than :data:`judge.io.MAX_JSON_DEPTH` is an
     :class:`InputError` naming its line, never a crash."""
-    out: list[Label] = []
+    out: list[tuple[int, Label]] = []
     with p.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             try:
@@ -622,23 +1034,24 @@ def _read_jsonl_labels(p: Path, *, reviewer: str | None, scale: Scale | None, co
             if problem is not None:
                 raise InputError(problem[1], path=p, line=number, field=problem[0] or None)
             data.setdefault("collection", collection)
-            if reviewer:
+            if reviewer and "reviewer" not in data:
                 data["reviewer"] = reviewer
             if scale is not None:
                 data["scale"] = scale
-            out.append(Label.from_dict(data, where=str(p), line=number))
+            out.append((number, Label.from_dict(data, where=str(p), line=number)))
     return out
 
 
 def labels_to_qrels(
     labels: LabelSet, path: str | Path, *, scale: Scale | None = None, level: int | None = None
 ) -> int:
-    """Write the resolved labels as TREC qrels; returns the number of lines."""
+    """Write the resolved labels as TREC qrels (ids by :func:`qrels_escape`); returns the
+    number of lines."""
     qrels = labels.qrels(scale, level=level)
     with Path(path).open("w", encoding="utf-8") as fh:
         for qid, docs in qrels.items():
             for docno, value in docs.items():
-                fh.write(f"{qid} 0 {docno} {value}\n")
+                fh.write(f"{qrels_escape(qid)} 0 {qrels_escape(docno)} {value}\n")
     return sum(len(d) for d in qrels.values())
 
 
