@@ -91,14 +91,13 @@ def make_backend(
     ``options`` go to :func:`resolve_backend`. Errors: :class:`ConfigurationError` naming
     the field (``backend``, ``base_url``, a policy field ...).
     """
-    import judge.backends as package  # looked up at call time: tests may patch resolve_backend
     from judge.backends._resilient import ResilientBackend
 
     if isinstance(spec_or_object, ResilientBackend):
         if policy is None:
             return spec_or_object
         return ResilientBackend(spec_or_object.inner, policy=policy)
-    inner = package.resolve_backend(spec_or_object, base_url=base_url, api_key=api_key, **options)
+    inner = resolve_backend(spec_or_object, base_url=base_url, api_key=api_key, **options)
     if isinstance(inner, ResilientBackend):
         return inner if policy is None else ResilientBackend(inner.inner, policy=policy)
     return ResilientBackend(inner, policy=policy if policy is not None else CallPolicy())

@@ -51,6 +51,7 @@ from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
+from judge.batch._run_spec import RunSpec
 from judge.io import (
     DEFAULT_MAX_PASSAGE_CHARS,
     DatasetRecord,
@@ -80,6 +81,19 @@ from judge.store import (
     recover_output,
     scan_output,
 )
+
+
+def executor_for(spec: RunSpec, backend: Backend, ship: Any = None) -> Executor | None:
+    """Who judges a run of ``spec``: None for the local engine (the batch runner's own
+    :class:`~judge.batch.LocalExecutor` over ``backend``), a
+    :class:`~judge.batch.RayExecutor` for ``ray`` (its workers build ``ship``, a
+    :class:`~judge.batch.BackendSpec` or a picklable backend; default ``backend``). The
+    caller closes it."""
+    if not spec.ray:
+        return None
+    from judge.batch._ray import RayExecutor  # Ray's module loads only for a Ray run
+
+    return RayExecutor(ship if ship is not None else backend, spec.for_backend(backend))
 
 
 @dataclass(frozen=True)
