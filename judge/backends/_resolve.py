@@ -32,6 +32,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from judge.backends._base import Backend, ConfigurationError
+from judge.backends._model_file import EMBEDDED_MODEL_NAME
 from judge.backends._policy import CallPolicy
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ def resolve_backend(
         return _remember(_build("openai", model, None, api_key, options), "OPENAI_BASE_URL set")
     return _remember(
         _build("local", DEFAULT_LOCAL_MODEL, None, None, options),
-        "no DASHSCOPE_API_KEY or OPENAI_BASE_URL: embedded model",
+        f"no DASHSCOPE_API_KEY or OPENAI_BASE_URL: the embedded model {EMBEDDED_MODEL_NAME}",
     )
 
 
@@ -269,5 +270,7 @@ def describe_backend(backend: Backend) -> str:
     while reason is None and hasattr(target, "inner"):
         target = target.inner
         reason = _reason_of(target)
+    if backend.name == f"local:{DEFAULT_LOCAL_MODEL}" and EMBEDDED_MODEL_NAME not in (reason or ""):
+        reason = f"the embedded model {EMBEDDED_MODEL_NAME}" + (f"; {reason}" if reason else "")
     suffix = f" ({reason})" if reason else ""
     return f"judge: using judge {backend.name}{suffix}"

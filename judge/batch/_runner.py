@@ -118,6 +118,7 @@ class BatchOptions:
     strict: bool = False
     progress: ProgressMode = "auto"
     progress_interval_s: float = 5.0
+    command: str = "judge score"  # the label of the progress lines: the command that runs
     rejects_path: Path | None = None
     summary_path: Path | None = None
     fsync: bool = True
@@ -312,7 +313,9 @@ class _Run:
         self._dropped = dropped
         self.scored = 0
         self.passages_done = 0  # passages of the queries finished this run (the rates)
-        self.progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
+        self.progress = make_progress(
+            opts.progress, interval_s=opts.progress_interval_s, command=opts.command
+        )
         executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
         # Whose call counters the summary and progress read: an executor that judges
         # elsewhere (Ray workers, each with its own backend) sums them itself (``stats``).
