@@ -46,7 +46,13 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("input", nargs="?", help="dataset JSONL (or .jsonl.gz); one query per line")
-    p.add_argument("-o", "--output", help="output JSONL (default: INPUT.judged.jsonl beside the input)")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="output JSONL (default: INPUT.judged.jsonl beside the input); one record per query, "
+        "appended as each query finishes (so a kill loses nothing), each with its input line "
+        "number in 'line': sort by it for input order (the server's results and viewer do)",
+    )
     add_batch_flags(p, defaults=False)
     add_dataset_flags(
         p,
