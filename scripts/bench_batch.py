@@ -85,7 +85,7 @@ def run_judge(args: list[str], base_url: str, home: Path) -> tuple[dict[str, Any
         "score",
         *args,
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         base_url,
         "--quiet",

@@ -56,7 +56,7 @@ async def _score(data: Path, out: Path, cache: Path, base_url: str, concurrency:
     from judge.judging import JudgeConfig
     from judge.store import SQLiteVerdictStore
 
-    inner = OpenAIBackend("sim-judge", base_url=base_url, api_key="sk-sim-not-a-real-key")
+    inner = OpenAIBackend("simulated-judge", base_url=base_url, api_key="sk-sim-not-a-real-key")
     try:  # the one factory and call policy (the baseline tree predates them)
         from judge.backends import CallPolicy, make_backend
 

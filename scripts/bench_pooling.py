@@ -209,7 +209,7 @@ def _judge(args: list[str], base_url: str, home: Path, concurrency: int) -> tupl
         "judge",
         *args,
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         base_url,
         "--concurrency",

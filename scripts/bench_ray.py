@@ -84,7 +84,7 @@ def bench_sim(args: argparse.Namespace, work: Path) -> None:
         None, latency_ms=args.latency_ms, jitter_ms=args.latency_ms / 10, capacity=100_000
     ) as sim:
         executor = RayExecutor(
-            BackendSpec("openai:sim-judge", sim.base_url),
+            BackendSpec("openai:simulated-judge", sim.base_url),
             workers=args.workers,
             cpus_per_worker=args.cpus / args.workers,
             concurrency=args.concurrency,
@@ -103,7 +103,7 @@ def bench_sim(args: argparse.Namespace, work: Path) -> None:
                         sim.reset()
                         started = time.perf_counter()
                         summary = await score(
-                            inp, out, "openai:sim-judge", sim.base_url, args.concurrency,
+                            inp, out, "openai:simulated-judge", sim.base_url, args.concurrency,
                             executor if engine == "ray" else None, work / f"cache-{engine}-{rnd}.sqlite",
                         )  # fmt: skip
                         wall = time.perf_counter() - started

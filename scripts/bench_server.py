@@ -276,7 +276,7 @@ def _kill_run(tmp: Path, code: Path, latency_ms: float, limit_s: float) -> dict[
     data = tmp / "data.jsonl"
     tmp.mkdir(parents=True)
     make_dataset(data, queries, passages)
-    args = ["--backend", "openai:sim-judge", "--concurrency", "16", "--db", str(tmp / "s.sqlite")]
+    args = ["--backend", "openai:simulated-judge", "--concurrency", "16", "--db", str(tmp / "s.sqlite")]
     args += ["--cache", str(tmp / "cache.sqlite")]
     job_id = None
     starts = 0
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                     with serve(
                         [
                             "--backend",
-                            "openai:sim-judge",
+                            "openai:simulated-judge",
                             "--base-url",
                             sim.base_url,
                             "--concurrency",

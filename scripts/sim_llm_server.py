@@ -16,6 +16,11 @@ It does not import ``judge``. It answers ``POST /v1/chat/completions`` (and
   ``null_reason_rate`` of them have ``"reason": null``. A judge should accept both (the
   verdict is valid) and re-ask neither.
 
+It names itself ``simulated-judge`` everywhere (``GET /v1/models`` and the ``model`` of
+every reply, whatever the request named): point the judge at it as
+``--backend openai:simulated-judge --base-url http://127.0.0.1:PORT/v1`` so that what the
+judge shows (``/v1/info``, the viewer, a run's summary) names it as simulated too.
+
 Replies are deterministic functions of the prompt. A passage may carry a marker
 ``<rel=N>`` (N in 0..3) that fixes its grade; without one the grade is a hash of the text
 (the text between ``<passage>`` and ``</passage>`` when the prompt has such a block).
@@ -76,7 +81,7 @@ class SimConfig:
     extra_key_rate: float = 0.0
     null_reason_rate: float = 0.0
     seed: int = 0
-    model: str = "sim-judge"
+    model: str = "simulated-judge"  # its only model, named so nothing mistakes it for a paid one
 
 
 def grade_of(text: str) -> int:
@@ -266,7 +271,7 @@ class SimServer:
                     "id": f"chatcmpl-sim-{n}",
                     "object": "chat.completion",
                     "created": int(time.time()),
-                    "model": body.get("model") or cfg.model,
+                    "model": cfg.model,  # its own id, whatever the request named
                     "choices": [
                         {
                             "index": 0,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import judge.backends
+import judge.backends._resolve
 from judge.backends import PermanentError, RuleBackend, ScriptedBackend
 from judge.cli import main
 
@@ -24,7 +24,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         holder["specs"].append((spec, kwargs))
         return holder["backend"]
 
-    monkeypatch.setattr(judge.backends, "resolve_backend", resolve)
+    monkeypatch.setattr(judge.backends._resolve, "resolve_backend", resolve)  # what make_backend calls
     return holder
 
 

@@ -1,13 +1,24 @@
-"""The package floors and public seams of judge/, read from the import statements.
+"""The package floors, public seams and import circles of judge/, read from the import statements.
 
 Floors, each importing only from floors at or below its own: ``metrics`` and ``io``;
-``backends``; ``judging`` and ``store``; ``batch``, ``stability`` and ``systems``; ``cli``,
-``server`` and the public API (``judge/__init__.py``, ``judge/_api.py``). Packages meet
-through public names: a module imports another package's names from the package
-(``from judge.batch import X``), never from its private modules (``judge.batch._runner``)
-and never a private name (``_x``). Inside a package anything goes. ``judge/_env.py`` (the
-environment deepeval needs before it is imported) is the one module every floor may import.
-Tests and scripts are not checked: they may test private units.
+``backends``; ``judging`` and ``store``; ``batch``, ``stability`` and ``search``;
+``systems`` (comparisons and experiments, over the runs of batch, stability and search);
+``cli``, ``server`` and the public API (``judge/__init__.py``, ``judge/_api.py``). Packages
+of one floor import each other one way only. Packages meet through public names: a module
+imports another package's names from the package (``from judge.batch import X``), never
+from its private modules (``judge.batch._runner``) and never a private name (``_x``).
+Inside a package modules import each other's names freely, but not in a circle.
+
+No import circles between modules either: every import counts, at the top of a module,
+inside a function, or under ``if TYPE_CHECKING:`` (a function-level import only hides a
+circle, and an annotation-only import still ties the two modules into one). ``from
+judge.server import _bounds`` is an import of the module ``judge.server._bounds``;
+``from judge.batch import X`` (a name, not a module) imports the package ``judge.batch``,
+so a module of ``judge.batch`` that imports its own package is in a circle with it. A
+circle is broken by moving the code to the module it belongs in.
+
+``judge/_env.py`` (the environment deepeval needs before it is imported) is the one module
+every floor may import. Tests and scripts are not checked: they may test private units.
 """
 
 from __future__ import annotations
@@ -29,12 +40,14 @@ FLOORS: dict[str, int] = {
     "store": 2,
     "batch": 3,
     "stability": 3,
-    "systems": 3,
-    "cli": 4,
-    "server": 4,
-    "top": 4,
-    "entry": 5,  # judge/__main__.py: ``python -m judge`` runs the CLI
+    "search": 3,
+    "systems": 4,
+    "cli": 5,
+    "server": 5,
+    "top": 5,
+    "entry": 6,  # judge/__main__.py: ``python -m judge`` runs the CLI
 }
+PLANNED = {"search"}  # has its floor before its first module lands
 SHARED = {"judge._env"}
 
 
@@ -120,6 +133,68 @@ def cycles(imports: list[Import]) -> list[list[str]]:
     return found
 
 
+def module_graph(imports: list[Import], modules: set[str]) -> dict[str, dict[str, str]]:
+    """importer -> {imported module of ``modules``: where (``file:line``)}: ``from P import
+    m`` imports the module ``P.m`` when there is one, else the package ``P``."""
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for imp in imports:
+        submodules = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in modules]
+        targets = submodules + ([imp.target] if len(submodules) < max(1, len(imp.names)) else [])
+        for target in targets:
+            if target in modules and target != imp.importer:
+                graph[imp.importer].setdefault(target, f"{imp.source}:{imp.line}")
+    return graph
+
+
+def module_cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
+    """Every group of modules that import each other in a circle (the strongly connected
+    components of more than one module, Tarjan's algorithm), each sorted, with the imports
+    that close it as ``a -> b (file:line)``."""
+    graph = module_graph(imports, modules)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, {})):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return [
+        [f"{a} -> {b} ({where})" for a in group for b, where in sorted(graph[a].items()) if b in group]
+        for group in sorted(groups)
+    ]
+
+
+def judge_modules() -> set[str]:
+    found = set()
+    for path in (ROOT / "judge").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
 def judge_imports() -> list[Import]:
     result = []
     for path in sorted((ROOT / "judge").rglob("*.py")):
@@ -157,6 +232,11 @@ def test_packages_import_each_other_without_cycles() -> None:
     assert cycles(judge_imports()) == []
 
 
+def test_modules_import_each_other_without_circles() -> None:
+    found = module_cycles(judge_imports(), judge_modules())
+    assert found == [], "\n\n".join("\n".join(group) for group in found)
+
+
 def test_public_api_table_names_public_modules() -> None:
     table = lazy_table_targets()
     assert table, "judge/__init__.py has no _LAZY table"
@@ -166,7 +246,8 @@ def test_public_api_table_names_public_modules() -> None:
 
 def test_every_package_has_a_floor() -> None:
     packages = {p.name for p in (ROOT / "judge").iterdir() if (p / "__init__.py").is_file()}
-    assert packages == set(FLOORS) - {"top", "entry"}
+    assert packages - set(FLOORS) == set()
+    assert set(FLOORS) - {"top", "entry"} - packages <= PLANNED
 
 
 # The checks themselves, on made-up modules: each rule must be able to fail.
@@ -192,6 +273,23 @@ def _check(module: str, source: str, is_package: bool = False) -> list[str]:
         ),
         ("judge.backends._x", "from judge.store import open_sqlite\n", "backends (floor 1) imports store"),
         ("judge.batch._x", "from judge.server import create_app\n", "batch (floor 3) imports server"),
+        (
+            "judge.batch._x",
+            "from judge.systems import PoolRun\n",
+            "batch (floor 3) imports systems (floor 4)",
+        ),
+        (
+            "judge.stability._x",
+            "def f():\n    from judge.systems import ComparisonReport\n",
+            "stability (floor 3) imports systems (floor 4)",
+        ),
+        (
+            "judge.search._x",
+            "from judge.systems import PoolRun\n",
+            "search (floor 3) imports systems (floor 4)",
+        ),
+        ("judge.search._x", "from judge.cli import main\n", "search (floor 3) imports cli (floor 5)"),
+        ("judge.systems._x", "from judge.server import ServerConfig\n", "systems (floor 4) imports server"),
         ("judge.judging", "from ..batch import BatchDriver\n", "judging (floor 2) imports batch"),
     ],
 )
@@ -208,6 +306,8 @@ def test_each_rule_catches_its_case(module: str, source: str, expected: str) -> 
         ("judge.batch._x", "from ._runner import _private\n"),
         ("judge.judging._x", "import judge._env\n"),
         ("judge.store._x", "from judge.judging import PassageVerdict\n"),
+        ("judge.systems._x", "from judge.search import run_search\n"),
+        ("judge.systems._x", "from judge.batch import score_dataset\n"),
         ("judge.cli._x", "import json\nfrom pathlib import Path\n"),
     ],
 )
@@ -217,10 +317,10 @@ def test_allowed_imports_pass(module: str, source: str) -> None:
 
 def test_a_cycle_between_packages_of_one_floor_is_found() -> None:
     imports = [
-        Import("a", 1, "judge.batch._x", "judge.systems", ("A",)),
-        Import("b", 1, "judge.systems._y", "judge.batch", ("B",)),
+        Import("a", 1, "judge.batch._x", "judge.stability", ("A",)),
+        Import("b", 1, "judge.stability._y", "judge.batch", ("B",)),
     ]
-    assert cycles(imports) == [["batch", "systems", "batch"], ["systems", "batch", "systems"]]
+    assert cycles(imports) == [["batch", "stability", "batch"], ["stability", "batch", "stability"]]
     assert cycles(imports[:1]) == []
 
 
@@ -230,3 +330,50 @@ def test_module_names_are_unique_across_packages() -> None:
         if path.name != "__init__.py":
             where[path.stem].append(path.parent.name)
     assert {name: pkgs for name, pkgs in where.items() if len(pkgs) > 1} == {}
+
+
+def _imports(module: str, source: str, is_package: bool = False) -> list[Import]:
+    return imports_of(source, module, is_package, module)
+
+
+def test_a_circle_between_modules_is_found_however_the_import_is_written() -> None:
+    modules = {"judge.batch", "judge.batch._a", "judge.batch._b", "judge.batch._c"}
+    a_to_b = _imports("judge.batch._a", "from judge.batch._b import x\n")
+    for back in [
+        "from judge.batch._a import y\n",  # at the top
+        "def f():\n    from judge.batch._a import y\n",  # hidden in a function
+        "if TYPE_CHECKING:\n    from judge.batch._a import Y\n",  # for annotations only
+        "from . import _a\n",  # relative, the module by name
+    ]:
+        found = module_cycles(a_to_b + _imports("judge.batch._b", back), modules)
+        assert [[line.split(" (")[0] for line in group] for group in found] == [
+            ["judge.batch._a -> judge.batch._b", "judge.batch._b -> judge.batch._a"]
+        ], back
+    assert module_cycles(a_to_b, modules) == []
+    # three modules in a ring, reported as one circle with the line that closes each step
+    ring = (
+        a_to_b
+        + _imports("judge.batch._b", "from ._c import z\n")
+        + _imports("judge.batch._c", "\n\nfrom judge.batch._a import y\n")
+    )
+    assert module_cycles(ring, modules) == [
+        [
+            "judge.batch._a -> judge.batch._b (judge.batch._a:1)",
+            "judge.batch._b -> judge.batch._c (judge.batch._b:1)",
+            "judge.batch._c -> judge.batch._a (judge.batch._c:3)",
+        ]
+    ]
+
+
+def test_a_module_importing_a_name_from_its_own_package_is_a_circle() -> None:
+    modules = {"judge.batch", "judge.batch._a", "judge.batch._b"}
+    package = _imports("judge.batch", "from ._a import A\nfrom ._b import B\n", is_package=True)
+    # a name from the package: the package's __init__, which imports this module
+    own = _imports("judge.batch._a", "from judge.batch import B\n")
+    assert [len(g) for g in module_cycles(package + own, modules)] == [2]
+    # a submodule named through the package is that module, not the package
+    sub = _imports("judge.batch._a", "from judge.batch import _b\n")
+    assert module_cycles(package + sub, modules) == []
+    # a plain ``import judge.batch`` is the package too
+    plain = _imports("judge.batch._a", "def f():\n    import judge.batch as package\n")
+    assert [len(g) for g in module_cycles(package + plain, modules)] == [2]

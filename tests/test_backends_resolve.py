@@ -88,7 +88,7 @@ def test_nothing_set_selects_local(fake_local: None) -> None:
     assert b.model_path is None
     assert describe_backend(b) == (
         "judge: using judge local:qwen2.5-coder-1.5b-q4km "
-        "(no DASHSCOPE_API_KEY or OPENAI_BASE_URL: embedded model)"
+        "(no DASHSCOPE_API_KEY or OPENAI_BASE_URL: the embedded model Qwen2.5-Coder-1.5B-Instruct)"
     )
     explicit = resolve_backend("local:qwen2.5-coder-1.5b-q4km", n_threads=2)
     assert isinstance(explicit, FakeLocal)

@@ -19,6 +19,7 @@ from judge.batch._progress import (
     Snapshot,
     format_duration,
     format_line,
+    format_rate,
     make_progress,
 )
 from judge.judging import JudgeConfig
@@ -52,9 +53,47 @@ def test_rates_and_eta_count_only_this_runs_work() -> None:
 def test_plain_line_has_every_counter() -> None:
     line = format_line(_snap())
     assert line == (
-        "judge score: 30/100 queries (30%), 2.00 queries/s, 12.0 passages/s, ETA 35s, "
+        "judge score: 30/100 queries (30%), 2.0 queries/s, 12 passages/s, ETA 35s, "
         "retries 3, rate-limited 1, unjudged 2, rejected 1"
     )
+
+
+@pytest.mark.parametrize(
+    ("rate", "text"),
+    [
+        (0.1333, "0.13"),  # the embedded model's rate: not rounded to 0.1
+        (0.0214, "0.021"),
+        (0.004249, "0.0042"),
+        (1.0, "1.0"),
+        (2.0, "2.0"),
+        (9.96, "10"),
+        (12.0, "12"),
+        (153.4, "153"),
+        (0.0, "0"),
+    ],
+)
+def test_rates_have_two_significant_figures(rate: float, text: str) -> None:
+    assert format_rate(rate) == text
+
+
+def test_a_slow_run_shows_its_passage_rate() -> None:
+    # 4 passages in 30 s: 0.13 passages/s (one decimal would say 0.1)
+    line = format_line(_snap(queries_this_run=1, passages_this_run=4, elapsed_s=30))
+    assert "0.033 queries/s, 0.13 passages/s" in line
+
+
+def test_progress_lines_carry_the_command_that_runs() -> None:
+    out = io.StringIO()
+    p = PlainProgress(out, interval_s=0.0, command="judge compare-systems")
+    p.start(100, 30)
+    p.stop(_snap())
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "judge compare-systems: resuming, 30/100 queries already in the output"
+    assert lines[1].startswith("judge compare-systems: 30/100 queries (30%)")
+    assert not any("judge score" in line for line in lines)
+    assert format_line(_snap(), "judge experiment").startswith("judge experiment: 30/100")
+    plain = make_progress("plain", command="judge compare-systems")
+    assert isinstance(plain, PlainProgress) and plain.command == "judge compare-systems"
 
 
 @pytest.mark.parametrize(("secs", "text"), [(None, "?"), (5.4, "5s"), (65, "1m05s"), (3725, "1h02m05s")])

@@ -96,7 +96,14 @@ def test_ray_engine_gives_the_local_engines_verdicts_one_call_each_within_the_gl
     isolate_cli_env(tmp_path, monkeypatch)
     inp = tmp_path / "data.jsonl"
     ids = _dataset(inp, 100, 10)  # 1,000 passages
-    common = ["--backend", "openai:sim-judge", "--base-url", sim.base_url, "--concurrency", str(CONCURRENCY)]
+    common = [
+        "--backend",
+        "openai:simulated-judge",
+        "--base-url",
+        sim.base_url,
+        "--concurrency",
+        str(CONCURRENCY),
+    ]
 
     local = _score(
         [str(inp), "-o", str(tmp_path / "local.jsonl"), "--cache", str(tmp_path / "l.sqlite"), *common],
@@ -132,7 +139,7 @@ async def _run(
     inp: Path, out: Path, executor: RayExecutor, base_url: str, concurrency: int = CONCURRENCY
 ) -> Any:
     backend = ensure_resilient(
-        resolve_backend("openai:sim-judge", base_url=base_url), concurrency=concurrency
+        resolve_backend("openai:simulated-judge", base_url=base_url), concurrency=concurrency
     )
     try:
         return await score_dataset(
@@ -156,7 +163,7 @@ def test_a_429_retry_after_pauses_every_worker(
     # Capacity 2 under 6 calls in flight: 429s with Retry-After 1 s.
     with sim_mod.SimProcess(str(log), latency_ms=100, jitter_ms=0, capacity=2, retry_after_s=1.0) as sim:
         executor = RayExecutor(
-            BackendSpec("openai:sim-judge", sim.base_url), workers=2, cpus_per_worker=0.5, concurrency=6
+            BackendSpec("openai:simulated-judge", sim.base_url), workers=2, cpus_per_worker=0.5, concurrency=6
         )
 
         async def go() -> tuple[Any, dict[str, Any]]:
@@ -196,7 +203,10 @@ def test_a_killed_worker_is_replaced_and_its_passages_are_asked_again(
     ids = _dataset(inp, 30, 8)
     out = tmp_path / "out.jsonl"
     executor = RayExecutor(
-        BackendSpec("openai:sim-judge", sim.base_url), workers=2, cpus_per_worker=0.5, concurrency=CONCURRENCY
+        BackendSpec("openai:simulated-judge", sim.base_url),
+        workers=2,
+        cpus_per_worker=0.5,
+        concurrency=CONCURRENCY,
     )
 
     async def kill_one_when_busy() -> None:
@@ -391,7 +401,7 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
     env.pop("DASHSCOPE_API_KEY", None)
     cmd = [
         sys.executable, "-m", "judge", "score", str(inp), "-o", str(out),
-        "--backend", "openai:sim-judge", "--base-url", sim.base_url,
+        "--backend", "openai:simulated-judge", "--base-url", sim.base_url,
         "--cache", str(tmp_path / "cache.sqlite"), "--concurrency", str(CONCURRENCY),
         "--engine", "ray", "--ray-address", ray_cluster, "--workers", "2", "--worker-cpus", "0.5",
         "--quiet",

@@ -76,7 +76,7 @@ def _cmd(inp: Path, out: Path, base_url: str, cache: Path) -> list[str]:
         "-o",
         str(out),
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         base_url,
         "--cache",

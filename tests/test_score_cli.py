@@ -55,7 +55,7 @@ def _write(path: Path, rows: list[Any]) -> Path:
 
 
 def _score(sim: Any, *args: str) -> list[str]:
-    return ["score", *args, "--backend", "openai:sim-judge", "--base-url", sim.base_url, "--quiet"]
+    return ["score", *args, "--backend", "openai:simulated-judge", "--base-url", sim.base_url, "--quiet"]
 
 
 def _requests(sim: Any) -> int:
@@ -202,7 +202,7 @@ def test_retry_unjudged_clears_what_faults_left(
                 "--retry-unjudged",
                 str(out),
                 "--backend",
-                "openai:sim-judge",
+                "openai:simulated-judge",
                 "--base-url",
                 sim.base_url,
                 "--quiet",
@@ -222,7 +222,7 @@ def test_permanent_backend_failure_exits_3(
 ) -> None:
     inp = _write(tmp_path / "p.jsonl", _rows(1))
     wrong = sim.root + "/no-such-api"
-    rc = main(["score", str(inp), "--backend", "openai:sim-judge", "--base-url", wrong, "--quiet"])
+    rc = main(["score", str(inp), "--backend", "openai:simulated-judge", "--base-url", wrong, "--quiet"])
     assert rc == 3
     assert "backend error" in capsys.readouterr().err
 

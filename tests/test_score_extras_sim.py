@@ -50,7 +50,16 @@ def _dataset(path: Path) -> Path:
 
 
 def _score(sim: Any, data: Path, out: Path, *extra: str) -> int:
-    argv = ["score", str(data), "-o", str(out), "--backend", "openai:sim-judge", "--base-url", sim.base_url]
+    argv = [
+        "score",
+        str(data),
+        "-o",
+        str(out),
+        "--backend",
+        "openai:simulated-judge",
+        "--base-url",
+        sim.base_url,
+    ]
     return main([*argv, "--quiet", *extra])
 
 

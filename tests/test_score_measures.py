@@ -44,7 +44,7 @@ def _run(sim: Any, *args: str) -> int:
             "score",
             *args,
             "--backend",
-            "openai:sim-judge",
+            "openai:simulated-judge",
             "--base-url",
             sim.base_url,
             "--quiet",

@@ -3,9 +3,11 @@ the job runner is live), on deterministic fake judges."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
+import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,9 +17,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from _server import BAD, Gate, app_for, ndjson, records, wait_job
+from _server import BAD, MARKER, Gate, app_for, ndjson, records, wait_job
 from fastapi.testclient import TestClient
 
+from judge.backends import ChatRequest, Completion, RuleBackend
 from judge.server._db import SCHEMA_VERSION
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
@@ -410,3 +413,50 @@ def test_viewer_assets_are_local(client: Any) -> None:
     html = page.text + client.get("/static/app.js").text + client.get("/static/app.css").text
     assert "http://" not in html and "https://" not in html  # nothing fetched from the network
     assert client.get("/jobs/anything").status_code == 200
+
+
+class _FirstQueryLast(RuleBackend):
+    """Yes iff ``[相关]``; every call of query 0 waits until both calls of query 1 have been
+    answered, so query 1 finishes (and is written) first."""
+
+    def __init__(self) -> None:
+        keyword = RuleBackend.keyword(MARKER)
+        super().__init__(keyword.rule, name="fake:first-query-last")
+        self.second_answered = 0
+        self.second_done = threading.Event()
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        text = "\n".join(m.content for m in request.messages if m.role == "user")
+        if "查询0的" in text:
+            deadline = time.monotonic() + 30  # bounded: the test fails rather than hangs
+            while not self.second_done.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        out = await super().complete(request)
+        if "查询1的" in text:
+            self.second_answered += 1
+            if self.second_answered == 2:
+                self.second_done.set()
+        return out
+
+
+def test_results_come_in_input_order_not_finishing_order(tmp_path: Path) -> None:
+    backend = _FirstQueryLast()
+    with TestClient(app_for(tmp_path, backend=backend)) as client:
+        job = submit(client, records(3, n_passages=2)).json()
+        assert wait_job(client, job["id"])["status"] == "done"
+        assert backend.second_done.is_set()
+        written = (tmp_path / "jobs" / job["id"] / "output.jsonl").read_text(encoding="utf-8")
+        finished = [json.loads(x)["id"] for x in written.splitlines()]
+        assert finished.index("q001") < finished.index("q000")  # the file: as they finished
+        url = f"/v1/jobs/{job['id']}/results"
+        assert [json.loads(x)["id"] for x in client.get(url).text.splitlines()] == ["q000", "q001", "q002"]
+        page = client.get(f"{url}?offset=1&limit=1")
+        assert [json.loads(x)["id"] for x in page.text.splitlines()] == ["q001"]
+
+
+def test_result_lines_sort_by_their_input_line() -> None:
+    from judge.server._engine import in_input_order
+
+    lines = [b'{"id": "b", "line": 7}', b'{"id": "x"}', b'{"id": "a", "line": 2}', b'{"id": "c", "line": 7}']
+    assert [json.loads(x)["id"] for x in in_input_order(lines)] == ["a", "b", "c", "x"]
+    assert in_input_order([]) == []

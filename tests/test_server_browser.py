@@ -53,6 +53,18 @@ from _server import ROOT, ndjson, serve_env, serve_process  # noqa: E402
 KEY = "viewer-test-key"
 
 
+# Tables of the page wider than the element that holds them (their columns would be cut off
+# or spill out), and how far the page itself scrolls sideways (0: it fits the window).
+FIT_CHECK = """() => {
+  const tables = [...document.querySelectorAll('main table')].filter((t) => t.offsetParent !== null);
+  const wide = tables
+    .filter((t) => t.scrollWidth > t.parentElement.clientWidth + 1)
+    .map((t) => `${t.id || t.className}: ${t.scrollWidth} > ${t.parentElement.clientWidth}`);
+  const doc = document.documentElement;
+  return {tables: wide, page: Math.max(0, doc.scrollWidth - doc.clientWidth), count: tables.length};
+}"""
+
+
 def _watch_csp(page: object) -> list[str]:
     """Collect the page's console messages about its Content-Security-Policy (a refused inline
     script or style would show here): the viewer must run without any."""
@@ -144,6 +156,7 @@ def test_submit_watch_and_read_reasons_in_chromium(tmp_path: Path) -> None:
             page.goto(url + "/")
             page.wait_for_selector("#jobs [data-status=done]")
             assert refused == []  # everything ran under the CSP
+            assert page.is_visible("#signout")  # keys are set: there is a session to end
             page.click("header nav button[type=submit]")  # sign out: the session is gone
             page.wait_for_selector("input[name=key]")
             assert page.request.get(url + "/v1/jobs").status == 401
@@ -153,6 +166,26 @@ def test_submit_watch_and_read_reasons_in_chromium(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
     if os.environ.get("JUDGE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(shot, ROOT / "docs" / "server-viewer.png")
+
+
+def test_no_sign_out_without_auth_in_chromium(tmp_path: Path) -> None:
+    env = serve_env(tmp_path)  # no JUDGE_API_KEYS: auth is off
+    args = ["--backend-factory", "_server:fake_backend", "--db", str(tmp_path / "s.sqlite")]
+    with serve_process(args, env) as (_proc, url), sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(30_000)
+            page.goto(url + "/")
+            page.wait_for_selector("#submit-form")  # no sign-in form: straight to the viewer
+            page.wait_for_function(
+                "document.getElementById('backend').textContent.length > 0"
+            )  # /v1/info read
+            assert page.locator("#signout").count() == 1
+            assert not page.is_visible("#signout")
+            assert "Sign out" not in page.inner_text("header")
+        finally:
+            browser.close()
 
 
 def _systems() -> dict[str, list[dict[str, object]]]:
@@ -218,7 +251,13 @@ def test_comparison_page_shows_the_winner_and_reasons_in_chromium(tmp_path: Path
             assert "今天的天气晴朗" in first.inner_text()
             links = page.inner_text("#job-head .links")
             assert "bm25.run" in links and "dense.run" in links and "http" not in links
-            page.set_viewport_size({"width": 1360, "height": 1640})
+            # At 1,280 px every table fits: none is wider than the box it sits in (so no
+            # column is cut off by the card or the window) and the page never scrolls sideways.
+            page.set_viewport_size({"width": 1280, "height": 1000})
+            overflow = page.evaluate(FIT_CHECK)
+            assert overflow == {"tables": [], "page": 0, "count": overflow["count"]}, overflow
+            assert overflow["count"] >= 2  # the systems' means and the comparisons at least
+            page.set_viewport_size({"width": 1280, "height": 1640})
             page.screenshot(path=str(shot))  # the verdict, pool, systems, tests and the first query
             page.goto(url + f"/jobs/{job_id}")  # a compare job's /jobs/ page leads to its comparison page
             page.wait_for_url(f"**/compare/{job_id}")

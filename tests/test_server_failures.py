@@ -69,7 +69,7 @@ def test_evaluate_against_a_wrong_url_on_a_real_http_backend(
     tmp_path: Path, sim: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    backend = make_backend("openai:sim-judge", base_url=sim.root + "/no-such-api")
+    backend = make_backend("openai:simulated-judge", base_url=sim.root + "/no-such-api")
     with TestClient(app_for(tmp_path, backend=backend)) as client:
         r = client.post("/v1/evaluate", json={"query": "q", "retrieval_context": ["a"]})
     assert r.status_code == 502 and r.json()["upstream_status"] == 404

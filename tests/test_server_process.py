@@ -132,7 +132,7 @@ def test_kill_9_mid_job_resumes_on_restart_with_every_query_once(tmp_path: Path,
     env = serve_env(tmp_path)
     args = [
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         sim.base_url,
         "--concurrency",
@@ -202,7 +202,14 @@ def test_kill_9_mid_comparison_resumes_on_restart(tmp_path: Path, sim: Any) -> N
         ensure_ascii=False,
     ).encode("utf-8")
     env = serve_env(tmp_path)
-    args = ["--backend", "openai:sim-judge", "--base-url", sim.base_url, "--concurrency", str(CONCURRENCY)]
+    args = [
+        "--backend",
+        "openai:simulated-judge",
+        "--base-url",
+        sim.base_url,
+        "--concurrency",
+        str(CONCURRENCY),
+    ]
     args += ["--db", str(tmp_path / "server.sqlite"), "--cache", str(tmp_path / "cache.sqlite")]
     log = Path(sim.log_path)
     with serve_process(args, env) as (proc, url):

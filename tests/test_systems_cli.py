@@ -63,7 +63,7 @@ def _cli(sim: Any, a: Path, b: Path, out: Path, *extra: str) -> list[str]:
         "-o",
         str(out),
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         sim.base_url,
         "--quiet",
@@ -236,7 +236,7 @@ def test_kill_9_mid_pool_then_rerun_loses_nothing_and_asks_nothing_twice(tmp_pat
         "-o",
         str(out),
         "--backend",
-        "openai:sim-judge",
+        "openai:simulated-judge",
         "--base-url",
         sim.base_url,
         "--cache",
@@ -296,3 +296,15 @@ def test_depth_and_qrels_flags(sim: Any, tmp_path: Path, capsys: pytest.CaptureF
     assert report["pool"]["calls"] == _requests(sim) - before == 7
     assert report["conventions"]["depth"] == 2 and report["conventions"]["relevance_level"] == 2
     assert "q00 0 q00-r0 3\n" in (out / "pool.qrels").read_text(encoding="utf-8")
+
+
+def test_progress_lines_are_labelled_compare_systems(
+    sim: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _systems(tmp_path, 2)
+    args = [x for x in _cli(sim, a, b, tmp_path / "report") if x != "--quiet"]
+    assert main(args) == 0
+    err = capsys.readouterr().err  # not a TTY: plain progress lines
+    progress = [line for line in err.splitlines() if " queries (" in line]
+    assert progress and all(line.startswith("judge compare-systems: ") for line in progress), err
+    assert "judge score" not in err

@@ -92,6 +92,7 @@ from judge.backends._base import (
 )
 from judge.backends._model_file import (
     DEFAULT_MODEL,
+    DEFAULT_REASON_BATCH,
     ModelFileError,
     ensure_model,
     file_sha256,
@@ -117,8 +118,7 @@ DEFAULT_NAME = "local:qwen2.5-coder-1.5b-q4km"
 EVAL_BLOCK = 32
 #: ``max_tokens`` when the request gives none (a verdict with a short reason needs < 200).
 DEFAULT_MAX_TOKENS = 512
-#: Reasons decoded together (see "Batched reasons"); 1 turns batching off.
-DEFAULT_REASON_BATCH = 4
+# Reasons decoded together: DEFAULT_REASON_BATCH (see "Batched reasons"); 1 turns batching off.
 
 _SENTINEL = re.compile("\ue000(\\d+)\ue001")
 # Used only when the GGUF carries no chat template of its own.

@@ -122,6 +122,15 @@ _QWEN_PARTS: tuple[tuple[int, str], ...] = (
     (16315968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
 )
 
+#: The embedded model's name, one spelling in help, messages and docs (its backend spec is
+#: ``local:qwen2.5-coder-1.5b-q4km``, its file the Q4_K_M GGUF below).
+EMBEDDED_MODEL_NAME = "Qwen2.5-Coder-1.5B-Instruct"
+
+#: Reasons the embedded model decodes together, and so its calls in flight: its
+#: ``max_concurrency``, the concurrency a run over it records (its probability passes still
+#: run one at a time on the one model).
+DEFAULT_REASON_BATCH = 4
+
 #: The official Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, shipped as 22 PyPI packages.
 DEFAULT_MODEL = ModelSpec(
     filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",

@@ -35,6 +35,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from judge.backends._base import Backend, ConfigurationError
+from judge.backends._model_file import EMBEDDED_MODEL_NAME
 from judge.backends._policy import CallPolicy
 
 if TYPE_CHECKING:
@@ -97,14 +98,13 @@ def make_backend(
     ``options`` go to :func:`resolve_backend`. Errors: :class:`ConfigurationError` naming
     the field (``backend``, ``base_url``, a policy field ...).
     """
-    import judge.backends as package  # looked up at call time: tests may patch resolve_backend
     from judge.backends._resilient import ResilientBackend
 
     if isinstance(spec_or_object, ResilientBackend):
         if policy is None:
             return spec_or_object
         return ResilientBackend(spec_or_object.inner, policy=policy)
-    inner = package.resolve_backend(spec_or_object, base_url=base_url, api_key=api_key, **options)
+    inner = resolve_backend(spec_or_object, base_url=base_url, api_key=api_key, **options)
     if isinstance(inner, ResilientBackend):
         return inner if policy is None else ResilientBackend(inner.inner, policy=policy)
     return ResilientBackend(inner, policy=policy if policy is not None else CallPolicy())
@@ -160,7 +160,7 @@ def resolve_backend(
         return _remember(_build("openai", model, None, api_key, options), "OPENAI_BASE_URL set")
     return _remember(
         _build("local", DEFAULT_LOCAL_MODEL, None, None, options),
-        "no DASHSCOPE_API_KEY or OPENAI_BASE_URL: embedded model",
+        f"no DASHSCOPE_API_KEY or OPENAI_BASE_URL: the embedded model {EMBEDDED_MODEL_NAME}",
     )
 
 
@@ -284,5 +284,7 @@ def describe_backend(backend: Backend) -> str:
     while reason is None and hasattr(target, "inner"):
         target = target.inner
         reason = _reason_of(target)
+    if backend.name == f"local:{DEFAULT_LOCAL_MODEL}" and EMBEDDED_MODEL_NAME not in (reason or ""):
+        reason = f"the embedded model {EMBEDDED_MODEL_NAME}" + (f"; {reason}" if reason else "")
     suffix = f" ({reason})" if reason else ""
     return f"judge: using judge {backend.name}{suffix}"

@@ -14,7 +14,6 @@ from judge.batch._label_apply import (
     agreement_items,
     apply_labels,
     comparison_review_queue,
-    human_label_counts,
     job_agreement,
     job_review_queue,
     label_for_passage,
@@ -23,7 +22,13 @@ from judge.batch._label_apply import (
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
-from judge.batch._records import build_record, ground_truth_metrics, summarize_records, truth_of
+from judge.batch._records import (
+    build_record,
+    ground_truth_metrics,
+    human_label_counts,
+    summarize_records,
+    truth_of,
+)
 from judge.batch._run_spec import (
     DEFAULT_WORKER_CPUS,
     DEFAULT_WORKERS,
@@ -41,6 +46,7 @@ from judge.batch._runner import (
     BatchOutcome,
     check_labels,
     default_output_path,
+    executor_for,
     retry_unjudged,
     score_dataset,
     score_dataset_sync,
@@ -97,6 +103,7 @@ __all__ = [
     "check_labels",
     "comparison_review_queue",
     "default_output_path",
+    "executor_for",
     "ground_truth_metrics",
     "human_label_counts",
     "job_agreement",

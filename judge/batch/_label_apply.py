@@ -45,7 +45,6 @@ __all__ = [
     "agreement_items",
     "apply_labels",
     "comparison_review_queue",
-    "human_label_counts",
     "job_agreement",
     "job_review_queue",
     "label_for_passage",
@@ -188,34 +187,6 @@ def apply_labels(
     unmatched = sum(1 for x in labels if x.label.key not in seen)
     mapping = {str(s): m.as_dict() for per in by_mode.values() for s, m in per.items()}
     return LabelOutcome(out, applied, changed, queries, unmatched, mapping)
-
-
-def human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """``{"passages", "changed", "queries", "reviewers"}`` decided by people in ``records``
-    (None when no verdict came from a person): the summary's ``human_labels`` block."""
-    passages = changed = queries = 0
-    reviewers: set[str] = set()
-    for r in records:
-        here = 0
-        for v in r["verdicts"]:
-            if v.get("source") != "human":
-                continue
-            here += 1
-            reviewers.add(str(v.get("reviewer")))
-            old = v.get("replaced") or {}
-            if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
-                changed += 1
-        passages += here
-        queries += 1 if here else 0
-    if not passages:
-        return None
-    return {
-        "passages": passages,
-        "changed": changed,
-        "queries": queries,
-        "reviewers": sorted(reviewers),
-        "convention": "a human label replaces the judge's verdict; P(yes) = 1/0 in expected metrics",
-    }
 
 
 def _relevance_mapping(

@@ -7,6 +7,7 @@ interface: ``start(total, done)``, ``update(snapshot)``, ``stop(snapshot)``.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -61,18 +62,34 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def format_rate(value: float) -> str:
+    """A rate to two significant figures (``0.13``, ``0.0042``, ``2.0``), whole from 10 up
+    (``12``, ``153``): a slow run's rate is not rounded away to ``0.1``."""
+    if value <= 0 or not math.isfinite(value):
+        return "0"
+    if value >= 10:
+        return f"{value:.0f}"
+    decimals = 1 - math.floor(math.log10(value))
+    text = f"{value:.{decimals}f}"
+    if float(text) >= 10:  # 9.96 rounds up to 10
+        return "10"
+    return text
+
+
 def format_rates(snap: Snapshot) -> str:
-    """``"0.12 queries/s, 0.7 passages/s"``, or ``"rate not measured yet"`` before the first
+    """``"0.021 queries/s, 0.13 passages/s"``, or ``"rate not measured yet"`` before the first
     query of this run has finished (a rate from passages merely started would be invented)."""
     if not snap.measured:
         return "rate not measured yet"
-    return f"{snap.qps:.2f} queries/s, {snap.pps:.1f} passages/s"
+    return f"{format_rate(snap.qps)} queries/s, {format_rate(snap.pps)} passages/s"
 
 
-def format_line(snap: Snapshot) -> str:
+def format_line(snap: Snapshot, command: str = "judge score") -> str:
+    """The plain progress line, labelled with the command that runs (``judge score``,
+    ``judge compare-systems``, ...)."""
     pct = 100.0 * snap.queries_done / snap.queries_total if snap.queries_total else 100.0
     return (
-        f"judge score: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
+        f"{command}: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
         f"{format_rates(snap)}, ETA {format_duration(snap.eta_s)}, "
         f"retries {snap.retries}, rate-limited {snap.rate_limited}, unjudged {snap.unjudged}, "
         f"rejected {snap.rejected}"
@@ -104,9 +121,14 @@ class PlainProgress:
     """
 
     def __init__(
-        self, stream: IO[str] | None = None, interval_s: float = 5.0, heartbeat_s: float = 60.0
+        self,
+        stream: IO[str] | None = None,
+        interval_s: float = 5.0,
+        heartbeat_s: float = 60.0,
+        command: str = "judge score",
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.command = command
         self.interval_s = interval_s
         self.heartbeat_s = max(heartbeat_s, interval_s)
         self._last = 0.0
@@ -115,7 +137,7 @@ class PlainProgress:
     def start(self, total: int, done: int) -> None:
         self._last = time.monotonic()
         if done:
-            print(f"judge score: resuming, {done}/{total} queries already in the output", file=self.stream)
+            print(f"{self.command}: resuming, {done}/{total} queries already in the output", file=self.stream)
 
     def update(self, snap: Snapshot) -> None:
         now = time.monotonic()
@@ -124,17 +146,18 @@ class PlainProgress:
         if (moved and since >= self.interval_s) or since >= self.heartbeat_s:
             self._last = now
             self._last_done = snap.queries_done
-            print(format_line(snap), file=self.stream, flush=True)
+            print(format_line(snap, self.command), file=self.stream, flush=True)
 
     def stop(self, snap: Snapshot) -> None:
-        print(format_line(snap), file=self.stream, flush=True)
+        print(format_line(snap, self.command), file=self.stream, flush=True)
 
 
 class BarProgress:
-    """A rich progress bar on stderr."""
+    """A rich progress bar on stderr, labelled with the command that runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = "judge score") -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -145,7 +168,7 @@ class BarProgress:
         )
 
         self._progress = Progress(
-            TextColumn("[bold]judge score"),
+            TextColumn(f"[bold]{escape(command)}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[rates]}"),
@@ -180,9 +203,12 @@ class BarProgress:
         self._progress.stop()
 
 
-def make_progress(mode: ProgressMode = "auto", *, interval_s: float = 5.0) -> ProgressReporter:
+def make_progress(
+    mode: ProgressMode = "auto", *, interval_s: float = 5.0, command: str = "judge score"
+) -> ProgressReporter:
+    """The reporter for ``mode``; its lines are labelled ``command`` (the command that runs)."""
     if mode == "quiet":
         return QuietProgress()
     if mode == "bar" or (mode == "auto" and sys.stderr.isatty()):
-        return BarProgress()
-    return PlainProgress(interval_s=interval_s)
+        return BarProgress(command)
+    return PlainProgress(interval_s=interval_s, command=command)

@@ -393,13 +393,35 @@ def summarize_records(
     else:
         summary["ground_truth"] = None
     summary.update(summarize_extras(records, k))
-    human = _human_label_counts(records)
+    human = human_label_counts(records)
     if human is not None:
         summary["human_labels"] = human
     return summary
 
 
-def _human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    from judge.batch._label_apply import human_label_counts
-
-    return human_label_counts(records)
+def human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``{"passages", "changed", "queries", "reviewers"}`` decided by people in ``records``
+    (None when no verdict came from a person): the summary's ``human_labels`` block."""
+    passages = changed = queries = 0
+    reviewers: set[str] = set()
+    for r in records:
+        here = 0
+        for v in r["verdicts"]:
+            if v.get("source") != "human":
+                continue
+            here += 1
+            reviewers.add(str(v.get("reviewer")))
+            old = v.get("replaced") or {}
+            if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
+                changed += 1
+        passages += here
+        queries += 1 if here else 0
+    if not passages:
+        return None
+    return {
+        "passages": passages,
+        "changed": changed,
+        "queries": queries,
+        "reviewers": sorted(reviewers),
+        "convention": "a human label replaces the judge's verdict; P(yes) = 1/0 in expected metrics",
+    }

@@ -41,7 +41,6 @@ from judge.judging import JudgeConfig
 
 if TYPE_CHECKING:
     from judge.backends import Backend
-    from judge.batch._ray import RayExecutor
 
 __all__ = [
     "CONFIG_FIELDS",
@@ -163,18 +162,6 @@ class RunSpec:
         """This spec with the concurrency made concrete for ``backend`` (what a Ray
         cluster's one limiter enforces: it never sees the backend)."""
         return replace(self, policy=replace(self.policy, concurrency=self.concurrency_for(backend)))
-
-    def executor(self, backend: Backend, ship: Any = None) -> RayExecutor | None:
-        """Who judges: None for the local engine (the batch runner's own
-        :class:`~judge.batch.LocalExecutor` over ``backend``), a
-        :class:`~judge.batch.RayExecutor` for ``ray`` (its workers build ``ship``, a
-        :class:`~judge.batch.BackendSpec` or a picklable backend; default ``backend``). The
-        caller closes it."""
-        if not self.ray:
-            return None
-        from judge.batch._ray import RayExecutor
-
-        return RayExecutor(ship if ship is not None else backend, self.for_backend(backend))
 
     def engine_settings(self) -> dict[str, Any]:
         """The engine as a run's summary echoes it."""

@@ -51,6 +51,7 @@ from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
+from judge.batch._run_spec import RunSpec
 from judge.io import (
     DEFAULT_MAX_PASSAGE_CHARS,
     DatasetRecord,
@@ -82,6 +83,19 @@ from judge.store import (
 )
 
 
+def executor_for(spec: RunSpec, backend: Backend, ship: Any = None) -> Executor | None:
+    """Who judges a run of ``spec``: None for the local engine (the batch runner's own
+    :class:`~judge.batch.LocalExecutor` over ``backend``), a
+    :class:`~judge.batch.RayExecutor` for ``ray`` (its workers build ``ship``, a
+    :class:`~judge.batch.BackendSpec` or a picklable backend; default ``backend``). The
+    caller closes it."""
+    if not spec.ray:
+        return None
+    from judge.batch._ray import RayExecutor  # Ray's module loads only for a Ray run
+
+    return RayExecutor(ship if ship is not None else backend, spec.for_backend(backend))
+
+
 @dataclass(frozen=True)
 class BatchOptions:
     """Settings of a batch run that are not about how one passage is judged.
@@ -104,6 +118,7 @@ class BatchOptions:
     strict: bool = False
     progress: ProgressMode = "auto"
     progress_interval_s: float = 5.0
+    command: str = "judge score"  # the label of the progress lines: the command that runs
     rejects_path: Path | None = None
     summary_path: Path | None = None
     fsync: bool = True
@@ -298,7 +313,9 @@ class _Run:
         self._dropped = dropped
         self.scored = 0
         self.passages_done = 0  # passages of the queries finished this run (the rates)
-        self.progress = make_progress(opts.progress, interval_s=opts.progress_interval_s)
+        self.progress = make_progress(
+            opts.progress, interval_s=opts.progress_interval_s, command=opts.command
+        )
         executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
         # Whose call counters the summary and progress read: an executor that judges
         # elsewhere (Ray workers, each with its own backend) sums them itself (``stats``).

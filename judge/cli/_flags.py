@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from judge.backends import EMBEDDED_CONCURRENCY, EMBEDDED_MODEL_NAME
 from judge.io import InputError
 
 if TYPE_CHECKING:  # imported when used: `judge trec` never loads the backends
@@ -49,8 +50,9 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
     p.add_argument(
         "--backend",
         default=None,
-        help="backend spec, e.g. qwen:qwen-plus or qrels:FILE (default: $JUDGE_BACKEND, else from the "
-        "keys set, else the embedded model)",
+        help="backend spec, e.g. qwen:qwen-plus or qrels:FILE (default: $JUDGE_BACKEND, else "
+        "qwen:qwen-plus with DASHSCOPE_API_KEY, openai:* with OPENAI_BASE_URL, else the embedded model "
+        f"{EMBEDDED_MODEL_NAME}, local:qwen2.5-coder-1.5b-q4km)",
     )
     p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for openai:* backends")
     p.add_argument(
@@ -78,8 +80,9 @@ def add_call_flags(p: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=int,
         default=None,
-        help="provider calls in flight (default {default:concurrency}, or the backend's limit: 1 for the "
-        "embedded model)",
+        help="provider calls in flight (default {default:concurrency}, or the backend's limit if lower: "
+        f"{EMBEDDED_CONCURRENCY} for the embedded model, the reasons it decodes together; the run's "
+        "summary records the concurrency in force)",
     )
     p.add_argument(
         "--timeout",

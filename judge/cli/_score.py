@@ -46,7 +46,13 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("input", nargs="?", help="dataset JSONL (or .jsonl.gz); one query per line")
-    p.add_argument("-o", "--output", help="output JSONL (default: INPUT.judged.jsonl beside the input)")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="output JSONL (default: INPUT.judged.jsonl beside the input); one record per query, "
+        "appended as each query finishes (so a kill loses nothing), each with its input line "
+        "number in 'line': sort by it for input order (the server's results and viewer do)",
+    )
     add_batch_flags(p, defaults=False)
     add_dataset_flags(
         p,
@@ -231,7 +237,14 @@ def _report(args: argparse.Namespace, outcome: Any) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
-    from judge.batch import BackendSpec, BatchOptions, check_labels, retry_unjudged, score_dataset
+    from judge.batch import (
+        BackendSpec,
+        BatchOptions,
+        check_labels,
+        executor_for,
+        retry_unjudged,
+        score_dataset,
+    )
     from judge.io import parse_field_map
     from judge.store import SQLiteVerdictStore
 
@@ -254,7 +267,7 @@ def run_score(args: argparse.Namespace) -> int:
     backend = open_backend(args.backend, args.base_url, spec.policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
-    executor = spec.executor(backend, BackendSpec(args.backend, args.base_url) if spec.ray else None)
+    executor = executor_for(spec, backend, BackendSpec(args.backend, args.base_url) if spec.ray else None)
     options = _options(args, spec, backend, executor, given | labels)
 
     async def go() -> Any:

@@ -5,7 +5,8 @@ driver and verdict cache as ``judge score``, bearer-key auth, Prometheus metrics
 results viewer. :func:`create_app` builds the ASGI app; ``judge serve`` runs it.
 """
 
-from judge.server._app import ServerConfig, create_app
+from judge.server._app import create_app
+from judge.server._app_state import ServerConfig
 from judge.server._auth import KeyRing, is_loopback, load_keys
 from judge.server._bounds import JobBounds
 from judge.server._db import SchemaError

@@ -4,7 +4,7 @@
 * :mod:`judge.server._evaluate_route`: ``POST /v1/evaluate`` (one query, judged now);
 * :mod:`judge.server._job_routes`: scoring jobs (submit, list, view, events, results, ...);
 * :mod:`judge.server._compare_routes`: comparisons of systems (submit, report, differences);
-* :mod:`judge.server._review`: review queue, labels, agreement, calibration;
+* :mod:`judge.server._review_routes`: review queue, labels, agreement, calibration;
 * :mod:`judge.server._viewer_routes`: the viewer's pages, sign-in and sign-out; ``/static``.
 
 Each route reaches the server's :class:`~judge.server._app_state.AppState` (settings, job
@@ -20,53 +20,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from judge.server import _compare_routes, _job_routes, _review, _service_routes, _viewer_routes
-from judge.server._app_state import AppState, add_error_handlers
-from judge.server._auth import KeyRing
+from judge.server import _compare_routes, _job_routes, _review_routes, _service_routes, _viewer_routes
+from judge.server._app_state import AppState, ServerConfig, add_error_handlers
 from judge.server._bounds import ParsedBodyRoute
 from judge.server._db import JobDB
 from judge.server._evaluate_route import evaluate_router
 from judge.server._guard import Guard
-from judge.server._jobs import JobManager, Runtime
+from judge.server._jobs import JobManager
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import ServerMetrics
 from judge.server._review import Review
 from judge.server._security import CsrfCheck, HostCheck, SecurityHeaders, parse_allowed_hosts, viewer_csp
-from judge.server._sessions import DEFAULT_TTL_S, SIGNIN_STYLE, Authenticator, SessionStore
-
-
-@dataclass
-class ServerConfig:
-    """Everything ``judge serve`` decides at start (see :func:`create_app`)."""
-
-    db_path: Path
-    jobs_dir: Path
-    runtime: Runtime
-    defaults: dict[str, Any]
-    keys: KeyRing
-    labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
-    labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
-    labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_passages: int = 200
-    sse_interval_s: float = 0.5
-    session_ttl_s: float = DEFAULT_TTL_S
-    trust_forwarded_proto: bool = False
-    # Host names (``NAME`` or ``NAME:PORT``) answered beside the server's own address and
-    # localhost; the host rule is on without keys, and with keys when this names any.
-    allowed_hosts: tuple[str, ...] = ()
-    # labels of the keys that may import labels under other reviewers' names (--admin-keys)
-    admin_keys: frozenset[str] = frozenset()
-    # The database's writer lock, when the caller took it already (``judge serve`` does,
-    # before it opens the backend); else create_app takes it.
-    db_lock: DatabaseLock | None = None
+from judge.server._sessions import SIGNIN_STYLE, Authenticator, SessionStore
 
 
 def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
@@ -126,7 +96,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.judge = state
     add_error_handlers(app)
     app.include_router(evaluate_router(config.runtime, config.defaults, config.max_passages, state.metrics))
-    app.include_router(_review.router)  # queue, labels, agreement
+    app.include_router(_review_routes.router)  # queue, labels, agreement
     app.include_router(_service_routes.router)
     app.include_router(_job_routes.router)
     app.include_router(_compare_routes.router)
@@ -140,4 +110,4 @@ def create_app(config: ServerConfig) -> FastAPI:
     return app
 
 
-__all__ = ["ServerConfig", "create_app"]
+__all__ = ["create_app", "open_state"]

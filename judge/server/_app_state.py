@@ -1,7 +1,8 @@
-"""What every router of ``judge serve`` shares: one :class:`AppState` per app (settings, job
-database, sessions, job manager, metrics, review), reached by a route through the
-:data:`State` dependency, and the small answers several routers give (404 for an unknown
-job, 409 for a job of the wrong kind, 429 for a full queue, a job accepted with 202).
+"""What every router of ``judge serve`` shares: one :class:`AppState` per app (the
+:class:`ServerConfig` decided at start, job database, sessions, job manager, metrics,
+review), reached by a route through the :data:`State` dependency, and the small answers
+several routers give (404 for an unknown job, 409 for a job of the wrong kind, 429 for a
+full queue, a job accepted with 202).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,14 +19,13 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from judge.server import _engine, _failures
+from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._jobs import JobManager, Runtime
+from judge.server._lock import DatabaseLock
 from judge.server._metrics import ServerMetrics
-from judge.server._sessions import Authenticator, SessionStore
-
-if TYPE_CHECKING:
-    from judge.server._app import ServerConfig
-    from judge.server._review import Review
+from judge.server._review import Review
+from judge.server._sessions import DEFAULT_TTL_S, Authenticator, SessionStore
 
 NDJSON = "application/x-ndjson"
 
@@ -56,6 +56,33 @@ def validation_error(exc: ValidationError, prefix: tuple[str, ...]) -> RequestVa
 
 def field_error(loc: tuple[str, ...], message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
+
+
+@dataclass
+class ServerConfig:
+    """Everything ``judge serve`` decides at start (see :func:`create_app`)."""
+
+    db_path: Path
+    jobs_dir: Path
+    runtime: Runtime
+    defaults: dict[str, Any]
+    keys: KeyRing
+    labels_path: Path | None = None  # the label store; None: labels.sqlite beside db_path
+    labels_level: int | None = None  # graded labels on a binary job: grade >= level is relevant
+    labels_yes_grade: int | None = None  # binary labels on a graded job: the grade of a yes
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_passages: int = 200
+    sse_interval_s: float = 0.5
+    session_ttl_s: float = DEFAULT_TTL_S
+    trust_forwarded_proto: bool = False
+    # Host names (``NAME`` or ``NAME:PORT``) answered beside the server's own address and
+    # localhost; the host rule is on without keys, and with keys when this names any.
+    allowed_hosts: tuple[str, ...] = ()
+    # labels of the keys that may import labels under other reviewers' names (--admin-keys)
+    admin_keys: frozenset[str] = frozenset()
+    # The database's writer lock, when the caller took it already (``judge serve`` does,
+    # before it opens the backend); else create_app takes it.
+    db_lock: DatabaseLock | None = None
 
 
 @dataclass
@@ -212,6 +239,7 @@ __all__ = [
     "Intake",
     "NotCompare",
     "NotFound",
+    "ServerConfig",
     "State",
     "add_error_handlers",
     "app_state",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,6 +161,21 @@ def complete_lines(path: Path, start: int = 0) -> tuple[list[bytes], int]:
     if end < 0:
         return [], start
     return data[: end + 1].splitlines(), start + end + 1
+
+
+def in_input_order(lines: list[bytes]) -> list[bytes]:
+    """Result lines sorted by the input line each record was read from (its ``line``): the
+    output file is written as queries finish, which is not the order they were given in.
+    A line without a number keeps its place after the numbered ones (stable sort)."""
+
+    def line_of(raw: bytes) -> float:
+        try:
+            value = json.loads(raw).get("line")
+        except (ValueError, AttributeError):
+            return math.inf
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else math.inf
+
+    return sorted(lines, key=line_of)
 
 
 def results_path(job_dir: Path, kind: str) -> Path:

@@ -219,8 +219,10 @@ async def results(
     tag: str = Query(default="judge", pattern=r"^\S{1,64}$"),
     system: str | None = Query(default=None, max_length=200),
 ) -> Response:
-    """The records ``judge score`` writes, as NDJSON in finishing order, ``offset``/``limit``
-    paginated (``X-Total-Count``, ``X-Next-Offset``); ``format=qrels|run``: TREC files of
+    """The records ``judge score`` writes, as NDJSON in input order (the order of the
+    submitted lines, whatever order the queries finished in; while a job runs, a query that
+    finishes later is inserted at its place), ``offset``/``limit`` paginated
+    (``X-Total-Count``, ``X-Next-Offset``); ``format=qrels|run``: TREC files of
     the whole output. A comparison's results are its pooled verdicts
     (``pool.judged.jsonl``); ``format=qrels`` its ``pool.qrels``, ``format=run&system=NAME``
     that system's ``runs/NAME.run``."""
@@ -231,6 +233,7 @@ async def results(
         return await _trec_file(state, job, format, tag)
     lines, _ = _engine.complete_lines(_engine.results_path(state.manager.job_dir(job_id), job["kind"]))
     lines = await asyncio.to_thread(state.review.lines, job, [x for x in lines if x.strip()])
+    lines = await asyncio.to_thread(_engine.in_input_order, lines)
     page = lines[offset : offset + limit]
     headers = {"X-Total-Count": str(len(lines))}
     if offset + limit < len(lines):

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from judge.backends import DEFAULT_CONCURRENCY, Backend, backend_fingerprint
-from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork, RunSpec
+from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork, RunSpec, executor_for
 from judge.io import DatasetRecord, InputError, read_dataset
 from judge.judging import (
     DEFAULT_BORDERLINE_MARGIN,
@@ -383,7 +383,7 @@ async def run_stability(
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
     runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)  # labels checked here
-    own = spec.executor(backend) if executor is None else None
+    own = executor_for(spec, backend) if executor is None else None
     window = spec.window if spec.window is not None else limit * per_query
     driver = BatchDriver(
         executor or own or LocalExecutor(backend, window=window),

@@ -10,14 +10,12 @@ from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._inputs import Inputs, check_name, parse_system_args, read_systems
 from judge.systems._label_scale import map_human
 from judge.systems._model import SCHEMA, PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
 from judge.systems._run import (
     DEFAULT_REPORT_DIR,
-    SystemsOptions,
     acompare_systems,
     compare_systems,
-    pool_scale,
-    read_human_labels,
     run_compare_systems,
     run_comparison,
 )

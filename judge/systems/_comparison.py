@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from judge.io import RejectsReporter
 from judge.judging import JudgeConfig
@@ -28,12 +28,10 @@ from judge.metrics import Evaluation, Measure
 from judge.store import atomic_write_text
 from judge.systems._inputs import Inputs, read_systems
 from judge.systems._model import SystemsReport
+from judge.systems._options import SystemsOptions, label_grades, read_human_labels
 from judge.systems._pool import Pool, PoolVerdicts, build_pool, existing_mode, read_pool_verdicts
 from judge.systems._render import ReportData, render_differences, render_html, render_markdown
 from judge.systems._scoring import Paired, compare_systems_paired, evaluate_files, parse_measures
-
-if TYPE_CHECKING:
-    from judge.systems._run import SystemsOptions
 
 VIEWS = {"json": "report.json", "md": "report.md", "html": "report.html"}
 
@@ -154,8 +152,6 @@ class ComparisonReport:
         the defaults). ``systems``: name -> dataset path when the files moved (default: the
         paths ``report.json`` names). Raises :class:`FileNotFoundError` when the report is
         not written yet."""
-        from judge.systems._run import SystemsOptions, label_grades, read_human_labels
-
         opts = options if options is not None else SystemsOptions()
         where = ReportFolder(Path(folder))
         report = SystemsReport.model_validate(json.loads(where.report_json.read_text(encoding="utf-8")))

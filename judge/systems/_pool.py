@@ -140,6 +140,7 @@ class PoolRun:
     spec: RunSpec = field(default_factory=_default_spec)
     concurrency: int | None = None
     progress: str = "quiet"
+    command: str = "judge compare-systems"  # the label of the progress lines
     listwise: bool = False
     listwise_template: str | None = None
     retry_unjudged: bool = False
@@ -224,6 +225,7 @@ async def judge_pool(
             concurrency=run.concurrency if run.concurrency is not None else run.spec.concurrency_for(backend),
             window=run.spec.window,
             progress=run.progress,  # type: ignore[arg-type]
+            command=run.command,
             fsync=run.fsync,
             listwise=run.listwise,
             listwise_template=run.listwise_template,

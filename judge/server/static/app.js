@@ -41,6 +41,8 @@ async function loadInfo() {
   try {
     const info = await (await api("/v1/info")).json();
     document.getElementById("backend").textContent = `${info.backend} · ${info.model} · v${info.version}`;
+    // Sign out only where there is something to sign out of: a server with API keys.
+    document.getElementById("signout").hidden = !info.auth;
   } catch (e) { /* the page itself reports errors */ }
 }
 
