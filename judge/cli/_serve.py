@@ -190,11 +190,26 @@ def _server_class() -> Any:
     return Server
 
 
+def _key_ring(args: argparse.Namespace, keys: list[str]) -> tuple[Any, frozenset[str]]:
+    """The server's key ring and the labels of its admin keys (``--admin-keys``: keys that may
+    import labels under other reviewers' names; each must be an accepted API key)."""
+    from judge.server import KeyRing, load_keys
+
+    admin = load_keys("", keys_file=args.admin_keys) if args.admin_keys else []
+    ring = KeyRing(keys)
+    admin_labels = frozenset(ring.label_for(k) or "" for k in admin)
+    if "" in admin_labels:
+        raise InputError(
+            "an admin key that is not an accepted API key", path=args.admin_keys, field="--admin-keys"
+        )
+    return ring, admin_labels
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from judge.server import KeyRing, Runtime, ServerConfig, create_app, is_loopback, load_keys
+        from judge.server import Runtime, ServerConfig, create_app, is_loopback, load_keys
     except ImportError as exc:
         raise InputError(
             f"the server needs the [server] extra ({exc.name} is missing): pip install 'judge[server]'"
@@ -214,13 +229,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     for key in keys:
         register_secret(key)  # redacted from every error text
-    admin = load_keys("", keys_file=args.admin_keys) if args.admin_keys else []
-    ring = KeyRing(keys)
-    admin_labels = frozenset(ring.label_for(k) or "" for k in admin)
-    if "" in admin_labels:
-        raise InputError(
-            "an admin key that is not an accepted API key", path=args.admin_keys, field="--admin-keys"
-        )
+    ring, admin_labels = _key_ring(args, keys)
     for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
         if grade is not None and not 1 <= grade <= 3:
             raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)

@@ -90,6 +90,8 @@ def _fail(loc: tuple[str, ...], message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
 
 
+# ------------------------------------------------------------------------------ items
+@dataclass(frozen=True)
 class JobFiles:
     """Where a job's judged records and their input (the passages' texts) are."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,8 +96,6 @@ def parse_label(value: int | str, scale: str, job_scale: str | None = None) -> i
     raise field_error(("body", "label"), f"label {value!r} is not on the graded scale (0-3)")
 
 
-# ------------------------------------------------------------------------------ items
-@dataclass(frozen=True)
 def _check_mapping(review: Review, scale: str, job_scale: str) -> None:
     """A label on another scale than the job's needs the server's stated mapping (else 422)."""
     try:
