@@ -85,6 +85,7 @@ def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
     out.pop("output")
     for key in TIMING | {"executor"}:
         out["this_run"].pop(key)
+    out["this_run"].pop("ray", None)  # which node judged what: the Ray engine's only
     for key in ("engine", "workers", "worker_cpus", "ray_address", "cache"):  # cache: another file
         out["config"].pop(key, None)
     return out

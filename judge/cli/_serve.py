@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
+from judge.cli._flags import (
+    add_batch_flags,
+    add_engine_flags,
+    call_settings,
+    check_engine_flags,
+    open_backend,
+    run_spec_of,
+)
 from judge.io import InputError
 
 
@@ -54,6 +61,7 @@ def register(subparsers: Any) -> None:
         help="a reverse proxy sets X-Forwarded-Proto: trust it to mark the session cookie Secure",
     )
     add_batch_flags(p)
+    add_engine_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
     )
@@ -186,6 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
     for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
         if grade is not None and not 1 <= grade <= 3:
             raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
+    check_engine_flags(args)
     spec = run_spec_of(args)  # the server's run spec: every job's options are laid over it
     for value, flag in (
         (args.max_jobs, "--max-jobs"),
@@ -237,6 +246,8 @@ def run_serve(args: argparse.Namespace) -> int:
         bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
         settings=call_settings(args, backend),
         spec=spec,
+        # --engine ray: one set of actors for every job of the server (they die with it).
+        executor=spec.executor(backend, _ship(args) if spec.ray else None),
     )
     from judge.server import SchemaError
 
@@ -284,3 +295,13 @@ def run_serve(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     return 0
+
+
+def _ship(args: argparse.Namespace) -> Any:
+    """The Ray workers build their backend from its spec and base URL (a factory's backend
+    is shipped as is, pickled)."""
+    if args.backend_factory:
+        return None
+    from judge.batch import BackendSpec
+
+    return BackendSpec(args.backend, args.base_url)
