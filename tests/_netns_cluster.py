@@ -220,8 +220,26 @@ class NetnsCluster:
         at once in one Ray temp directory can time out), each awaited until it says so."""
         for n in hosts:
             argv = HEAD_COMMAND if n == 1 else worker_command(n)
-            self.start(f"ray@{n}", n, [str(BIN / argv[0]), *argv[1:]])
-            self.wait_for(lambda n=n: self.ray_started(n), 240, f"the Ray node on host {n} did not start")
+            for attempt in (1, 2, 3):
+                self.start(f"ray@{n}", n, [str(BIN / argv[0]), *argv[1:]])
+                try:
+                    self.wait_for(lambda n=n: self.ray_started(n), 240, f"Ray on host {n} did not start")
+                    break
+                except AssertionError:
+                    # A node joining a head that has only just started is sometimes refused
+                    # (seen: "InvalidAuthToken" with auth disabled); it joins when asked again.
+                    self.kill_host(n)
+                    if attempt == 3 or n == 1:
+                        raise
+                    time.sleep(2)
+
+    def restart_ray(self) -> None:
+        """A new cluster on hosts 1-3 (after the head was lost): every process left there
+        killed, the old session's temp directory removed, then :meth:`start_ray`."""
+        for host in (1, 2, 3):
+            self.kill_host(host)
+        shutil.rmtree(RAY_TEMP, ignore_errors=True)
+        self.start_ray()
 
     def ray_started(self, host: int) -> bool:
         proc = self.procs[f"ray@{host}"]

@@ -318,9 +318,7 @@ def test_losing_the_head_fails_clearly_within_the_bound_and_the_rerun_judges_onl
     assert done_before < 100
 
     # The cluster comes back (a new head, the workers rejoin); the same command resumes.
-    for host in (2, 3):
-        cluster.kill(f"ray@{host}")
-    cluster.start_ray()
+    cluster.restart_ray()
     mark = _mark(cluster)
     asked_before = {e["key"] for e in _log(cluster)[before:mark]}
     summary = _run_client(cluster, argv)
