@@ -127,6 +127,11 @@ class NetnsCluster:
 
     def make_network(self) -> None:
         clean_leftovers()
+        # Ray reads ~/.ray (an auth token file there, left by any other Ray on the machine,
+        # makes the head refuse our workers): every process here gets a home of its own.
+        home = self.workdir / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {**self.env, "HOME": str(home)}
         _run([IP, "netns", "add", SWITCH])
         _run([IP, "-n", SWITCH, "link", "set", "lo", "up"])
         _run([IP, "-n", SWITCH, "link", "add", BRIDGE, "type", "bridge"])
