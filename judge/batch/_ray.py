@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import math
 import os
 import pickle
+import tempfile
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from judge.backends import (
@@ -108,6 +112,39 @@ def _import_ray() -> Any:
             "the Ray engine needs ray: pip install 'judge[ray]' (or pip install 'ray[data]')"
         ) from None
     return ray
+
+
+#: A template file shipped to the workers: (the driver's path, its bytes).
+ShippedTemplate = tuple[str, bytes]
+
+
+def read_template_file(ref: str | None) -> ShippedTemplate | None:
+    """A template given by ``.toml`` path, read on the driver to be shipped to the workers
+    (their hosts need not have the file); None for a built-in template id (every host has
+    the package's templates) or no template."""
+    if not ref or not str(ref).endswith(".toml"):
+        return None
+    return str(ref), Path(ref).expanduser().read_bytes()
+
+
+def local_template_path(shipped: ShippedTemplate) -> str:
+    """A shipped template as a file on this host: under the temp folder, by the sha256 of
+    its bytes (the template's hash, so its id and hash are the driver's), written once."""
+    ref, data = shipped
+    folder = Path(tempfile.gettempdir()) / "judge-templates" / hashlib.sha256(data).hexdigest()
+    path = folder / Path(ref).name
+    if not path.is_file() or path.read_bytes() != data:
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f".{Path(ref).name}.{os.getpid()}.part"
+        part.write_bytes(data)
+        os.replace(part, path)
+    return str(path)
+
+
+def _with_local_template(config: JudgeConfig, shipped: ShippedTemplate | None) -> JudgeConfig:
+    if shipped is None:
+        return config
+    return dataclasses.replace(config, template=local_template_path(shipped))
 
 
 def _cluster_events_to_stderr(ray: Any) -> None:
@@ -328,11 +365,17 @@ class _Worker:
         }
 
     async def judge_one(
-        self, query: str, index: int, passage: Passage, config: JudgeConfig
+        self,
+        query: str,
+        index: int,
+        passage: Passage,
+        config: JudgeConfig,
+        template: ShippedTemplate | None = None,
     ) -> tuple[PassageVerdict | BaseException, BackendStats]:
         from judge.judging import judge_passage
 
         try:
+            config = _with_local_template(config, template)
             verdict: PassageVerdict | BaseException = await judge_passage(
                 self.backend, query, passage, index, config
             )
@@ -341,11 +384,19 @@ class _Worker:
         return verdict, self.backend.stats
 
     async def judge_list(
-        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
+        self,
+        query: str,
+        passages: list[Passage],
+        config: JudgeConfig,
+        template: str | None,
+        shipped: tuple[ShippedTemplate | None, ShippedTemplate | None] = (None, None),
     ) -> tuple[list[PassageVerdict] | BaseException, BackendStats]:
         from judge.judging import judge_listwise
 
         try:
+            config = _with_local_template(config, shipped[0])
+            if shipped[1] is not None:
+                template = local_template_path(shipped[1])
             result = await judge_listwise(self.backend, query, passages, config, template=template)
             found: list[PassageVerdict] | BaseException = result.verdicts
         except Exception as exc:
@@ -455,6 +506,7 @@ class RayExecutor(FanOutExecutor):
         self._start_lock: asyncio.Lock | None = None
         self._stats: dict[str, BackendStats] = {}
         self._placing: set[asyncio.Task[None]] = set()
+        self._templates: dict[str, ShippedTemplate | None] = {}
 
     @property
     def name(self) -> str:
@@ -724,11 +776,26 @@ class RayExecutor(FanOutExecutor):
             ) from None
 
     async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
-        verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
+        shipped = self._template(config.template)
+        verdict: PassageVerdict = await self._call(
+            "judge_one", query, job.index, job.passage, config, shipped
+        )
         return verdict
+
+    def _template(self, ref: str | None) -> ShippedTemplate | None:
+        """A template file's bytes, read once per run on the driver (see
+        :func:`read_template_file`): the workers get the template itself, not a path."""
+        if not ref:
+            return None
+        if ref not in self._templates:
+            self._templates[ref] = read_template_file(ref)
+        return self._templates[ref]
 
     async def judge_list(
         self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
     ) -> list[PassageVerdict]:
-        found: list[PassageVerdict] = await self._call("judge_list", query, passages, config, template)
+        shipped = (self._template(config.template), self._template(template))
+        found: list[PassageVerdict] = await self._call(
+            "judge_list", query, passages, config, template, shipped
+        )
         return found
