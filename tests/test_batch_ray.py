@@ -299,12 +299,22 @@ async def test_a_limiter_that_never_starts_is_an_error_not_a_hang(monkeypatch: p
         state = Never()
 
     class LimiterClass:
+        def options(self, **options: Any) -> Any:
+            return self
+
         def remote(self, *args: Any) -> Any:
             return LimiterHandle()
+
+    class Context:
+        def get_node_id(self) -> str:
+            return "a" * 56  # the driver's node: where the limiter is placed
 
     class FakeRay:
         def is_initialized(self) -> bool:
             return True
+
+        def get_runtime_context(self) -> Context:
+            return Context()
 
         def remote(self, **options: Any) -> Any:
             return lambda cls: LimiterClass()
