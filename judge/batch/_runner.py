@@ -184,6 +184,12 @@ def _stat(backend: Backend, name: str) -> int:
     return int(getattr(stats, name, 0) or 0) if stats is not None else 0
 
 
+def _placement(executor: Any) -> dict[str, Any]:
+    """``{"ray": ...}``: which node judged what, for an executor that knows (Ray's)."""
+    placement = getattr(executor, "placement", None)
+    return {"ray": placement()} if callable(placement) else {}
+
+
 def _backend_stats(backend: Backend) -> dict[str, Any]:
     stats = getattr(backend, "stats", None)
     return stats.as_dict() if isinstance(stats, BackendStats) else {}
@@ -407,6 +413,7 @@ class _Run:
             "rejected_lines": self.reporter.rejected,
             "truncation_warnings": self.reporter.warned,
             "executor": self.driver.executor.name,
+            **_placement(self.driver.executor),
             "backend": _backend_stats(self.accounting),
             "cache": _cache_stats(self.store),
         }

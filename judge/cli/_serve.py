@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
+from judge.cli._flags import (
+    add_batch_flags,
+    add_engine_flags,
+    call_settings,
+    check_engine_flags,
+    open_backend,
+    run_spec_of,
+)
 from judge.io import InputError
 
 
@@ -85,6 +92,7 @@ def register(subparsers: Any) -> None:
         "it opened or began its next request (default 10)",
     )
     add_batch_flags(p)
+    add_engine_flags(p)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
     )
@@ -205,6 +213,35 @@ def _key_ring(args: argparse.Namespace, keys: list[str]) -> tuple[Any, frozenset
     return ring, admin_labels
 
 
+def _checked_serve_flags(args: argparse.Namespace) -> float:
+    """Check judge serve's numeric and host flags (InputError naming the flag); the session
+    lifetime in seconds."""
+    from judge.server import parse_allowed_hosts
+
+    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
+        if grade is not None and not 1 <= grade <= 3:
+            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
+    for value, flag in (
+        (args.max_jobs, "--max-jobs"),
+        (args.queue_size, "--queue-size"),
+        (args.max_body_mb, "--max-body-mb"),
+        (args.max_passages, "--max-passages"),
+        (args.max_query_chars, "--max-query-chars"),
+        (args.max_record_passages, "--max-record-passages"),
+        (args.max_records, "--max-records"),
+        (args.keep_alive_timeout, "--keep-alive-timeout"),
+        (args.header_timeout, "--header-timeout"),
+    ):
+        _positive(value, flag)
+    if any(k < 1 for k in args.k):
+        raise InputError("cutoffs must be positive integers", field="-k")
+    try:
+        parse_allowed_hosts(args.allowed_hosts)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--allowed-hosts") from None
+    return _duration_s(args.session_ttl, "--session-ttl")
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -230,31 +267,11 @@ def run_serve(args: argparse.Namespace) -> int:
     for key in keys:
         register_secret(key)  # redacted from every error text
     ring, admin_labels = _key_ring(args, keys)
-    for grade, flag in ((args.labels_level, "--labels-level"), (args.labels_yes_grade, "--labels-yes-grade")):
-        if grade is not None and not 1 <= grade <= 3:
-            raise InputError(f"must be a grade in 1..3, not {grade}", field=flag)
+    check_engine_flags(args)
     spec = run_spec_of(args)  # the server's run spec: every job's options are laid over it
-    for value, flag in (
-        (args.max_jobs, "--max-jobs"),
-        (args.queue_size, "--queue-size"),
-        (args.max_body_mb, "--max-body-mb"),
-        (args.max_passages, "--max-passages"),
-        (args.max_query_chars, "--max-query-chars"),
-        (args.max_record_passages, "--max-record-passages"),
-        (args.max_records, "--max-records"),
-        (args.keep_alive_timeout, "--keep-alive-timeout"),
-        (args.header_timeout, "--header-timeout"),
-    ):
-        _positive(value, flag)
-    if any(k < 1 for k in args.k):
-        raise InputError("cutoffs must be positive integers", field="-k")
-    session_ttl_s = _duration_s(args.session_ttl, "--session-ttl")
-    from judge.server import header_timeout_protocol, parse_allowed_hosts
+    session_ttl_s = _checked_serve_flags(args)
+    from judge.server import header_timeout_protocol
 
-    try:
-        parse_allowed_hosts(args.allowed_hosts)
-    except ValueError as exc:
-        raise InputError(str(exc), field="--allowed-hosts") from None
     defaults: dict[str, Any] = {
         **{key: getattr(spec.config, key) for key in JUDGE_OPTION_KEYS},
         "k": list(dict.fromkeys(args.k)),
@@ -282,6 +299,8 @@ def run_serve(args: argparse.Namespace) -> int:
     print(describe_backend(backend), file=sys.stderr)
     jobs_dir = Path(args.jobs_dir) if args.jobs_dir else db_path.parent / "jobs"
     store = None if args.no_cache else SQLiteVerdictStore(args.cache)
+    from judge.batch import executor_for
+
     runtime = Runtime(
         backend=backend,
         store=store,
@@ -292,6 +311,8 @@ def run_serve(args: argparse.Namespace) -> int:
         bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
         settings=call_settings(args, backend),
         spec=spec,
+        # --engine ray: one set of actors for every job of the server (they die with it).
+        executor=executor_for(spec, backend, _ship(args) if spec.ray else None),
     )
     from judge.server import SchemaError
 
@@ -343,3 +364,13 @@ def run_serve(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     return 0
+
+
+def _ship(args: argparse.Namespace) -> Any:
+    """The Ray workers build their backend from its spec and base URL (a factory's backend
+    is shipped as is, pickled)."""
+    if args.backend_factory:
+        return None
+    from judge.batch import BackendSpec
+
+    return BackendSpec(args.backend, args.base_url)

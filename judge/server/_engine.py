@@ -109,6 +109,7 @@ def batch_options(
     listwise: bool,
     listwise_template: str | None,
     settings: Mapping[str, Any],
+    executor: Any = None,
 ) -> BatchOptions:
     return BatchOptions(
         k=tuple(k),
@@ -119,6 +120,7 @@ def batch_options(
         listwise=listwise,
         listwise_template=listwise_template,
         settings=dict(settings),
+        executor=executor,
     )
 
 
@@ -427,6 +429,7 @@ async def run_compare(
     concurrency: int,
     settings: Mapping[str, Any],
     retry: bool = False,
+    executor: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``judge compare-systems`` in the job's directory with the job's
     :class:`~judge.batch.RunSpec` (``concurrency``: the calls in flight the server's backend
@@ -440,6 +443,7 @@ async def run_compare(
         listwise_template=options.get("listwise_template"),
         retry_unjudged=retry,
         settings=dict(settings),
+        executor=executor,
     )
     comparison = await run_comparison(
         _systems_of(job_dir, options),

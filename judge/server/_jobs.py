@@ -55,6 +55,9 @@ class Runtime:
     settings: Mapping[str, Any] = field(default_factory=dict)
     bounds: JobBounds = field(default_factory=JobBounds)
     spec: RunSpec = field(default_factory=RunSpec)
+    executor: Any = None
+    """Who judges every job (``judge serve --engine ray``: one Ray executor for the server's
+    life); None: each job's local engine over ``backend``."""
 
 
 def new_job_id() -> str:
@@ -100,6 +103,7 @@ async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Pat
         listwise=bool(opts.get("listwise")),
         listwise_template=opts.get("listwise_template"),
         settings={**rt.settings, "job": job["id"]},
+        executor=rt.executor,
     )
     if job["phase"] == "retry":
         return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)
@@ -121,6 +125,7 @@ async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: P
         concurrency=rt.concurrency,
         settings={**rt.settings, "job": job["id"]},
         retry=job["phase"] == "retry",
+        executor=rt.executor,
     )
 
 

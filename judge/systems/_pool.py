@@ -135,7 +135,10 @@ class PoolRun:
     engine decide the calls in flight (:meth:`RunSpec.concurrency_for` the backend), the
     window and who judges (a Ray engine's executor); the judging config is the one
     :func:`run_compare_systems` is given. ``concurrency``: None (the spec's), or a number
-    of calls in flight that overrides it."""
+    of calls in flight that overrides it. ``executor``: who judges, kept open by its
+    owner (a server's shared Ray executor); None: the spec's engine, a Ray executor made
+    for this pool (its workers build ``ship``, a ``BackendSpec``; default the backend)
+    and closed after it."""
 
     spec: RunSpec = field(default_factory=_default_spec)
     concurrency: int | None = None
@@ -147,6 +150,8 @@ class PoolRun:
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
     fsync: bool = True
     settings: Mapping[str, Any] = field(default_factory=dict)
+    executor: Any = None
+    ship: Any = None
 
 
 @dataclass
@@ -213,36 +218,59 @@ async def judge_pool(
     The one coupling of ``judge.systems`` to ``judge.batch``: everything ``judge score``
     does for a dataset (cache, resume, faults, progress, summary) happens here.
     """
-    from judge.batch import BatchOptions, retry_unjudged, score_dataset
-
     text = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines)
     atomic_write_text(pool_input, text)
     drop_stale_records(pool_output, lines)
-    before = _requests(backend)
+    from judge.batch import executor_for
+
+    own = executor_for(run.spec, backend, run.ship) if run.executor is None and lines else None
+    executor = run.executor or own
+    counted: Any = executor if executor is not None and hasattr(executor, "stats") else backend
+    before = _requests(counted)
     summary: dict[str, Any] | None = None
-    if lines:
-        options = BatchOptions(
-            concurrency=run.concurrency if run.concurrency is not None else run.spec.concurrency_for(backend),
-            window=run.spec.window,
-            progress=run.progress,  # type: ignore[arg-type]
-            command=run.command,
-            fsync=run.fsync,
-            listwise=run.listwise,
-            listwise_template=run.listwise_template,
-            max_passage_chars=run.max_passage_chars,  # the systems' texts are already cut to it
-            settings=dict(run.settings),
-        )
-        outcome = await score_dataset(pool_input, pool_output, backend, config, store=store, options=options)
-        summary = outcome.summary
-        if run.retry_unjudged and outcome.summary.get("unjudged"):
-            again = await retry_unjudged(
-                pool_output, backend, config, store=store, options=replace(options, listwise=False)
-            )
-            summary = again.summary
-    else:
-        atomic_write_lines(pool_output, [])
-    calls = _requests(backend) - before
+    try:
+        if lines:
+            summary = await _judge_lines(pool_input, pool_output, backend, config, store, run, executor)
+        else:
+            atomic_write_lines(pool_output, [])
+    finally:
+        if own is not None:
+            await own.aclose()
+    calls = _requests(counted) - before
     return read_pool_verdicts(pool_output, calls=calls, summary=summary)
+
+
+async def _judge_lines(
+    pool_input: Path,
+    pool_output: Path,
+    backend: Backend,
+    config: JudgeConfig,
+    store: VerdictStore | None,
+    run: PoolRun,
+    executor: Any,
+) -> dict[str, Any]:
+    from judge.batch import BatchOptions, retry_unjudged, score_dataset
+
+    options = BatchOptions(
+        concurrency=run.concurrency if run.concurrency is not None else run.spec.concurrency_for(backend),
+        window=run.spec.window,
+        progress=run.progress,  # type: ignore[arg-type]
+        command=run.command,
+        fsync=run.fsync,
+        listwise=run.listwise,
+        listwise_template=run.listwise_template,
+        max_passage_chars=run.max_passage_chars,  # the systems' texts are already cut to it
+        settings=dict(run.settings),
+        executor=executor,
+    )
+    outcome = await score_dataset(pool_input, pool_output, backend, config, store=store, options=options)
+    summary = outcome.summary
+    if run.retry_unjudged and outcome.summary.get("unjudged"):
+        again = await retry_unjudged(
+            pool_output, backend, config, store=store, options=replace(options, listwise=False)
+        )
+        summary = again.summary
+    return summary
 
 
 def read_pool_verdicts(
