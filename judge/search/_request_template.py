@@ -99,7 +99,7 @@ def compile_template(text: str, field: str, path: str | Path | None, known: set[
                 field=field,
             )
     rest = _PLACEHOLDER.sub("", text)
-    if "{{" in rest or "}}" in rest:
-        bad = rest[max(0, rest.find("{{" if "{{" in rest else "}}") - 10) :][:40]
+    if "{{" in rest:  # a lone "}}" is fine: JSON objects close with it right after a placeholder
+        bad = rest[max(0, rest.find("{{") - 10) :][:40]
         raise SearchError(f"a malformed placeholder near {bad!r}", path=where, field=field)
     return Template(text, field, where)
