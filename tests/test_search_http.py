@@ -248,7 +248,7 @@ def test_retries_are_bounded_and_a_bad_request_is_not_retried(tmp_path: Path) ->
     stub = SearchStub({"/s": lambda seen: (400, {"error": "parsing_exception"})})
     with serve(stub):
         cfg = load_config(toml(tmp_path, f'engine = "elasticsearch"\nurl = "{stub.url}/s"\n'))
-        with pytest.raises(SearchError, match="HTTP 400: .*parsing_exception") as err:
+        with pytest.raises(SearchError, match=r"HTTP 400: .*parsing_exception") as err:
             run_search(QUERIES, cfg, tmp_path / "r2.jsonl", options=FAST)
         assert err.value.field == "body" and len(stub.seen) == 1
 
@@ -257,7 +257,7 @@ def test_a_hung_engine_times_out(tmp_path: Path) -> None:
     stub = SearchStub({"/s": recorded("elasticsearch_search.json")}, gate=threading.Event())
     with serve(stub):
         cfg = load_config(toml(tmp_path, f'engine = "elasticsearch"\nurl = "{stub.url}/s"\n'))
-        with pytest.raises(SearchError, match="no answer within 0.2 s|timed out") as err:
+        with pytest.raises(SearchError, match=r"no answer within 0\.2 s|timed out") as err:
             run_search(
                 QUERIES,
                 cfg,
@@ -344,7 +344,8 @@ def test_exit_2_naming_config_and_field_before_any_other_request(
     with serve(stub):
         cfg = toml(
             tmp_path,
-            f'engine = "http"\nurl = "{stub.url}/s"\n[response]\nids = "hits.hits[*]._id"\ntext = "hits.hits[*].t"\n',
+            f'engine = "http"\nurl = "{stub.url}/s"\n'
+            '[response]\nids = "hits.hits[*]._id"\ntext = "hits.hits[*].t"\n',
             "mapping",
         )
         assert main(["search", str(queries), "--config", str(cfg), "-o", str(tmp_path / "a.jsonl")]) == 2
