@@ -406,6 +406,8 @@ async def arun_search(
         _write_atomic(out, ordered)
     _write_atomic(trec_path, _trec_text(records, config.name))
     all_latencies = {q.id: latencies[q.id] for q in items if q.id in latencies}
+    missing = set(no_hits)
+    no_hits = [q.id for q in items if q.id in missing]
     _write_atomic(
         meta_path, _json(_meta(config, options, "complete", engine_info, all_latencies, no_hits, counts))
     )
