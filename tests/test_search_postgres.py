@@ -175,7 +175,8 @@ def test_postgres_errors_name_the_field(
 ) -> None:
     bad_sql = tmp_path / "bad.toml"
     bad_sql.write_text(
-        f'engine = "postgres"\ndsn = "{postgres}"\nsql = "SELECT id, body FROM nowhere WHERE body = %(query)s"\n',
+        f'engine = "postgres"\ndsn = "{postgres}"\n'
+        'sql = "SELECT id, body FROM nowhere WHERE body = %(query)s"\n',
         encoding="utf-8",
     )
     with pytest.raises(SearchError, match="the query failed") as err:
