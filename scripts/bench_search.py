@@ -102,7 +102,8 @@ def embedded(work: Path, quick: bool) -> None:
         cpu.append(time.process_time() - cpu_started)
     print(
         f"- search: {len(queries)} queries at depth 100 in {median(times):.2f} s "
-        f"wall, {median(cpu):.2f} s CPU (median of 3 runs, files written; {len(queries) / median(times):.0f} queries/s)"
+        f"wall, {median(cpu):.2f} s CPU (median of 3 runs, files written; "
+        f"{len(queries) / median(times):.0f} queries/s)"
     )
     print(f"- nDCG@10 at k1 1.2, b 0.75 (Lucene): {ndcg10(qrels_path, run.trec_path):.4f}\n")
     k1s = (0.6, 0.9, 1.2, 1.5) if not quick else (0.6, 1.2)
@@ -124,8 +125,9 @@ def embedded(work: Path, quick: bool) -> None:
             cells.append(f"{value:.4f}")
         print(f"| {k1:g} | " + " | ".join(cells) + " |")
     print(
-        f"\n- grid of {len(k1s) * len(bs)} points in {time.perf_counter() - grid_started:.1f} s (each point's "
-        f"score matrix built once from the stored tokens); best {best[0]:.4f} (k1 {best[1]:g}, b {best[2]:g}), "
+        f"\n- grid of {len(k1s) * len(bs)} points in {time.perf_counter() - grid_started:.1f} s "
+        "(each point's score matrix built once from the stored tokens); "
+        f"best {best[0]:.4f} (k1 {best[1]:g}, b {best[2]:g}), "
         f"worst {worst[0]:.4f} (k1 {worst[1]:g}, b {worst[2]:g})\n"
     )
 
@@ -134,7 +136,8 @@ def embedded(work: Path, quick: bool) -> None:
 SERVER = r"""
 import json, sys
 from aiohttp import web
-hits = [{"_id": f"d{i}", "_score": 10.0 - i, "_source": {"text": f"passage number {i} about things"}} for i in range(10)]
+hits = [{"_id": f"d{i}", "_score": 10.0 - i, "_source": {"text": f"passage {i} about things"}}
+        for i in range(10)]
 body = json.dumps({"took": 1, "hits": {"hits": hits}}).encode()
 async def search(request):
     await request.read()
