@@ -208,9 +208,9 @@ def compare(
     print(f"| {name} | {len(queries)} | {concurrency} | {p:.0f} | {o:.0f} | {o / p:.0%} |")
 
 
-def overhead(work: Path, quick: bool) -> None:
-    n = 500 if quick else 2000
-    rounds = 3 if quick else 5
+def overhead(work: Path, quick: bool, n: int | None, rounds: int | None) -> None:
+    n = n or (500 if quick else 2000)
+    rounds = rounds or (3 if quick else 5)
     queries = [Query(f"q{i}", f"query number {i} about things") for i in range(n)]
     print("## Runner overhead (queries/s, median of alternating rounds)\n")
     print("| engine | queries | concurrency | plain httpx loop | judge.search runner | ratio |")
@@ -262,6 +262,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-embedded", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--queries", type=int, default=None, help="queries per overhead round (default 2000)")
+    parser.add_argument("--rounds", type=int, default=None, help="overhead rounds per side (default 5)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
         work = Path(tmp)
@@ -271,7 +273,7 @@ def main() -> None:
             else:
                 embedded(work, args.quick)
         if not args.skip_overhead:
-            overhead(work, args.quick)
+            overhead(work, args.quick, args.queries, args.rounds)
 
 
 if __name__ == "__main__":
