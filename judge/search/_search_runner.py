@@ -108,7 +108,8 @@ async def _search_one(
         with attempt:
             await limiter.wait()
             try:
-                return await asyncio.wait_for(engine.search(query, depth), options.timeout_s)
+                async with asyncio.timeout(options.timeout_s):  # no extra task per call, unlike wait_for
+                    return await engine.search(query, depth)
             except TimeoutError:
                 raise TransientSearchError(f"no answer within {options.timeout_s:g} s") from None
     raise AssertionError("unreachable")  # pragma: no cover
