@@ -151,6 +151,8 @@ def _read_existing(
     out: Path, meta_path: Path, config: SearchConfig, ids: set[str]
 ) -> dict[str, dict[str, Any]]:
     """The lines of an earlier run of this configuration (a torn last line is cut off)."""
+    if not out.exists():
+        return {}
     if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -159,8 +161,6 @@ def _read_existing(
             found = config.hash
         if found != config.hash:
             raise _refuse(out, config, found)
-    if not out.exists():
-        return {}
     data = out.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data):  # a line torn by a kill: drop it
