@@ -237,6 +237,11 @@ def test_resume_keeps_written_lines_and_drops_a_torn_one(tmp_path: Path) -> None
     done = run_search(queries, config, out)
     assert (done.queries_searched, done.queries_reused) == (1, 3)  # only the query without hits
     assert out.read_bytes() == before
+    # The dataset removed (its metadata left behind): another configuration starts afresh.
+    out.unlink()
+    fresh = run_search(queries, other, out)
+    assert (fresh.queries_searched, fresh.queries_reused) == (4, 0)
+    assert json.loads(fresh.meta_path.read_text(encoding="utf-8"))["config"]["hash"] == other.hash
 
 
 def test_callable_package_and_api(tmp_path: Path) -> None:
