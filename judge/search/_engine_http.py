@@ -20,6 +20,7 @@ import httpx
 from judge.backends import register_secret
 from judge.search._hits import Hit
 from judge.search._jsonpath import PathNotFound, parse_path, select
+from judge.search._request_template import compile_template
 from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError, TransientSearchError
 
@@ -56,14 +57,12 @@ class HttpEngine:
         if config.body is not None and not any(k.lower() == "content-type" for k in self.headers):
             self.headers["Content-Type"] = "application/json"
         self.paths = {key: parse_path(value) for key, value in config.response.items()}
+        self.url_template = compile_template(config.url, "url", self.where, config.variables)
         self.client = httpx.AsyncClient(timeout=timeout_s, headers=self.headers, trust_env=False)
 
     def _request(self, query: str) -> tuple[str, dict[str, str], str | None]:
-        from judge.search._request_template import compile_template
-
         variables = self.config.template_variables(query)
-        url_template = compile_template(self.config.url or "", "url", self.where, self.config.variables)
-        url = url_template.render(variables)
+        url = self.url_template.render(variables)
         params = {k: t.render(variables) for k, t in self.config.url_params.items()}
         body = None if self.config.body is None else self.config.body.render(variables)
         return url, params, body
