@@ -95,23 +95,37 @@ class _RateLimiter:
             await asyncio.sleep(start - now)
 
 
+async def _attempt(
+    engine: Engine, query: str, depth: int, options: SearchOptions, limiter: _RateLimiter
+) -> list[Hit]:
+    await limiter.wait()
+    try:
+        async with asyncio.timeout(options.timeout_s):  # no extra task per call, unlike wait_for
+            return await engine.search(query, depth)
+    except TimeoutError:
+        raise TransientSearchError(f"no answer within {options.timeout_s:g} s") from None
+
+
 async def _search_one(
     engine: Engine, query: str, depth: int, options: SearchOptions, limiter: _RateLimiter
 ) -> list[Hit]:
-    retrying = AsyncRetrying(
-        stop=stop_after_attempt(options.max_retries + 1),
-        wait=wait_exponential(multiplier=options.backoff_s, max=MAX_BACKOFF_S),
+    """One query: a first attempt, then (on a transient error only) tenacity's retries with
+    exponential backoff; the retry machinery is built only when a retry is needed."""
+    try:
+        return await _attempt(engine, query, depth, options, limiter)
+    except TransientSearchError:
+        if options.max_retries == 0:
+            raise
+    await asyncio.sleep(min(options.backoff_s, MAX_BACKOFF_S))  # the first backoff
+    retrying = AsyncRetrying(  # the rest: 2x, 4x... the first backoff, capped
+        stop=stop_after_attempt(options.max_retries),
+        wait=wait_exponential(multiplier=2 * options.backoff_s, max=MAX_BACKOFF_S),
         retry=retry_if_exception_type(TransientSearchError),
         reraise=True,
     )
     async for attempt in retrying:
         with attempt:
-            await limiter.wait()
-            try:
-                async with asyncio.timeout(options.timeout_s):  # no extra task per call, unlike wait_for
-                    return await engine.search(query, depth)
-            except TimeoutError:
-                raise TransientSearchError(f"no answer within {options.timeout_s:g} s") from None
+            return await _attempt(engine, query, depth, options, limiter)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
