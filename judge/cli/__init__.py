@@ -37,6 +37,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._systems",
     "judge.cli._serve",
     "judge.cli._label_commands",
+    "judge.cli._search_commands",
 )
 
 
