@@ -167,7 +167,7 @@ def test_concurrent_requests_find_every_verdict_cached_once_answered(tmp_path: P
     async def main() -> list[Any]:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
                 answered = 0
 
                 async def one(i: int) -> Any:
