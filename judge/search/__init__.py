@@ -19,12 +19,6 @@ from judge.search._api import search as _search
 from judge.search._bm25_index import BM25Index, IndexInfo, build_index
 from judge.search._engines import open_engine
 from judge.search._hits import Engine, Hit
-from judge.search._options import (
-    DEFAULT_SEARCH_CONCURRENCY,
-    DEFAULT_SEARCH_RETRIES,
-    DEFAULT_SEARCH_TIMEOUT_S,
-    SearchOptions,
-)
 from judge.search._queries import Query, check_queries, read_queries
 from judge.search._request_template import Template, compile_template
 from judge.search._search_config import (
@@ -38,6 +32,12 @@ from judge.search._search_config import (
     replace_depth,
 )
 from judge.search._search_errors import SearchError, SearchFailed, TransientSearchError
+from judge.search._search_options import (
+    DEFAULT_SEARCH_CONCURRENCY,
+    DEFAULT_SEARCH_RETRIES,
+    DEFAULT_SEARCH_TIMEOUT_S,
+    SearchOptions,
+)
 from judge.search._search_runner import SearchRun, arun_search, run_search, side_paths
 from judge.search._tokenize import detect_language, tokenize_en, tokenize_zh
 

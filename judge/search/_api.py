@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from judge.search._options import SearchOptions
 from judge.search._queries import Query, read_queries
 from judge.search._search_config import SearchConfig, load_config
+from judge.search._search_options import SearchOptions
 from judge.search._search_runner import SearchRun, run_search
 
 

@@ -39,10 +39,10 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from judge.search._engines import open_engine
 from judge.search._hits import Engine, Hit
-from judge.search._options import MAX_BACKOFF_S, SearchOptions
 from judge.search._queries import Query, check_queries
 from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError, SearchFailed, TransientSearchError
+from judge.search._search_options import MAX_BACKOFF_S, SearchOptions
 
 META_FORMAT = 1
 
