@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._agree",
     "judge.cli._geneval",
     "judge.cli._systems",
+    "judge.cli._experiment",
     "judge.cli._serve",
     "judge.cli._label_commands",
 )
