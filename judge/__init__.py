@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import judge._env  # noqa: F401  # deepeval opt-outs (telemetry, read-only FS) before any deepeval import
 
 if TYPE_CHECKING:
+    from judge import search
     from judge._api import aevaluate, evaluate
     from judge.backends import resolve_backend
     from judge.judging import (
@@ -45,6 +46,7 @@ __all__ = [
     "gen_eval",
     "redundancy_by_k",
     "resolve_backend",
+    "search",
 ]
 
 _LAZY = {
@@ -65,7 +67,16 @@ _LAZY = {
 }
 
 
+def _search_package() -> Any:
+    # ``judge.search`` is a package that is also callable (``judge.search(queries, config, out)``).
+    return importlib.import_module("judge.search")
+
+
 def __getattr__(name: str) -> Any:
+    if name == "search":
+        package = _search_package()
+        globals()["search"] = package
+        return package
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'judge' has no attribute {name!r}")

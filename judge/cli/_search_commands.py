@@ -1,0 +1,116 @@
+"""``judge index build`` (the embedded engine's index) and ``judge search`` (run a query
+set through a search configuration and write a dataset, a TREC run and the metadata)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from judge.search import (
+    DEFAULT_SEARCH_CONCURRENCY,
+    DEFAULT_SEARCH_RETRIES,
+    DEFAULT_SEARCH_TIMEOUT_S,
+    SearchFailed,
+    SearchOptions,
+    build_index,
+    load_config,
+    parse_overrides,
+    read_queries,
+    run_search,
+)
+
+EXIT_ENGINE_FAILED = 3
+
+
+def register(subparsers: Any) -> None:
+    index = subparsers.add_parser("index", help="build the embedded search engine's index")
+    index_sub = index.add_subparsers(dest="index_command", metavar="ACTION")
+    index_sub.required = True
+    build = index_sub.add_parser(
+        "build",
+        help="index a JSONL corpus for the embedded BM25 engine",
+        description=(
+            'Tokenise DOCS ({"id", "text"} lines, optional "title"; gzip ok) once and write the '
+            "embedded engine's index folder: Chinese through jieba, English stemmed without "
+            "stopwords; BM25 score matrices for other k1/b/variants are built from it on demand."
+        ),
+    )
+    build.add_argument("docs", metavar="DOCS.jsonl", type=Path)
+    build.add_argument("-o", "--output", required=True, type=Path, metavar="INDEX", help="index folder")
+    build.add_argument(
+        "--language",
+        choices=("auto", "zh", "en"),
+        default="auto",
+        help="tokeniser (auto: zh when >= 20%% of the corpus' letters are CJK ideographs)",
+    )
+    build.set_defaults(func=run_index_build)
+
+    search = subparsers.add_parser(
+        "search",
+        help="run a query set through a search configuration (writes a dataset, a TREC run, metadata)",
+        description=(
+            "Search every query of QUERIES (JSONL {id, query[, qrels]} or TSV qid<TAB>query) with "
+            "the configuration C.toml and write RUN.jsonl (judge score's dataset format), RUN.trec "
+            "and RUN.meta.json. An interrupted run re-run with the same configuration resumes."
+        ),
+    )
+    search.add_argument("queries", metavar="QUERIES", type=Path)
+    search.add_argument("--config", required=True, type=Path, metavar="C.toml")
+    search.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a [params] knob",
+    )
+    search.add_argument("--qrels", type=Path, help="TREC qrels merged into the queries' grades")
+    search.add_argument("-o", "--output", required=True, type=Path, metavar="RUN.jsonl")
+    search.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_SEARCH_CONCURRENCY,
+        help="queries in flight (default %(default)s)",
+    )
+    search.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_SEARCH_TIMEOUT_S,
+        help="seconds per request (default %(default)s)",
+    )
+    search.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_SEARCH_RETRIES,
+        help="retries on transient errors, with backoff (default %(default)s)",
+    )
+    search.add_argument(
+        "--rps", type=float, default=None, help="requests per second at most (default: unlimited)"
+    )
+    search.set_defaults(func=run_search_command)
+
+
+def run_index_build(args: argparse.Namespace) -> int:
+    info = build_index(args.docs, args.output, language=args.language)
+    print(
+        f"judge index build: {info.documents} documents, {info.vocabulary} distinct tokens, "
+        f"language {info.language} -> {info.path}"
+    )
+    return 0
+
+
+def run_search_command(args: argparse.Namespace) -> int:
+    options = SearchOptions(
+        concurrency=args.concurrency, timeout_s=args.timeout, max_retries=args.retries, rate_limit=args.rps
+    )
+    config = load_config(args.config, parse_overrides(args.overrides))
+    queries = read_queries(args.queries, args.qrels)
+    try:
+        run = run_search(queries, config, args.output, options=options)
+    except SearchFailed as exc:
+        print(f"judge search: {exc}; the lines written are kept: re-run to resume", file=sys.stderr)
+        return EXIT_ENGINE_FAILED
+    print(f"judge search: {run.summary()}")
+    return 0

@@ -1,0 +1,102 @@
+"""The ``postgres`` engine: PostgreSQL full-text search through psycopg 3.
+
+``sql`` is run with bound parameters, never with the query pasted into the SQL:
+``%(query)s``, ``%(depth)s`` and each ``[params]`` knob as ``%(knob)s``. Its first three
+columns are the hit's id, text and score (the score may be NULL), e.g.::
+
+    sql = '''
+    SELECT id, body, ts_rank_cd('{0.1, 0.2, %(title_weight)s, 1.0}', tsv, q) AS score
+    FROM passages, websearch_to_tsquery('english', %(query)s) AS q
+    WHERE tsv @@ q ORDER BY score DESC, id LIMIT %(depth)s
+    '''
+
+``dsn`` in the configuration, or the environment variable named by ``dsn_env``, or
+libpq's own variables (``PGHOST``...) when neither is given. The DSN never reaches the
+run's metadata.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from judge.backends import register_secret
+from judge.search._hits import Hit
+from judge.search._search_config import SearchConfig
+from judge.search._search_errors import SearchError, TransientSearchError
+
+
+class PostgresEngine:
+    def __init__(self, config: SearchConfig) -> None:
+        self.config = config
+        self.where = None if config.path is None else str(config.path)
+        dsn = config.dsn
+        if config.dsn_env is not None:
+            dsn = os.environ.get(config.dsn_env)
+            if dsn is None:
+                raise SearchError(
+                    f"the environment variable {config.dsn_env} is not set", path=self.where, field="dsn_env"
+                )
+        self.dsn = dsn or ""
+        if dsn:
+            register_secret(dsn)
+        self.pool: list[Any] = []
+        self.opened = 0
+
+    async def _connection(self) -> Any:
+        import psycopg
+
+        if self.pool:
+            return self.pool.pop()
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise TransientSearchError(f"cannot connect: {exc}", field="dsn") from None
+        self.opened += 1
+        return conn
+
+    async def search(self, query: str, depth: int) -> list[Hit]:
+        import psycopg
+
+        conn = await self._connection()
+        args = {**self.config.params, "query": query, "depth": depth}
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(self.config.sql, args)
+                rows = await cur.fetchall()
+        except psycopg.OperationalError as exc:
+            await conn.close()
+            raise TransientSearchError(f"the database failed: {exc}", field="dsn") from None
+        except psycopg.Error as exc:
+            await conn.close()
+            raise SearchError(f"the query failed: {exc}", path=self.where, field="sql") from None
+        self.pool.append(conn)
+        hits: list[Hit] = []
+        for i, row in enumerate(rows):
+            if len(row) < 2 or row[0] is None or not isinstance(row[1], str):
+                raise SearchError(
+                    f"row {i}: expected (id, text[, score]), got {row!r}", path=self.where, field="sql"
+                )
+            score = row[2] if len(row) > 2 else None
+            hits.append(Hit(str(row[0]), row[1], None if score is None else float(score)))
+        return hits
+
+    async def version(self) -> str | None:
+        conn = await self._connection()
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute("SHOW server_version")
+                row = await cur.fetchone()
+        finally:
+            self.pool.append(conn)
+        return None if row is None else f"PostgreSQL {row[0]}"
+
+    async def stats(self) -> dict[str, Any]:
+        return {}
+
+    def describe_request(self, query: str, depth: int) -> dict[str, Any]:
+        return {"sql": self.config.sql, "params": {**self.config.params, "query": query, "depth": depth}}
+
+    async def close(self) -> None:
+        while self.pool:
+            await self.pool.pop().close()
