@@ -46,7 +46,7 @@ def three_docs(tmp_path: Path) -> Path:
 
 
 def lucene(tf: int, df: int, n: int, length: int, avg: float, k1: float, b: float) -> float:
-    """Lucene's BM25 (bm25s ``lucene``): ln(1 + (N - df + .5)/(df + .5)) * tf / (tf + k1 (1 - b + b L/avg))."""
+    """bm25s `lucene`: ln(1 + (N - df + .5)/(df + .5)) * tf / (tf + k1 (1 - b + b L/avg))."""
     return math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (tf + k1 * (1 - b + b * length / avg))
 
 
@@ -240,7 +240,7 @@ def test_resume_keeps_written_lines_and_drops_a_torn_one(tmp_path: Path) -> None
 
 
 def test_callable_package_and_api(tmp_path: Path) -> None:
-    idx = three_docs(tmp_path)
+    three_docs(tmp_path)
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text('index = "idx"\ndepth = 2\n[params]\nk1 = 1.2\nb = 0.75\n', encoding="utf-8")
     qpath = tmp_path / "q.tsv"

@@ -25,7 +25,7 @@ def test_jsonl_with_qrels_and_tsv(tmp_path: Path) -> None:
     t = write(tmp_path / "q.tsv", "1\tanemia in dogs\n2\tgreen tea\n")
     assert read_queries(t) == [Query("1", "anemia in dogs"), Query("2", "green tea")]
     gz = tmp_path / "q.tsv.gz"
-    gz.write_bytes(gzip.compress("3\tsolar\n".encode()))
+    gz.write_bytes(gzip.compress(b"3\tsolar\n"))
     assert read_queries(gz) == [Query("3", "solar")]
 
 

@@ -271,6 +271,17 @@ class _Writer:
         self.fh.close()
 
 
+def _where_field(config: SearchConfig) -> str:
+    """The configuration key that names where the engine is."""
+    if config.engine == "embedded":
+        return "index"
+    if config.engine == "postgres":
+        return "dsn_env" if config.dsn_env else "dsn"
+    if config.engine == "python":
+        return "retriever" if config.retriever else "callable"
+    return "url"
+
+
 async def _probe(
     engine: Engine, q: Query, config: SearchConfig, options: SearchOptions, limiter: _RateLimiter
 ) -> tuple[list[Hit], float]:
@@ -281,7 +292,7 @@ async def _probe(
         raise SearchError(
             f"the {config.engine} engine failed for the first query {q.id!r}: {exc}",
             path=None if config.path is None else str(config.path),
-            field=exc.field or "engine",
+            field=exc.field or _where_field(config),
         ) from exc
     return hits, (time.perf_counter() - started) * 1000
 
@@ -395,6 +406,8 @@ async def arun_search(
         _write_atomic(out, ordered)
     _write_atomic(trec_path, _trec_text(records, config.name))
     all_latencies = {q.id: latencies[q.id] for q in items if q.id in latencies}
+    missing = set(no_hits)
+    no_hits = [q.id for q in items if q.id in missing]
     _write_atomic(
         meta_path, _json(_meta(config, options, "complete", engine_info, all_latencies, no_hits, counts))
     )
