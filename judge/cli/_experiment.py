@@ -218,3 +218,47 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def run_search_nightly_cli(args: argparse.Namespace) -> int:
+    """``judge nightly CONFIG`` when CONFIG has a ``[search]`` section (see
+    :mod:`judge.systems` ``load_search_nightly``): exit 0 pass (or the first night, which
+    stores the baseline run), 1 a measure dropped significantly."""
+    from judge.batch import run_spec
+    from judge.cli._flags import flag_errors
+    from judge.store import SQLiteVerdictStore
+    from judge.systems import PoolRun, load_search_nightly, run_search_nightly
+
+    cfg = load_search_nightly(args.config)
+    with flag_errors({"mode": "mode"}):
+        spec = run_spec(None, mode=cfg.mode)
+    backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
+    if not args.quiet:
+        print(f"judge: using judge {backend.name}", file=sys.stderr)
+
+    async def go() -> Any:
+        store = SQLiteVerdictStore(None)
+        try:
+            return await run_search_nightly(
+                cfg, backend, spec.config, store=store, pool_run=PoolRun(spec=spec)
+            )
+        finally:
+            await store.aclose()
+            await backend.aclose()
+
+    outcome = asyncio.run(go())
+    entry = outcome.entry
+    for measure, row in entry["measures"].items():
+        mark = "  DROP" if row["dropped"] else ""
+        print(
+            f"{measure}: baseline {row['baseline']:.4f} current {row['current']:.4f} "
+            f"diff {row['diff']:+.4f} (Holm p {row['p_holm']:.4g}){mark}"
+        )
+    status = entry["status"]
+    print(
+        f"judge nightly: {status.upper() if status == 'alert' else status}; {entry['calls']} judge calls; "
+        f"report {outcome.report_dir}; history {outcome.history}"
+        + (f"; trend {outcome.trend_plot}" if outcome.trend_plot else ""),
+        file=sys.stderr,
+    )
+    return 0 if outcome.passed else 1

@@ -7,6 +7,14 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 """
 
 from judge.systems._comparison import ComparisonReport, ReportFolder
+from judge.systems._engine_nightly import (
+    SEARCH_HISTORY_SCHEMA,
+    SearchNightlyConfig,
+    SearchNightlyOutcome,
+    has_search_section,
+    load_search_nightly,
+    run_search_nightly,
+)
 from judge.systems._inputs import Inputs, check_name, parse_system_args, read_systems
 from judge.systems._label_scale import map_human
 from judge.systems._model import (
@@ -47,6 +55,7 @@ __all__ = [
     "DEFAULT_REPORT_DIR",
     "EXPERIMENT_MEASURES",
     "SCHEMA",
+    "SEARCH_HISTORY_SCHEMA",
     "ComparisonReport",
     "ExperimentConfiguration",
     "ExperimentOptions",
@@ -56,6 +65,8 @@ __all__ = [
     "PoolRun",
     "PoolSummary",
     "ReportFolder",
+    "SearchNightlyConfig",
+    "SearchNightlyOutcome",
     "SystemComparison",
     "SystemSummary",
     "SystemsOptions",
@@ -66,6 +77,8 @@ __all__ = [
     "check_name",
     "compare_systems",
     "experiment",
+    "has_search_section",
+    "load_search_nightly",
     "map_human",
     "parse_grid",
     "parse_measures",
@@ -78,4 +91,5 @@ __all__ = [
     "run_compare_systems",
     "run_comparison",
     "run_experiment",
+    "run_search_nightly",
 ]
