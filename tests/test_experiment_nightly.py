@@ -30,7 +30,7 @@ def search(query, depth, **params):
 def _nightly(tmp: Path, engine: Path, name: str = "shop") -> Path:
     cfg = tmp / f"nightly-{engine.stem}.toml"
     cfg.write_text(
-        f'name = "{name}"\nbackend = "qrels:{tmp / "all.qrels"}"\n'
+        f'name = "{name}"\nbackend = "qrels:all.qrels"\n'
         'history = "nightly/history.jsonl"\nreport_dir = "nightly/reports"\n'
         f'[search]\nqueries = "{DATA / "queries.zh.jsonl"}"\nconfig = "{engine}"\n'
         'measures = ["ndcg_cut_10", "P_5"]\nresamples = 2000\n',

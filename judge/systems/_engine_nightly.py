@@ -191,10 +191,18 @@ def load_search_nightly(path: str | Path) -> SearchNightlyConfig:
     if resamples < 1:
         raise InputError("must be >= 1", path=where, field="search.resamples")
     history = resolve(obj.get("history", "nightly/history.jsonl"))
+    backend = obj.get("backend")
+    if isinstance(backend, str) and backend.startswith("qrels:"):
+        # the labels file of the qrels-backed judge is relative to the config, like every path
+        target, level = backend[len("qrels:") :], ""
+        head, sep, tail = target.rpartition(":")
+        if sep and tail.isdigit():
+            target, level = head, f":{tail}"
+        backend = f"qrels:{resolve(target)}{level}"
     return SearchNightlyConfig(
         path=cfg_path,
         name=obj.get("name", cfg_path.stem),
-        backend=obj.get("backend"),
+        backend=backend,
         base_url=obj.get("base_url"),
         mode=obj.get("mode"),
         queries=resolve(search["queries"]),
