@@ -34,6 +34,7 @@ from experiment_data import ensure_index, prepare_dl19, prepare_zh, write_config
 from scipy.stats import kendalltau
 
 from judge.io import join_run_qrels, read_qrels, read_run
+from judge.judging import JudgeConfig
 from judge.metrics import compare_scores, evaluate, holm_adjust, parse_measure_args
 from judge.systems import aexperiment
 
@@ -145,6 +146,8 @@ def aexperiment_sync(
             grid=grid,
             backend=backend,
             measures=[MEASURE, "map"],
+            # verdicts only: no reason is generated (the decision is the same, the call shorter)
+            config=JudgeConfig(explain=False),
             cache=args.work / f"cache-{out.name}.sqlite",
             seed=args.seed,
             stability_resamples=0,

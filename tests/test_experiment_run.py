@@ -204,3 +204,24 @@ def test_trials_are_reproducible_with_a_seed(data: Bundled, tmp_path: Path) -> N
     assert b["experiment"]["calls"] == 0
     other = _run(data, tmp_path / "c", *args[:-1], "8", cache=cache)
     assert [c["params"] for c in other["experiment"]["configurations"]] != pa
+
+
+def test_human_labels_and_until_decided_as_in_compare_systems(data: Bundled, tmp_path: Path) -> None:
+    # human labels for q01 fill the pool first: its pairs are never sent to the judge
+    labels = tmp_path / "q01.qrels"
+    lines = [line for line in data.qrels.read_text(encoding="utf-8").splitlines() if line.startswith("q01 ")]
+    labels.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = _run(
+        data, tmp_path / "labelled", "--grid", "k1=0.2,3.0", "--qrels", str(labels), "--qrels-level", "1"
+    )
+    trecs = [Path(c["trec"]) for c in report["experiment"]["configurations"]]
+    union = _union_pairs(trecs)
+    q01 = {p for p in union if p[0] == "q01"}
+    assert report["pool"]["human_labels"] == len(q01) > 0
+    assert report["experiment"]["calls"] == len(union) - len(q01)
+    # adaptive judging: the report says what it judged, and the calls are those pairs
+    adaptive = _run(data, tmp_path / "adaptive", "--grid", "k1=0.2,3.0", "--until-decided", "--batch", "8",
+                    cache=tmp_path / "fresh.sqlite")  # fmt: skip
+    a = adaptive["adaptive"]
+    assert a is not None and a["pool_pairs"] == len(union)
+    assert adaptive["experiment"]["calls"] == a["judged_pairs"] <= len(union)
