@@ -58,8 +58,11 @@ class ReportData:
 
     @property
     def primary(self) -> str | None:
-        """The measure the per-query views use: ``map`` if compared, else the first."""
+        """The measure the per-query views use: an experiment's objective, else ``map`` if
+        compared, else the first."""
         names = [m.trec_name for m in self.measures]
+        if self.report.experiment is not None and self.report.experiment.objective in names:
+            return self.report.experiment.objective
         return "map" if "map" in names else (names[0] if names else None)
 
 
