@@ -411,7 +411,7 @@ async def aexperiment(
     cache: VerdictStore | str | os.PathLike[str] | bool = True,
     seed: int = 0,
     resamples: int = 10_000,
-    stability_resamples: int = 1000,
+    stability_resamples: int = 0,
     confidence: float = 0.95,
     concurrency: int | None = None,
     retry_unjudged: bool = False,
@@ -432,7 +432,8 @@ async def aexperiment(
     applied to the first; ``trials``: that many TPE trials over the grid's space, where a
     ``(low, high)`` tuple is a range (``seed`` seeds the sampler and every test); ``set``:
     ``["k1=0.9"]`` params on every configuration; ``query_qrels``: a qrels file beside the
-    query set. The other keywords are :func:`compare_systems`'s. Writes the report
+    query set. The other keywords are :func:`compare_systems`'s (``stability_resamples``
+    defaults to 0 here, as on the command line: a sweep compares many configurations). Writes the report
     (``report.json`` with its ``experiment`` section, ``report.md``, ``report.html``), the
     runs (``runs/NAME.jsonl``: reused when the configuration's hash matches) and
     ``heatmap.png`` (two knobs vary) into ``output_dir``; returns the report. Every earlier
