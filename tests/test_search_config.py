@@ -167,3 +167,49 @@ def test_config_errors_name_file_and_field(
     with pytest.raises(SearchError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
         load_config(path)
     assert (err.value.path, err.value.field) == (str(path), field)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": True}, "concurrency"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"rate_limit": float("nan")}, "rate_limit"),
+        ({"rate_limit": -2}, "rate_limit"),
+        ({"backoff_s": -1}, "backoff_s"),
+    ],
+)
+def test_search_options_are_checked(kwargs: dict[str, object], field: str) -> None:
+    from judge.search import SearchOptions
+
+    with pytest.raises(SearchError) as err:
+        SearchOptions(**kwargs)  # type: ignore[arg-type]
+    assert err.value.field == field
+
+
+def test_rate_limiter_spaces_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from judge.search import _search_runner
+
+    clock = {"now": 100.0}
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+
+    monkeypatch.setattr(_search_runner.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(_search_runner.asyncio, "sleep", fake_sleep)
+
+    async def go() -> None:
+        limiter = _search_runner._RateLimiter(4.0)  # 4 per second: one every 0.25 s
+        for _ in range(3):
+            await limiter.wait()
+        clock["now"] += 10  # idle for a while: no debt carried over
+        await limiter.wait()
+
+    asyncio.run(go())
+    assert slept == [0.25, 0.5]

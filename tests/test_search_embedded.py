@@ -292,6 +292,6 @@ def test_cli_index_build_and_search(tmp_path: Path, capsys: pytest.CaptureFixtur
         == 2
     )
     err = capsys.readouterr().err
-    assert "field 'index'" in err and "nowhere" in err
+    assert f"{bad}: field 'index'" in err and "nowhere" in err and "judge index build" in err
     assert main([*args, "--concurrency", "0"]) == 2
     assert "concurrency" in capsys.readouterr().err

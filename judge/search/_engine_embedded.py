@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from judge.search._bm25_index import BM25Index
 from judge.search._hits import Hit
 from judge.search._search_config import SearchConfig
+from judge.search._search_errors import SearchError
 
-_OPEN: dict[str, BM25Index] = {}
+_OPEN: dict[tuple[str, int], BM25Index] = {}
 
 
 def open_index(path: str) -> BM25Index:
     """One opened index per folder for the process (a grid's configurations share its
-    tokens and score matrices)."""
-    index = _OPEN.get(path)
+    tokens and score matrices); an index rebuilt since is opened again."""
+    try:
+        stamp = (Path(path) / "index.json").stat().st_mtime_ns
+    except OSError:
+        stamp = 0
+    index = _OPEN.get((path, stamp))
     if index is None:
-        index = _OPEN[path] = BM25Index(path)
+        index = _OPEN[(path, stamp)] = BM25Index(path)
     return index
 
 
@@ -24,7 +30,11 @@ class EmbeddedEngine:
     def __init__(self, config: SearchConfig) -> None:
         assert config.index is not None
         self.config = config
-        self.index = open_index(str(config.index.resolve()))
+        try:
+            self.index = open_index(str(config.index.resolve()))
+        except SearchError as exc:
+            where = None if config.path is None else str(config.path)
+            raise SearchError(f"{config.index}: {exc.message}", path=where, field="index") from None
         p = config.params
         self.knobs = (str(p["method"]), float(p["k1"]), float(p["b"]), float(p["delta"]))  # type: ignore[arg-type]
 
