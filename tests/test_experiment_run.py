@@ -225,3 +225,20 @@ def test_human_labels_and_until_decided_as_in_compare_systems(data: Bundled, tmp
     a = adaptive["adaptive"]
     assert a is not None and a["pool_pairs"] == len(union)
     assert adaptive["experiment"]["calls"] == a["judged_pairs"] <= len(union)
+
+
+def test_another_query_set_in_the_same_folder_gets_its_own_runs(data: Bundled, tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    _run(data, out, "--grid", "k1=0.2,1.2")
+    fewer = tmp_path / "fewer.jsonl"
+    fewer.write_text(
+        "".join(data.queries.read_text(encoding="utf-8").splitlines(keepends=True)[:3]), encoding="utf-8"
+    )
+    code = main(["experiment", str(fewer), "--config", str(data.config), "--grid", "k1=0.2,1.2",
+                 "--backend", f"qrels:{data.qrels}", "--cache", str(tmp_path / "cache.sqlite"),
+                 "-o", str(out), "--quiet", "--json"])  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["experiment"]["queries"] == 3 and report["pool"]["queries"] == 3
+    assert all(c["queries_searched"] == 3 for c in report["experiment"]["configurations"])
+    assert report["experiment"]["calls"] == 0  # every pair was judged by the first experiment

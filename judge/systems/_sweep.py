@@ -20,6 +20,8 @@ against configurations x queries x depth, and a heat map when two knobs vary.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -92,10 +94,19 @@ class Planned:
     run: SearchRun | None = None
 
 
-def run_path(out: Path, planned: Planned) -> Path:
-    """Where a configuration's run goes: ``runs/NAME.HASH12.jsonl``, so a run is found again
-    exactly when the configuration's hash matches (a changed file under one name gets a new run)."""
-    return out / "runs" / f"{planned.name}.{planned.config.hash[:12]}.jsonl"
+def query_set_digest(queries: Sequence[Any]) -> str:
+    """8 hex digits identifying a query set (ids and texts, in order)."""
+    h = hashlib.sha256()
+    for q in queries:
+        h.update(json.dumps([q.id, q.query], ensure_ascii=False).encode("utf-8") + b"\n")
+    return h.hexdigest()[:8]
+
+
+def run_path(out: Path, planned: Planned, queries: Sequence[Any]) -> Path:
+    """Where a configuration's run goes: ``runs/NAME.HASH12.QSET8.jsonl``, so a run is found
+    again exactly when the configuration's hash and the query set match (a changed file
+    under one name, or another query set in the same folder, gets a new run)."""
+    return out / "runs" / f"{planned.name}.{planned.config.hash[:12]}.{query_set_digest(queries)}.jsonl"
 
 
 def _load(path: Path, overrides: Mapping[str, Any] | None) -> SearchConfig:
@@ -200,7 +211,7 @@ async def _run_trials(
         names = unique_names([*(p.name for p in done), point_name(f"{base.name}-t{i:02d}", point)])
         planned = Planned(names[-1], base.with_params(point), trial=i)
         planned.run = await arun_search(
-            list(queries), planned.config, run_path(j.out, planned), options=exp.search
+            list(queries), planned.config, run_path(j.out, planned, queries), options=exp.search
         )
         value = await _judge_trial(planned, j)
         study.tell(trial, value if value is not None else 0.0)
@@ -361,7 +372,9 @@ async def run_experiment(
         else:
             planned = plan_configurations(experiment.configs, knobs, overrides)
             for p in planned:
-                p.run = await arun_search(queries, p.config, run_path(out, p), options=experiment.search)
+                p.run = await arun_search(
+                    queries, p.config, run_path(out, p, queries), options=experiment.search
+                )
         systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
         comparison = await run_comparison(
             systems, out, backend, config, store=store, options=opts, pool_run=run
