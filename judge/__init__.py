@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         RelevancyJudge,
     )
     from judge.metrics import answer_scores, gen_eval, redundancy_by_k
-    from judge.systems import compare_systems
+    from judge.systems import aexperiment, compare_systems, experiment
 
 __all__ = [
     "ContextualRecallJudge",
@@ -40,9 +40,11 @@ __all__ = [
     "PassageVerdict",
     "RelevancyJudge",
     "aevaluate",
+    "aexperiment",
     "answer_scores",
     "compare_systems",
     "evaluate",
+    "experiment",
     "gen_eval",
     "redundancy_by_k",
     "resolve_backend",
@@ -64,6 +66,8 @@ _LAZY = {
     "answer_scores": "judge.metrics",
     "redundancy_by_k": "judge.metrics",
     "compare_systems": "judge.systems",
+    "experiment": "judge.systems",
+    "aexperiment": "judge.systems",
 }
 
 

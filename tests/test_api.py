@@ -42,6 +42,9 @@ def test_public_api_names() -> None:
         "answer_scores",
         "redundancy_by_k",
         "compare_systems",
+        "experiment",
+        "aexperiment",
+        "search",
         "ContextualRecallJudge",
     }
     assert judge.JudgeConfig is JudgeConfig and judge.Passage is Passage

@@ -2,7 +2,7 @@
 
 Exit codes (documented in the README):
   0  success (for ``stability``/``nightly``: the run passed its threshold)
-  1  the run completed but failed its check (stability breach)
+  1  the run completed but failed its check (stability breach; nightly search: a significant drop)
   2  bad input or bad usage (an error names the file, line and field); nothing was judged
   3  the judge backend failed in a way retries could not mend (auth, unknown model)
   130 interrupted (Ctrl-C); work done so far is kept
@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._agree",
     "judge.cli._geneval",
     "judge.cli._systems",
+    "judge.cli._experiment",
     "judge.cli._serve",
     "judge.cli._label_commands",
     "judge.cli._search_commands",

@@ -115,9 +115,12 @@ def register(subparsers: Any) -> None:
             "Run the stability harness as CONFIG (JSON or TOML) says, write the night's report into "
             "a new dated directory under report_dir, append the result to the history JSONL and redraw "
             "the trend plot. Prints a BREACH line on stderr and exits 1 when the spread is over the "
-            "threshold."
+            "threshold. A config with a [search] section watches a search engine instead: each night "
+            "searches the query set, judges only new pairs, compares with the baseline run by the "
+            "paired test and exits 1 (ALERT) when a measure drops significantly."
         ),
-        epilog="exit codes: 0 pass; 1 breach; 2 bad config/input; 3 backend failed",
+        epilog="exit codes: 0 pass; 1 breach, or a significant drop of a [search] section; "
+        "2 bad config/input; 3 backend failed",
     )
     n.add_argument("config", help="nightly config (.json or .toml)")
     n.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -286,6 +289,12 @@ def _breach_line(report: Any, name: str = "") -> str:
 
 def run_nightly_command(args: argparse.Namespace) -> int:
     from judge.stability import load_nightly_config, load_records, require_plots, run_nightly, summary_lines
+    from judge.systems import has_search_section
+
+    if has_search_section(args.config):
+        from judge.cli._experiment import run_search_nightly_cli
+
+        return run_search_nightly_cli(args)
 
     require_plots()  # the trend plot: fail before any judging when matplotlib is missing
     cfg = load_nightly_config(args.config)

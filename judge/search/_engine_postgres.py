@@ -26,6 +26,17 @@ from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError, TransientSearchError
 
 
+def _psycopg() -> Any:
+    """psycopg 3, from the ``search`` extra (a clear error naming it when missing)."""
+    try:
+        import psycopg
+    except ImportError:
+        raise SearchError(
+            "the postgres engine needs psycopg: pip install 'judge[search]'", field="engine"
+        ) from None
+    return psycopg
+
+
 class PostgresEngine:
     def __init__(self, config: SearchConfig) -> None:
         self.config = config
@@ -44,7 +55,7 @@ class PostgresEngine:
         self.opened = 0
 
     async def _connection(self) -> Any:
-        import psycopg
+        psycopg = _psycopg()
 
         if self.pool:
             return self.pool.pop()
@@ -56,7 +67,7 @@ class PostgresEngine:
         return conn
 
     async def search(self, query: str, depth: int) -> list[Hit]:
-        import psycopg
+        psycopg = _psycopg()
 
         conn = await self._connection()
         args = {**self.config.params, "query": query, "depth": depth}

@@ -7,9 +7,25 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 """
 
 from judge.systems._comparison import ComparisonReport, ReportFolder
+from judge.systems._engine_nightly import (
+    SEARCH_HISTORY_SCHEMA,
+    SearchNightlyConfig,
+    SearchNightlyOutcome,
+    has_search_section,
+    load_search_nightly,
+    run_search_nightly,
+)
 from judge.systems._inputs import Inputs, check_name, parse_system_args, read_systems
 from judge.systems._label_scale import map_human
-from judge.systems._model import SCHEMA, PoolSummary, SystemComparison, SystemsReport, SystemSummary
+from judge.systems._model import (
+    SCHEMA,
+    ExperimentConfiguration,
+    ExperimentSummary,
+    PoolSummary,
+    SystemComparison,
+    SystemsReport,
+    SystemSummary,
+)
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
 from judge.systems._run import (
@@ -20,31 +36,58 @@ from judge.systems._run import (
     run_comparison,
 )
 from judge.systems._scoring import DEFAULT_MEASURES, parse_measures
+from judge.systems._sweep import (
+    DEFAULT_EXPERIMENT_DIR,
+    EXPERIMENT_MEASURES,
+    ExperimentOptions,
+    aexperiment,
+    experiment,
+    plan_configurations,
+    run_experiment,
+)
+from judge.systems._sweep_space import Knob, parse_grid
 
 __all__ = [
+    "DEFAULT_EXPERIMENT_DIR",
     "DEFAULT_MEASURES",
     "DEFAULT_REPORT_DIR",
+    "EXPERIMENT_MEASURES",
     "SCHEMA",
+    "SEARCH_HISTORY_SCHEMA",
     "ComparisonReport",
+    "ExperimentConfiguration",
+    "ExperimentOptions",
+    "ExperimentSummary",
     "Inputs",
+    "Knob",
     "PoolRun",
     "PoolSummary",
     "ReportFolder",
+    "SearchNightlyConfig",
+    "SearchNightlyOutcome",
     "SystemComparison",
     "SystemSummary",
     "SystemsOptions",
     "SystemsReport",
     "acompare_systems",
+    "aexperiment",
     "build_pool",
     "check_name",
     "compare_systems",
+    "experiment",
+    "has_search_section",
+    "load_search_nightly",
     "map_human",
+    "parse_grid",
     "parse_measures",
     "parse_system_args",
+    "plan_configurations",
     "pool_dataset_lines",
     "pool_scale",
     "read_human_labels",
     "read_systems",
     "run_compare_systems",
     "run_comparison",
+    "run_experiment",
+    "run_search_nightly",
 ]

@@ -181,6 +181,17 @@ class ComparisonReport:
             top_passages=opts.top_passages,
         )
 
+    @property
+    def data(self) -> ReportData:
+        """What the views show: inputs, pool, verdicts, per-query values."""
+        return self._data
+
+    def with_report(self, report: SystemsReport) -> ComparisonReport:
+        """This comparison showing ``report`` instead (e.g. with an experiment's section added)."""
+        self.report = report
+        self._data.report = report
+        return self
+
     def _paired(self) -> Sequence[Paired]:
         """The comparisons' per-query differences, as the run computed them (same tests,
         same seed): what the HTML's difference charts draw."""

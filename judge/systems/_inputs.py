@@ -121,9 +121,10 @@ def check_name(name: str) -> str:
     return name
 
 
-def check_paths(paths: Mapping[str, Path]) -> None:
-    """At least two systems, every file there (InputError naming the first missing one)."""
-    if len(paths) < 2:
+def check_paths(paths: Mapping[str, Path], *, at_least: int = 2) -> None:
+    """At least two systems (``at_least``), every file there (InputError naming the first
+    missing one)."""
+    if len(paths) < at_least:
         raise InputError("compare-systems needs at least two systems (NAME=PATH ...)", field="NAME=PATH")
     for path in paths.values():
         if not path.exists():
@@ -169,6 +170,7 @@ def read_systems(
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
     strict: bool = False,
     reporter: RejectsReporter | None = None,
+    at_least: int = 2,
 ) -> Inputs:
     """Read and check every system's file.
 
@@ -176,7 +178,7 @@ def read_systems(
     A bad line is rejected (reported, the rest is read), a long passage truncated (a
     warning); with ``strict`` any problem in any file raises after all were reported.
     """
-    check_paths(paths)
+    check_paths(paths, at_least=at_least)
     rep = reporter or RejectsReporter(None, command="judge compare-systems")
     inputs = Inputs(systems=[], passages={}, tokens={}, queries={})
     token_owner: dict[str, str] = {}

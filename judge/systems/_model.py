@@ -123,6 +123,58 @@ class SystemComparison(_Model):
     adaptive: AdaptiveDecision | None = None
 
 
+class ExperimentConfiguration(_Model):
+    """One configuration of an experiment (``judge experiment``): its system ``name`` in the
+    comparison, the configuration's ``hash`` (its identity: a run with that hash is reused),
+    ``engine``, ``depth`` and ``params`` (every knob), the ``run`` it searched (dataset JSONL;
+    ``trec``: the TREC run beside it), queries searched this time vs reused, ``objective``:
+    its mean of the experiment's objective measure on the pool, ``coverage``: judged
+    coverage@k (share of its top k passages with a verdict or a human label, over all its
+    queries; key ``k``), and ``trial`` (0-based, with ``--trials``)."""
+
+    name: str
+    hash: str
+    source: str | None
+    engine: str
+    depth: int
+    params: dict[str, Any]
+    run: str
+    trec: str | None
+    queries_searched: int
+    queries_reused: int
+    objective: float | None
+    coverage: dict[str, float | None]
+    trial: int | None = None
+
+
+class ExperimentSummary(_Model):
+    """What ``judge experiment`` adds to the comparison report: the query set, how the
+    configurations were chosen (``strategy``: ``configs``, ``grid`` or ``trials``; ``space``:
+    the knobs as given), the ``objective`` measure and the ``best`` configuration by it
+    (``best_vs_baseline``: the decision of its paired test against the baseline, the first
+    configuration), every configuration, the ``knobs`` that vary, ``heatmap`` (PNG file in
+    the report folder; None: fewer or more than two knobs vary, or no matplotlib), the
+    judge's ``calls`` over the whole experiment against ``nominal_pairs`` (configurations x
+    queries x depth: what judging every result of every configuration would ask) and their
+    ratio ``calls_ratio``."""
+
+    query_set: str
+    queries: int
+    strategy: str
+    space: list[str]
+    seed: int | None
+    objective: str
+    best: str | None
+    best_value: float | None
+    best_vs_baseline: str | None
+    configurations: list[ExperimentConfiguration]
+    knobs: list[str]
+    heatmap: str | None
+    calls: int
+    nominal_pairs: int
+    calls_ratio: float | None
+
+
 class SystemsReport(_Model):
     """The whole report (``report.json``)."""
 
@@ -134,6 +186,7 @@ class SystemsReport(_Model):
     not_in_all_systems: list[str]
     warnings: list[str] = Field(default_factory=list)
     adaptive: AdaptiveSummary | None = None
+    experiment: ExperimentSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``report.json`` object (``schema`` first, NaN/inf as null)."""

@@ -26,6 +26,7 @@ from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._model import SystemComparison, SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
 from judge.systems._scoring import Paired, system_verdicts
+from judge.systems._sweep_report import experiment_html, experiment_markdown
 
 _PALETTE = ("#3366aa", "#dd7733", "#339966", "#aa3377", "#7766bb", "#999933", "#44aaaa", "#bb5555")
 _WIN, _LOSS, _TIE = "#2a9d63", "#d1495b", "#999999"
@@ -57,8 +58,11 @@ class ReportData:
 
     @property
     def primary(self) -> str | None:
-        """The measure the per-query views use: ``map`` if compared, else the first."""
+        """The measure the per-query views use: an experiment's objective, else ``map`` if
+        compared, else the first."""
         names = [m.trec_name for m in self.measures]
+        if self.report.experiment is not None and self.report.experiment.objective in names:
+            return self.report.experiment.objective
         return "map" if "map" in names else (names[0] if names else None)
 
 
@@ -216,7 +220,12 @@ def _adaptive_html(r: SystemsReport) -> list[str]:
 def render_markdown(data: ReportData) -> str:
     r = data.report
     measure_names = [m.trec_name for m in data.measures]
-    lines = ["# Systems comparison (judge compare-systems)", ""]
+    title = (
+        "Search experiment (judge experiment)"
+        if r.experiment
+        else "Systems comparison (judge compare-systems)"
+    )
+    lines = [f"# {title}", ""]
     primary = data.primary
     alpha = _alpha(r)
     for c in r.comparisons:
@@ -224,6 +233,7 @@ def render_markdown(data: ReportData) -> str:
             lines.append(f"- {_verdict_sentence(c, alpha, len(r.comparisons))}")
     if r.comparisons:
         lines.append("")
+    lines += experiment_markdown(r)
     p = r.pool
     lines += [
         "## Pool",
@@ -558,7 +568,7 @@ def render_html(data: ReportData) -> str:
     measure_names = [m.trec_name for m in data.measures]
     primary = data.primary
     parts: list[str] = []
-    title = "Systems comparison: " + ", ".join(r.systems)
+    title = ("Search experiment: " if r.experiment else "Systems comparison: ") + ", ".join(r.systems)
     parts.append(f"<h1>{escape(title)}</h1>")
     alpha = _alpha(r)
     level = f"{(1 - alpha) * 100:g}%"
@@ -569,6 +579,7 @@ def render_html(data: ReportData) -> str:
     ]
     if sentences:
         parts.append(f'<ul class="summary" id="summary">{"".join(sentences)}</ul>')
+    parts.extend(experiment_html(r))
     p = r.pool
     parts.append(
         '<h2 id="pool">Pool</h2>'

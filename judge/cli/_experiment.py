@@ -1,0 +1,264 @@
+"""``judge experiment``: run a query set through several search configurations (files, a
+grid, or TPE trials), judge the pooled results once, compare every configuration with the
+first.
+
+Exit codes: 0 done; 2 bad input or usage (a bad ``--grid``, config or query set: nothing
+searched or judged); 3 the judge backend failed permanently; 130 interrupted (rerun the
+same command: runs and judged pairs are kept and cost nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
+from judge.io import InputError
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "experiment",
+        help="compare search configurations (files, a grid, trials) on one judged pool",
+        description=(
+            "Search QUERIES with every configuration: the --config files (the first is the baseline), "
+            "every point of --grid applied to the first --config, or --trials points sampled with optuna's "
+            "TPE over --grid's space. Runs go to OUTPUT/runs/ and are reused when the configuration's hash "
+            "matches. Per query the union of every configuration's results is judged once (verdict cache, "
+            "--qrels labels, --until-decided, --cascade, --backend qrels:FILE as in compare-systems); each "
+            "configuration is compared with the baseline. Writes report.json (with an 'experiment' "
+            "section), report.md, report.html and, when two knobs vary, heatmap.png into OUTPUT."
+        ),
+        epilog=(
+            "exit codes: 0 done; 2 bad input/usage (nothing searched or judged); 3 backend failed "
+            "permanently; 130 interrupted (rerun to resume)"
+        ),
+    )
+    p.add_argument(
+        "queries", metavar="QUERIES", help="query set: JSONL {id, query[, qrels]} or TSV qid<TAB>query"
+    )
+    p.add_argument(
+        "--config",
+        dest="configs",
+        action="append",
+        default=[],
+        metavar="C.toml",
+        help="a search configuration (repeatable; the first is the baseline and the base of --grid)",
+    )
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2|KNOB=LOW:HIGH",
+        help="a knob's values (repeatable: the grid is their product); LOW:HIGH ranges need --trials",
+    )
+    p.add_argument("--trials", type=int, default=None, metavar="N", help="N TPE trials over --grid's space")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a [params] knob on every configuration (as judge search --set)",
+    )
+    p.add_argument("--query-qrels", default=None, metavar="FILE", help="a qrels file beside the query set")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for runs and the report")
+    p.add_argument(
+        "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
+    )
+    p.add_argument(
+        "--qrels-level", type=int, default=None, metavar="L", help="as compare-systems --qrels-level"
+    )
+    p.add_argument("--qrels-yes-grade", type=int, default=None, metavar="G", help="as compare-systems")
+    p.add_argument("--depth", type=int, default=None, metavar="N", help="pool only each run's top N passages")
+    p.add_argument(
+        "-m",
+        "--measure",
+        dest="measures",
+        action="append",
+        metavar="MEASURE",
+        help="registry measure(s); the first is the objective (default: ndcg_cut_10, map, P_5, recall_10, "
+        "recip_rank)",
+    )
+    p.add_argument("-l", dest="level", type=int, default=None, help="minimum grade counted relevant")
+    p.add_argument(
+        "--seed",
+        dest="resample_seed",
+        type=int,
+        default=0,
+        help="seed of the TPE sampler and of every test and resample (default 0)",
+    )
+    p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
+    p.add_argument(
+        "--stability-resamples", type=int, default=0, help="order_stability redraws (default 0: skip)"
+    )
+    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--until-decided", action="store_true", help="judge adaptively, as compare-systems")
+    p.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="with --until-decided: at most N pairs"
+    )
+    p.add_argument(
+        "--batch", type=int, default=None, metavar="N", help="with --until-decided: pairs per round"
+    )
+    p.add_argument("--cascade", default=None, metavar="CHEAP,EXPENSIVE", help="as compare-systems --cascade")
+    p.add_argument("--margin", type=float, default=0.1, help="with --cascade: the cheap judge's unsure band")
+    p.add_argument(
+        "--search-concurrency", type=int, default=None, metavar="N", help="queries in flight per engine"
+    )
+    p.add_argument(
+        "--search-timeout", type=float, default=None, metavar="S", help="seconds per search request"
+    )
+    p.add_argument("--retry-unjudged", action="store_true", help="ask again for pairs left unjudged")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
+    add_batch_flags(p, defaults=False)
+    p.set_defaults(func=run_experiment_cli)
+
+
+def _search_options(args: argparse.Namespace) -> Any:
+    from judge.search import SearchOptions
+
+    values: dict[str, Any] = {}
+    if args.search_concurrency is not None:
+        if args.search_concurrency < 1:
+            raise InputError("must be >= 1", field="--search-concurrency")
+        values["concurrency"] = args.search_concurrency
+    if args.search_timeout is not None:
+        if not args.search_timeout > 0:
+            raise InputError("must be > 0", field="--search-timeout")
+        values["timeout_s"] = args.search_timeout
+    return SearchOptions(**values)
+
+
+def run_experiment_cli(args: argparse.Namespace) -> int:
+    from judge.backends import describe_backend
+    from judge.store import SQLiteVerdictStore
+    from judge.systems import ExperimentOptions, PoolRun, ReportFolder, SystemsOptions, run_experiment
+
+    out = Path(args.output)
+    experiment = ExperimentOptions(
+        configs=tuple(Path(c) for c in args.configs),
+        grid=tuple(args.grid),
+        trials=args.trials,
+        seed=args.resample_seed,
+        overrides=tuple(args.overrides),
+        query_qrels=Path(args.query_qrels) if args.query_qrels else None,
+        search=_search_options(args),
+    )
+    experiment.check()  # a bad --grid or --trials is exit 2 before anything opens
+    options = SystemsOptions(
+        depth=args.depth,
+        measures=tuple(args.measures) if args.measures else None,
+        relevance_level=args.level,
+        qrels=Path(args.qrels) if args.qrels else None,
+        qrels_level=args.qrels_level,
+        qrels_yes_grade=args.qrels_yes_grade,
+        seed=args.resample_seed,
+        resamples=args.resamples,
+        stability_resamples=args.stability_resamples,
+        confidence=args.confidence,
+        until_decided=bool(args.until_decided),
+        budget=args.budget,
+        adaptive_batch=args.batch,
+    )
+    options.check()
+    spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
+    backend_spec: Any = args.backend
+    if args.cascade:
+        from judge.backends import resolve_cascade
+        from judge.cli._flags import flag_errors
+
+        if args.backend:
+            raise InputError("give either --backend or --cascade, not both", field="--cascade")
+        with flag_errors({"cascade": "--cascade", "margin": "--margin", "backend": "--cascade"}):
+            backend_spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
+    backend = open_backend(backend_spec, args.base_url, spec.policy)
+    if not args.quiet:
+        print(describe_backend(backend), file=sys.stderr)
+    run = PoolRun(
+        spec=spec,
+        progress="quiet" if args.quiet else "auto",
+        retry_unjudged=bool(args.retry_unjudged),
+        settings=call_settings(args, backend),
+    )
+
+    async def go() -> Any:
+        store = None if args.no_cache else SQLiteVerdictStore(args.cache)
+        try:
+            return await run_experiment(
+                args.queries,
+                out,
+                backend,
+                spec.config,
+                experiment=experiment,
+                store=store,
+                options=options,
+                pool_run=run,
+            )
+        finally:
+            if store is not None:
+                await store.aclose()
+            await backend.aclose()
+
+    comparison = asyncio.run(go())
+    report = comparison.report
+    print(comparison.json_text() if args.json else comparison.markdown(), end="")
+    e = report.experiment
+    if not args.quiet and e is not None:
+        ratio = "—" if e.calls_ratio is None else f"{e.calls_ratio:.1%}"
+        searched = sum(c.queries_searched for c in e.configurations)
+        print(
+            f"judge experiment: {len(e.configurations)} configurations, {e.queries} queries, "
+            f"{searched} searches this run; {e.calls} judge calls of {e.nominal_pairs} nominal pairs "
+            f"({ratio}); "
+            f"best {e.best} ({e.objective} {e.best_value}); report {comparison.folder.html_path}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_search_nightly_cli(args: argparse.Namespace) -> int:
+    """``judge nightly CONFIG`` when CONFIG has a ``[search]`` section (see
+    :mod:`judge.systems` ``load_search_nightly``): exit 0 pass (or the first night, which
+    stores the baseline run), 1 a measure dropped significantly."""
+    from judge.batch import run_spec
+    from judge.cli._flags import flag_errors
+    from judge.store import SQLiteVerdictStore
+    from judge.systems import PoolRun, load_search_nightly, run_search_nightly
+
+    cfg = load_search_nightly(args.config)
+    with flag_errors({"mode": "mode"}):
+        spec = run_spec(None, mode=cfg.mode)
+    backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
+    if not args.quiet:
+        print(f"judge: using judge {backend.name}", file=sys.stderr)
+
+    async def go() -> Any:
+        store = SQLiteVerdictStore(None)
+        try:
+            return await run_search_nightly(
+                cfg, backend, spec.config, store=store, pool_run=PoolRun(spec=spec)
+            )
+        finally:
+            await store.aclose()
+            await backend.aclose()
+
+    outcome = asyncio.run(go())
+    entry = outcome.entry
+    for measure, row in entry["measures"].items():
+        mark = "  DROP" if row["dropped"] else ""
+        print(
+            f"{measure}: baseline {row['baseline']:.4f} current {row['current']:.4f} "
+            f"diff {row['diff']:+.4f} (Holm p {row['p_holm']:.4g}){mark}"
+        )
+    status = entry["status"]
+    print(
+        f"judge nightly: {status.upper() if status == 'alert' else status}; {entry['calls']} judge calls; "
+        f"report {outcome.report_dir}; history {outcome.history}"
+        + (f"; trend {outcome.trend_plot}" if outcome.trend_plot else ""),
+        file=sys.stderr,
+    )
+    return 0 if outcome.passed else 1
