@@ -2,6 +2,7 @@
 bad-input exception, :class:`InputError`."""
 
 from judge.io._errors import InputError
+from judge.io._language import CJK_SHARE, language_of
 from judge.io._trec import (
     JudgedRanking,
     Qrels,
@@ -17,6 +18,7 @@ from judge.io._trec import (
 )
 
 __all__ = [
+    "CJK_SHARE",
     "InputError",
     "JudgedRanking",
     "Qrels",
@@ -27,6 +29,7 @@ __all__ = [
     "error_record",
     "join_run_qrels",
     "join_run_subtopic_qrels",
+    "language_of",
     "open_binary",
     "read_qrels",
     "read_run",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from judge.io import language_of
 from judge.judging._config import (
     LANGUAGE_RULE,
     LANGUAGES,
@@ -17,7 +18,6 @@ from judge.judging._config import (
     VerdictStore,
     bind_language,
     check_templates,
-    language_of,
     resolve_config,
     template_for,
 )

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
 from judge.backends import ConfigError
+from judge.io import CJK_SHARE, language_of
 from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
 
@@ -14,37 +15,10 @@ Language = Literal["zh", "en", "auto"]
 BoundLanguage = Literal["zh", "en"]
 LANGUAGES: tuple[BoundLanguage, ...] = ("zh", "en")
 
-#: ``language="auto"``: a query is Chinese when at least this share of the letters of the
-#: query and its passages are CJK ideographs, else English.
-CJK_SHARE = 0.2
 LANGUAGE_RULE = (
     f"auto: per query, zh when >= {CJK_SHARE:.0%} of the letters (str.isalpha) of the query and its "
     "passages are CJK ideographs, else en"
 )
-
-
-def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x4E00 <= code <= 0x9FFF
-        or 0x3400 <= code <= 0x4DBF
-        or 0xF900 <= code <= 0xFAFF
-        or 0x20000 <= code <= 0x2FA1F
-    )
-
-
-def language_of(texts: Iterable[str]) -> BoundLanguage:
-    """``zh`` when at least :data:`CJK_SHARE` of the letters in ``texts`` are CJK ideographs,
-    else ``en`` (no letter at all: ``en``)."""
-    letters = 0
-    cjk = 0
-    for text in texts:
-        for ch in text:
-            if ch.isalpha():
-                letters += 1
-                if _is_cjk(ch):
-                    cjk += 1
-    return "zh" if letters and cjk >= CJK_SHARE * letters else "en"
 
 
 @dataclass(frozen=True)

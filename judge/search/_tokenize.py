@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import lru_cache
 
+from judge.io import language_of
+
 LANGUAGES = ("auto", "zh", "en")
-CJK_SHARE = 0.2
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 #: Function words dropped from Chinese text (jieba keeps them as tokens).
@@ -81,25 +82,9 @@ ZH_STOPWORDS = frozenset(
 )
 
 
-def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x4E00 <= code <= 0x9FFF
-        or 0x3400 <= code <= 0x4DBF
-        or 0xF900 <= code <= 0xFAFF
-        or 0x20000 <= code <= 0x2FA1F
-    )
-
-
-def detect_language(texts: Iterable[str]) -> str:
-    """``zh`` when at least :data:`CJK_SHARE` of the letters are CJK ideographs, else ``en``."""
-    letters = cjk = 0
-    for text in texts:
-        for ch in text:
-            if ch.isalpha():
-                letters += 1
-                cjk += _is_cjk(ch)
-    return "zh" if letters and cjk >= CJK_SHARE * letters else "en"
+#: ``auto``'s rule (the judge's too): ``zh`` when at least ``judge.io.CJK_SHARE`` of the letters
+#: are CJK ideographs, else ``en``.
+detect_language = language_of
 
 
 @lru_cache(maxsize=1)
