@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -70,3 +71,21 @@ async def serve_posts(
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def write_rel_dataset(path: Path, n_queries: int, n_passages: int) -> list[str]:
+    """A dataset of ``n_queries`` queries (``q000``...) with ``n_passages`` passages each, whose
+    text carries a ``<rel=G>`` grade (G = (7 i + j) mod 4) that the simulated LLM answers from;
+    returns the query ids in input order."""
+    ids = []
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n_queries):
+            qid = f"q{i:03d}"
+            ids.append(qid)
+            ctx = [
+                {"id": f"{qid}-d{j}", "text": f"查询 {i} 的段落 {j} <rel={(i * 7 + j) % 4}>"}
+                for j in range(n_passages)
+            ]
+            row = {"id": qid, "query": f"问题 {i}", "retrieval_context": ctx}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return ids

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import isolate_cli_env, load_sim
+from _helpers import isolate_cli_env, load_sim, write_rel_dataset
 
 from judge.backends import BackendStats, ConfigurationError, ensure_resilient, resolve_backend
 from judge.backends._fake import RuleBackend
@@ -48,21 +48,6 @@ TIMING = {"wall_time_s", "passages_per_s"}
 def sim(tmp_path: Path) -> Iterator[Any]:
     with sim_mod.SimProcess(str(tmp_path / "requests.jsonl"), latency_ms=20, jitter_ms=5, capacity=1000) as s:
         yield s
-
-
-def _dataset(path: Path, n_queries: int, n_passages: int) -> list[str]:
-    ids = []
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n_queries):
-            qid = f"q{i:03d}"
-            ids.append(qid)
-            ctx = [
-                {"id": f"{qid}-d{j}", "text": f"查询 {i} 的段落 {j} <rel={(i * 7 + j) % 4}>"}
-                for j in range(n_passages)
-            ]
-            row = {"id": qid, "query": f"问题 {i}", "retrieval_context": ctx}
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return ids
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -96,7 +81,7 @@ def test_ray_engine_gives_the_local_engines_verdicts_one_call_each_within_the_gl
 ) -> None:
     isolate_cli_env(tmp_path, monkeypatch)
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, 100, 10)  # 1,000 passages
+    ids = write_rel_dataset(inp, 100, 10)  # 1,000 passages
     common = [
         "--backend",
         "openai:simulated-judge",
@@ -159,7 +144,7 @@ def test_a_429_retry_after_pauses_every_worker(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     inp = tmp_path / "data.jsonl"
-    _dataset(inp, 8, 5)
+    write_rel_dataset(inp, 8, 5)
     log = tmp_path / "requests.jsonl"
     # Capacity 2 under 6 calls in flight: 429s with Retry-After 1 s.
     with sim_mod.SimProcess(str(log), latency_ms=100, jitter_ms=0, capacity=2, retry_after_s=1.0) as sim:
@@ -201,7 +186,7 @@ def test_a_killed_worker_is_replaced_and_its_passages_are_asked_again(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     sim.configure(latency_ms=60)
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, 30, 8)
+    ids = write_rel_dataset(inp, 30, 8)
     out = tmp_path / "out.jsonl"
     executor = RayExecutor(
         BackendSpec("openai:simulated-judge", sim.base_url),
@@ -375,7 +360,7 @@ def test_an_object_backend_is_shipped_by_pickling_and_a_bad_one_is_refused(
 def test_ray_flags_need_the_ray_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     isolate_cli_env(tmp_path, monkeypatch)
     inp = tmp_path / "data.jsonl"
-    _dataset(inp, 1, 1)
+    write_rel_dataset(inp, 1, 1)
     assert (
         main(
             ["score", str(inp), "--backend", "openai:x", "--base-url", "http://127.0.0.1:9", "--workers", "2"]
@@ -397,7 +382,7 @@ def test_a_driver_killed_with_kill_9_resumes_asking_at_most_the_calls_in_flight(
 ) -> None:
     n_queries, n_passages = 30, 5
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, n_queries, n_passages)
+    ids = write_rel_dataset(inp, n_queries, n_passages)
     out = tmp_path / "out.jsonl"
     log = Path(sim.log_path)
     env = dict(os.environ)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers import load_sim
+from _helpers import load_sim, write_rel_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = 6
@@ -34,23 +34,6 @@ def sim(tmp_path: Path) -> Iterator[Any]:
         str(tmp_path / "requests.jsonl"), latency_ms=25, jitter_ms=10, capacity=1000
     ) as s:
         yield s
-
-
-def _dataset(path: Path, n_queries: int, n_passages: int) -> list[str]:
-    ids = []
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n_queries):
-            qid = f"q{i:03d}"
-            ids.append(qid)
-            ctx = [
-                {"id": f"{qid}-d{j}", "text": f"查询 {i} 的段落 {j} <rel={(i * 7 + j) % 4}>"}
-                for j in range(n_passages)
-            ]
-            fh.write(
-                json.dumps({"id": qid, "query": f"问题 {i}", "retrieval_context": ctx}, ensure_ascii=False)
-                + "\n"
-            )
-    return ids
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -118,7 +101,7 @@ def _run_and_kill_after(cmd: list[str], env: dict[str, str], log: Path, n_entrie
 def test_kill_9_at_several_points_loses_nothing_and_asks_nothing_twice(tmp_path: Path, sim: Any) -> None:
     n_queries, n_passages = 40, 5
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, n_queries, n_passages)
+    ids = write_rel_dataset(inp, n_queries, n_passages)
     out = tmp_path / "out.jsonl"
     cache = tmp_path / "cache.sqlite"
     log = Path(sim.log_path)

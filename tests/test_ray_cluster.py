@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import write_rel_dataset
 from _netns_cluster import BIN, NetnsCluster, can_make_namespaces
 
 _why = can_make_namespaces()
@@ -41,23 +42,6 @@ pytestmark = [
 CONCURRENCY = 4
 WORKER_IPS = {"10.213.0.2", "10.213.0.3"}
 CLIENT_IP = "10.213.0.1"
-
-
-def _dataset(path: Path, n_queries: int, n_passages: int) -> list[str]:
-    ids = []
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n_queries):
-            qid = f"q{i:03d}"
-            ids.append(qid)
-            ctx = [
-                {"id": f"{qid}-d{j}", "text": f"查询 {i} 的段落 {j} <rel={(i * 7 + j) % 4}>"}
-                for j in range(n_passages)
-            ]
-            fh.write(
-                json.dumps({"id": qid, "query": f"问题 {i}", "retrieval_context": ctx}, ensure_ascii=False)
-            )
-            fh.write("\n")
-    return ids
 
 
 def _expected(qid: str, n_passages: int) -> list[str]:
@@ -129,7 +113,7 @@ def test_a_1000_passage_job_gives_the_local_engines_verdicts_and_both_worker_hos
     cluster: NetnsCluster, tmp_path: Path
 ) -> None:
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, 100, 10)
+    ids = write_rel_dataset(inp, 100, 10)
     local = _run_client(cluster, _score_argv(cluster, inp, tmp_path / "local.jsonl", tmp_path / "l.sqlite"))
     cluster.sim_get("/reset", {})
     before = _mark(cluster)
@@ -165,7 +149,7 @@ def test_the_rpm_limit_holds_over_every_host_together(cluster: NetnsCluster, tmp
     holds one of the CONCURRENCY slots, so the LLM sees at most 4 + 4t + CONCURRENCY
     arrivals in any span, however loaded the machine (load only spreads them out)."""
     inp = tmp_path / "data.jsonl"
-    _dataset(inp, 16, 5)  # 80 passages: at least (80 - 8) / 4 = 18 s
+    write_rel_dataset(inp, 16, 5)  # 80 passages: at least (80 - 8) / 4 = 18 s
     before = _mark(cluster)
     summary = _run_client(
         cluster,
@@ -187,7 +171,7 @@ def test_the_rpm_limit_holds_over_every_host_together(cluster: NetnsCluster, tmp
 
 def test_judge_serve_runs_a_job_across_the_hosts(cluster: NetnsCluster, tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
-    ids = _dataset(data, 12, 5)
+    ids = write_rel_dataset(data, 12, 5)
     serve = [
         str(BIN / "judge"), "serve", "--host", "127.0.0.1", "--port", "8100",
         "--backend", "openai:sim-judge", "--base-url", cluster.sim_url + "/v1",
@@ -267,7 +251,7 @@ def _wait_for_requests(cluster: NetnsCluster, proc: Any, count: int, timeout: fl
 
 def test_losing_a_worker_host_mid_run_loses_no_verdict(cluster: NetnsCluster, tmp_path: Path) -> None:
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, 100, 10)
+    ids = write_rel_dataset(inp, 100, 10)
     out = tmp_path / "out.jsonl"
     cluster.sim_get("/reset", {})
     before = _mark(cluster)
@@ -296,7 +280,7 @@ def test_losing_the_head_fails_clearly_within_the_bound_and_the_rerun_judges_onl
     cluster: NetnsCluster, tmp_path: Path
 ) -> None:
     inp = tmp_path / "data.jsonl"
-    ids = _dataset(inp, 100, 10)
+    ids = write_rel_dataset(inp, 100, 10)
     out = tmp_path / "out.jsonl"
     cache = tmp_path / "c.sqlite"
     argv = _score_argv(cluster, inp, out, cache, *_ray(cluster))
