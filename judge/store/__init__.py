@@ -9,32 +9,36 @@ from judge.store._cache import (
     judge_home,
     migrate,
 )
-from judge.store._label_store import (
-    DEFAULT_COLLECTION,
+from judge.store._label_files import (
     LABEL_FORMATS,
-    LABEL_SCHEMA_VERSION,
-    MAX_PAGE,
+    LabelFormat,
+    calibrated_config,
+    labels_to_jsonl,
+    labels_to_qrels,
+    read_label_file,
+    read_label_lines,
+)
+from judge.store._label_model import (
+    DEFAULT_COLLECTION,
     Calibration,
     Label,
     LabelConflict,
-    LabelFormat,
-    LabelPage,
     LabelSet,
-    LabelStore,
     ResolvedLabel,
-    calibrated_config,
     check_label_fields,
     conflicts_of,
+    qrels_escape,
+    qrels_unescape,
+    trec_token,
+)
+from judge.store._label_schema import LABEL_SCHEMA_VERSION
+from judge.store._label_store import (
+    MAX_PAGE,
+    LabelPage,
+    LabelStore,
     decode_cursor,
     default_labels_path,
     encode_cursor,
-    labels_to_jsonl,
-    labels_to_qrels,
-    qrels_escape,
-    qrels_unescape,
-    read_label_file,
-    read_label_lines,
-    trec_token,
 )
 from judge.store._runstate import (
     OutputWriter,
