@@ -27,6 +27,8 @@ from judge.store._label_model import (
     ResolvedLabel,
     check_label_fields,
     conflicts_of,
+    label_type_problem,
+    parse_label,
     qrels_escape,
     qrels_unescape,
     trec_token,
@@ -49,13 +51,21 @@ from judge.store._runstate import (
     recover_output,
     scan_output,
 )
-from judge.store._sqlite import Migration, SQLiteHolder, open_sqlite, run_migrations, schema_version
+from judge.store._sqlite import (
+    MAX_SQLITE_INT,
+    Migration,
+    SQLiteHolder,
+    open_sqlite,
+    run_migrations,
+    schema_version,
+)
 
 __all__ = [
     "DEFAULT_COLLECTION",
     "LABEL_FORMATS",
     "LABEL_SCHEMA_VERSION",
     "MAX_PAGE",
+    "MAX_SQLITE_INT",
     "SCHEMA_VERSION",
     "CacheStats",
     "CacheVersionError",
@@ -83,10 +93,12 @@ __all__ = [
     "encode_cursor",
     "iter_output",
     "judge_home",
+    "label_type_problem",
     "labels_to_jsonl",
     "labels_to_qrels",
     "migrate",
     "open_sqlite",
+    "parse_label",
     "qrels_escape",
     "qrels_unescape",
     "read_label_file",

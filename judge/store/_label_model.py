@@ -56,6 +56,8 @@ __all__ = [
     "ResolvedLabel",
     "check_label_fields",
     "conflicts_of",
+    "label_type_problem",
+    "parse_label",
     "qrels_escape",
     "qrels_unescape",
     "trec_token",
@@ -176,6 +178,53 @@ def _number_problem(value: object, low: float, high: float) -> str | None:
     return None
 
 
+def label_type_problem(value: object, *, words: bool = False) -> str | None:
+    """Why ``value`` cannot be a label value, or None: one rule for every way a label comes
+    in (a label file's line, ``POST /v1/labels``, the review route's body). A label is an
+    integer, never JSON ``true``/``false`` nor a float; ``words`` (the review form) also
+    takes a string, read by :func:`parse_label`. Its range is its scale's
+    (:func:`judge.metrics.check_label`)."""
+    also = " or y/n" if words else ""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} is not a label: give an integer (0/1 binary, 0-3 graded){also}"
+    if isinstance(value, int) or (words and isinstance(value, str)):
+        return None
+    return f"must be an integer{also}, got {type(value).__name__}"
+
+
+def parse_label(value: object, scale: Scale, job_scale: Scale | None = None) -> int:
+    """A label as a reviewer gives it (``y``/``n``/``yes``/``no``/0/1 on the binary scale,
+    0-3 on the graded one, as an integer or its digits) as an integer on ``scale``; a label
+    of the other scale is refused naming both (``job_scale``: the job's, when the label
+    states its own scale). :class:`InputError` naming ``label``."""
+    problem = label_type_problem(value, words=True)
+    if problem is not None:
+        raise InputError(problem, field="label")
+    text = str(value).strip().lower()
+    job = job_scale or scale
+    if scale == "binary":
+        if text in ("y", "yes", "1"):
+            return 1
+        if text in ("n", "no", "0"):
+            return 0
+        if text in ("2", "3"):
+            raise InputError(
+                f"label {value!r} is a graded (0-3) label but the job is {job} (y/n, 0/1); "
+                'send "scale": "graded" with it (mapped at the server\'s --labels-level)',
+                field="label",
+            )
+        raise InputError(f"label {value!r} is not on the binary scale (y/n, 0/1)", field="label")
+    if text in ("y", "yes", "n", "no"):
+        raise InputError(
+            f"label {value!r} is a binary (y/n) label but the {'label' if job_scale else 'job'} is graded "
+            "(0-3); give a grade",
+            field="label",
+        )
+    if text in ("0", "1", "2", "3"):
+        return int(text)
+    raise InputError(f"label {value!r} is not on the graded scale (0-3)", field="label")
+
+
 def field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
     """(field, problem) for each field of a label object, in a fixed order."""
     for name in ("qid", "docno"):
@@ -188,6 +237,8 @@ def field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
                 else id_problem(value)
             ),
         )
+    label = data.get("label")
+    yield "label", None if label is None else label_type_problem(label)
     yield "reviewer", _text_problem(data.get("reviewer"), MAX_NAME_CHARS)
     yield "collection", _text_problem(data.get("collection", DEFAULT_COLLECTION), MAX_NAME_CHARS)
     query = data.get("query")

@@ -63,8 +63,27 @@ _QUARANTINE_COLUMNS = (
 )
 
 
+class _BadText(bytes):
+    """A TEXT value whose bytes are not UTF-8 (SQLite stores what it is given): read as its
+    bytes, so the row can be quarantined instead of every read of the table raising."""
+
+
+def _text_or_bytes(raw: bytes) -> str | _BadText:
+    """The migration's ``text_factory``: UTF-8 text as a string, anything else kept as bytes."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _BadText(raw)
+
+
 def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
     """(field, problem) of a history row an older judge wrote unchecked, or None."""
+    for name, value in row.items():
+        if isinstance(value, _BadText):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return name, f"text that is not UTF-8 (byte 0x{value[exc.start]:02x} at {exc.start})"
     created = row["created"]
     if not is_time(created):
         return "created", f"not a finite time: {created!r}"
@@ -87,9 +106,10 @@ def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def _m003_checked(conn: sqlite3.Connection) -> None:
     """Labels written by an older judge without checks (a text or infinite ``created``, a
-    P(yes) off [0, 1], ...) move to ``label_quarantine`` with the reason (each reviewer's
-    latest is then the latest good row); ``source_created`` (the time an import carried);
-    the queue's audit draws; indexes for paging and for one job's labels."""
+    P(yes) off [0, 1], text whose bytes are not UTF-8, ...) move to ``label_quarantine``
+    with the reason (each reviewer's latest is then the latest good row); ``source_created``
+    (the time an import carried); the queue's audit draws; indexes for paging and for one
+    job's labels."""
     conn.execute(
         "CREATE TABLE label_quarantine (id INTEGER PRIMARY KEY, row TEXT NOT NULL, field TEXT NOT NULL, "
         "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
@@ -97,14 +117,18 @@ def _m003_checked(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE label_history ADD COLUMN source_created REAL")
     names = ", ".join(_QUARANTINE_COLUMNS)
     bad: list[tuple[int, str, str, str]] = []
-    for values in conn.execute(f"SELECT {names} FROM label_history"):
-        row = dict(zip(_QUARANTINE_COLUMNS, values, strict=True))
-        problem = _stored_row_problem(row)
-        if problem is not None:
-            shown = json.dumps(
-                {k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()}
-            )
-            bad.append((int(row["id"]), shown, problem[0], problem[1]))
+    conn.text_factory = _text_or_bytes
+    try:
+        for values in conn.execute(f"SELECT {names} FROM label_history"):
+            row = dict(zip(_QUARANTINE_COLUMNS, values, strict=True))
+            problem = _stored_row_problem(row)
+            if problem is not None:
+                shown = json.dumps(
+                    {k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()}
+                )
+                bad.append((int(row["id"]), shown, problem[0], problem[1]))
+    finally:
+        conn.text_factory = str
     now = time.time()
     for hid, shown, field_name, problem_text in bad:
         conn.execute(

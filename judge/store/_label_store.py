@@ -42,7 +42,7 @@ from judge.store._label_model import (
     conflicts_of,
 )
 from judge.store._label_schema import LABEL_COLUMNS, migrate_labels, row_label
-from judge.store._sqlite import SQLiteHolder
+from judge.store._sqlite import MAX_SQLITE_INT, SQLiteHolder
 
 MAX_PAGE = 1000
 """The most labels one page of :meth:`LabelStore.page` (``GET /v1/labels``) holds."""
@@ -74,7 +74,10 @@ def decode_cursor(cursor: str) -> int:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
         if text[:1] != "h" or not text[1:].isdigit() or len(text) > 20:
             raise ValueError(text)
-        return int(text[1:])
+        history_id = int(text[1:])
+        if history_id > MAX_SQLITE_INT:  # no row has it; SQLite could not even compare it
+            raise ValueError(text)
+        return history_id
     except ValueError:
         raise InputError("not a cursor this server gave", field="cursor") from None
 
@@ -264,6 +267,8 @@ class LabelStore(SQLiteHolder):
         ``limit`` (1..:data:`MAX_PAGE`); ``next`` is the cursor of the next page (None at the end)."""
         if not 1 <= limit <= MAX_PAGE:
             raise InputError(f"limit must be in 1..{MAX_PAGE}", field="limit")
+        if not 0 <= after <= MAX_SQLITE_INT:
+            raise InputError(f"must be a history id in 0..{MAX_SQLITE_INT}", field="cursor")
         if history:
             sql = (
                 f"SELECT {LABEL_COLUMNS} FROM label_history "
