@@ -90,7 +90,7 @@ def test_the_store_refuses_a_page_after_an_id_sqlite_cannot_hold(tmp_path: Path)
         ({"seed": INT64_PAST}, "seed"),
         ({"seed": -1}, "seed"),
         ({"seed": True}, "seed"),
-        ({"folds": True}, "folds"),
+        ({"seed": 1.5}, "seed"),
     ],
 )
 def test_a_calibration_seed_is_a_bounded_integer(client: Any, body: dict[str, Any], field: str) -> None:
@@ -114,6 +114,40 @@ def test_a_comparison_seed_is_a_bounded_integer(client: Any) -> None:
         r = client.post("/v1/compare", json={"systems": systems, "options": {"seed": seed}})
         assert r.status_code == 422 and loc_of(r)[-1] == "seed", (seed, r.text)
     assert client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc"),
+    [
+        ("/v1/jobs", {"records": records()[:1], "options": {"max_passage_chars": True}}, "max_passage_chars"),
+        ("/v1/jobs", {"records": records()[:1], "options": {"k": [True]}}, "0"),
+        ("/v1/jobs", {"records": records()[:1], "options": {"p_yes_threshold": True}}, "p_yes_threshold"),
+        ("/v1/evaluate", {"query": "q", "retrieval_context": ["p"], "k": [5, False]}, "1"),
+        (
+            "/v1/compare",
+            {"systems": {"a": records()[:1], "b": records()[:1]}, "options": {"depth": True}},
+            "depth",
+        ),
+        (
+            "/v1/compare",
+            {"systems": {"a": records()[:1], "b": records()[:1]}, "options": {"top_queries": False}},
+            "top_queries",
+        ),
+    ],
+)
+def test_a_boolean_is_not_a_number_in_any_body(
+    client: Any, path: str, body: dict[str, Any], loc: str
+) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 422 and str(loc_of(r)[-1]) == loc, r.text
+    assert "is not a number" in r.text
+    assert client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
+
+
+def test_a_boolean_is_not_a_number_in_a_calibration(client: Any) -> None:
+    job_id = run_job(client)
+    r = client.post(f"/v1/jobs/{job_id}/calibrate", json={"folds": True})
+    assert r.status_code == 422 and loc_of(r) == ["body", "folds"] and "is not a number" in r.text
 
 
 # --- one label model for the review route and the import ------------------------------------
