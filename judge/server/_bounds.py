@@ -47,6 +47,7 @@ DEFAULT_MAX_RECORDS = 100_000
 # JSON bodies up to this size are parsed on the event loop (well under a millisecond).
 INLINE_PARSE_BYTES = 64 * 1024
 
+
 def _not_a_boolean(value: object) -> object:
     """JSON ``true``/``false`` is not a number (pydantic's lax mode would read it as 1/0)."""
     if isinstance(value, bool):
