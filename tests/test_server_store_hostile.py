@@ -268,3 +268,38 @@ def test_the_421_of_a_server_with_keys_does_not_say_it_has_none(tmp_path: Path) 
     with TestClient(app_for(tmp_path / "open")) as c:
         r = c.get("/v1/jobs", headers={"Host": "rebind.example"})
         assert r.status_code == 421 and "a server without keys" in r.json()["detail"]
+
+
+# --- a path that cannot be a database ---------------------------------------------------------
+def test_a_folder_or_a_file_that_is_not_sqlite_is_bad_input_naming_it(tmp_path: Path, capsys: Any) -> None:
+    from judge.cli import main
+    from judge.io import InputError
+    from judge.store import SQLiteVerdictStore
+
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    for path, problem in ((tmp_path, "a folder"), (text, "file is not a database")):
+        with pytest.raises(InputError) as err:
+            LabelStore(path)
+        assert problem in err.value.message and str(err.value.path) == str(path)
+        with pytest.raises(InputError):
+            SQLiteVerdictStore(path)
+        assert main(["labels", "list", "--store", str(path)]) == 2
+        assert problem in capsys.readouterr().err
+    assert text.read_text() == "not a database\n" * 100  # left as it was
+
+
+def test_serve_with_a_jobs_dir_that_is_a_file_exits_2_naming_the_flag(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("JUDGE_API_KEYS", raising=False)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    argv = ["serve", "--port", "0", "--backend-factory", "_server:fake_backend", "--no-cache"]
+    assert main([*argv, "--db", str(tmp_path / "s.sqlite"), "--jobs-dir", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs-dir" in err and "taken" in err and "Traceback" not in err
