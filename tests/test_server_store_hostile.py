@@ -180,6 +180,9 @@ def test_parse_label_is_the_stores_rule() -> None:
         with pytest.raises(InputError) as err:
             parse_label(value, scale)  # type: ignore[arg-type]
         assert err.value.field == "label"
+    with pytest.raises(InputError) as err:
+        parse_label("y" * 100_000, "binary")
+    assert len(err.value.message) < 100  # the answer does not echo a long body back
 
 
 # --- an old label store with bytes that are not UTF-8 ----------------------------------------

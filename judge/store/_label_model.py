@@ -45,6 +45,7 @@ DEFAULT_COLLECTION = "default"
 MAX_NAME_CHARS = 200  # a reviewer, collection or template id
 MAX_COMMENT_CHARS = 4000
 MAX_QUERY_CHARS = 100_000
+MAX_LABEL_WORD_CHARS = 10  # a label given as a word: "yes", " 1 "
 MAX_TIME = 1e11  # seconds since 1970 (year 5138): a larger time is not a time
 
 __all__ = [
@@ -187,6 +188,8 @@ def label_type_problem(value: object, *, words: bool = False) -> str | None:
     also = " or y/n" if words else ""
     if isinstance(value, bool):
         return f"{str(value).lower()} is not a label: give an integer (0/1 binary, 0-3 graded){also}"
+    if words and isinstance(value, str) and len(value) > MAX_LABEL_WORD_CHARS:
+        return f"{len(value)} characters; a label is y/n or a grade"
     if isinstance(value, int) or (words and isinstance(value, str)):
         return None
     return f"must be an integer{also}, got {type(value).__name__}"
