@@ -306,3 +306,28 @@ def test_serve_with_a_jobs_dir_that_is_a_file_exits_2_naming_the_flag(
     assert main([*argv, "--db", str(tmp_path / "s.sqlite"), "--jobs-dir", str(taken)]) == 2
     err = capsys.readouterr().err
     assert "--jobs-dir" in err and "taken" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--port", "70000"),  # the OS took it modulo 65536: the server listened on 4464
+        ("--port", "-1"),
+        ("--max-body-mb", "nan"),  # a traceback before
+        ("--max-body-mb", "inf"),
+        ("--header-timeout", "nan"),
+        ("--max-body-mb", "0"),
+    ],
+)
+def test_serve_refuses_a_port_or_size_out_of_range_naming_the_flag(
+    flag: str, value: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("JUDGE_API_KEYS", raising=False)
+    db = tmp_path / "s.sqlite"
+    assert main(["serve", "--no-cache", "--db", str(db), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{flag}'" in err and "Traceback" not in err
+    assert not db.exists()  # refused before the database was opened
