@@ -331,3 +331,36 @@ def test_serve_refuses_a_port_or_size_out_of_range_naming_the_flag(
     err = capsys.readouterr().err
     assert f"field '{flag}'" in err and "Traceback" not in err
     assert not db.exists()  # refused before the database was opened
+
+
+# --- numbers too large to convert -------------------------------------------------------------
+HUGE_DIGITS = "9" * 5000  # past Python's 4300-digit limit: json.loads raises ValueError
+
+
+def test_a_label_line_with_a_5000_digit_number_is_422_naming_the_line(client: Any, tmp_path: Path) -> None:
+    from judge.io import InputError
+    from judge.store import Label, read_label_file
+
+    line = '{"qid":"q0","docno":"d0","label":1,"reviewer":"r","created":%s}\n'
+    r = client.post("/v1/labels", content=(line % HUGE_DIGITS).encode())
+    assert r.status_code == 422 and "line 1" in r.text and "4300 digits" in r.text, r.text
+    path = tmp_path / "labels.jsonl"
+    path.write_text(line % HUGE_DIGITS)
+    with pytest.raises(InputError) as err:
+        read_label_file(path)
+    assert err.value.line == 1
+    for name in ("created", "source_created", "judge_p_yes"):  # 400 digits: converted, then refused
+        with pytest.raises(InputError) as err:
+            Label.from_dict({"qid": "q", "docno": "d", "label": 1, "reviewer": "r", name: 10**400})
+        assert err.value.field == name and len(err.value.message) < 120
+
+
+def test_a_dataset_line_with_a_5000_digit_number_is_a_reject(tmp_path: Path) -> None:
+    from judge.io import InputError, iter_dataset
+
+    path = tmp_path / "data.jsonl"
+    good = json.dumps({"id": "q1", "query": "x", "retrieval_context": ["a"]})
+    path.write_text(f'{{"id":"q0","query":"x","retrieval_context":["a"],"k":{HUGE_DIGITS}}}\n{good}\n')
+    out = list(iter_dataset(path))
+    assert isinstance(out[0], InputError) and out[0].line == 1 and "4300 digits" in out[0].message
+    assert not isinstance(out[1], InputError) and out[1].id == "q1"

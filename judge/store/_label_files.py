@@ -150,6 +150,8 @@ def _read_jsonl_labels(
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"not JSON: {exc.msg}", path=p, line=number) from None
+            except ValueError:  # an integer of more digits than Python converts (4300)
+                raise InputError("not JSON: a number of more than 4300 digits", path=p, line=number) from None
             except RecursionError:
                 raise InputError(
                     f"nested deeper than {MAX_JSON_DEPTH} levels", path=p, line=number, field=deep_field(line)

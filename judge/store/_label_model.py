@@ -148,11 +148,17 @@ class Label:
         return cls(**fields)
 
 
+def _finite(value: float) -> bool:
+    """Whether a JSON number is finite; an integer always is (``math.isfinite`` would raise
+    ``OverflowError`` on a 400-digit one, which the range check then refuses)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def is_time(value: object) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and _finite(value)
         and 0 <= value <= MAX_TIME
     )
 
@@ -174,8 +180,9 @@ def _text_problem(value: object, limit: int, *, multiline: bool = False, empty: 
 def _number_problem(value: object, low: float, high: float) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be a number, got {type(value).__name__}"
-    if not math.isfinite(value) or not low <= value <= high:
-        return f"must be a finite number in [{low:g}, {high:g}], got {value!r}"
+    if not _finite(value) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else f"a number of {len(repr(value))} characters"
+        return f"must be a finite number in [{low:g}, {high:g}], got {shown}"
     return None
 
 
