@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from judge.backends import Backend, synchronous
 from judge.io import InputError, Qrels
@@ -38,13 +38,16 @@ from judge.systems._inputs import read_systems
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, judge_pool, pool_dataset_lines
-from judge.systems._run import _pooled_config, _store_of, run_comparison
+from judge.systems._pooled_call import PooledKeywords, pooled_call
+from judge.systems._run import _pooled_config, run_comparison
 from judge.systems._scoring import evaluate_files, parse_measures, pool_qrels, write_pool_files
 from judge.systems._sweep_report import HEATMAP_FILE, coverage_keys, heatmap_png
 from judge.systems._sweep_space import Knob, grid_points, parse_grid, point_name, unique_names, varying_knobs
 
 EXPERIMENT_MEASURES = ("ndcg_cut_10", "map", "P_5", "recall_10", "recip_rank")
 DEFAULT_EXPERIMENT_DIR = "experiment"
+#: The label of an experiment's progress lines and messages.
+EXPERIMENT_COMMAND = "judge experiment"
 
 
 @dataclass(frozen=True)
@@ -342,6 +345,8 @@ async def run_experiment(
     measures = parse_measures(opts.measures)
     objective = measures[0]
     run = pool_run or PoolRun()
+    if run.command == PoolRun.command:  # the default label: progress lines name the experiment
+        run = replace(run, command=EXPERIMENT_COMMAND)
     knobs = experiment.check()
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
@@ -413,30 +418,8 @@ async def aexperiment(
     trials: int | None = None,
     set: Sequence[str] | None = None,  # the CLI's --set
     query_qrels: str | os.PathLike[str] | None = None,
-    backend: Any = None,
-    mode: Any = None,
-    config: JudgeConfig | None = None,
-    qrels: str | os.PathLike[str] | None = None,
-    depth: int | None = None,
-    measures: Sequence[str] | None = None,
-    relevance_level: int | None = None,
-    qrels_level: int | None = None,
-    qrels_yes_grade: int | None = None,
-    cache: VerdictStore | str | os.PathLike[str] | bool = True,
-    seed: int = 0,
-    resamples: int = 10_000,
-    stability_resamples: int = 0,
-    confidence: float = 0.95,
-    concurrency: int | None = None,
-    retry_unjudged: bool = False,
-    base_url: str | None = None,
-    until_decided: bool = False,
-    budget: int | None = None,
-    batch: int | None = None,
-    draws: int = 200,
-    cascade: str | None = None,
-    margin: float = 0.1,
     search_options: SearchOptions | None = None,
+    **keywords: Unpack[PooledKeywords],
 ) -> SystemsReport:
     """Run the query set ``queries`` through several search configurations and compare them
     on one judged pool (``judge experiment``).
@@ -446,67 +429,39 @@ async def aexperiment(
     applied to the first; ``trials``: that many TPE trials over the grid's space, where a
     ``(low, high)`` tuple is a range (``seed`` seeds the sampler and every test); ``set``:
     ``["k1=0.9"]`` params on every configuration; ``query_qrels``: a qrels file beside the
-    query set. The other keywords are :func:`compare_systems`'s (``stability_resamples``
-    defaults to 0 here, as on the command line: a sweep compares many configurations). Writes the report
+    query set. The other keywords are :func:`compare_systems`'s
+    (:class:`~judge.systems.PooledKeywords`; ``stability_resamples`` defaults to 0 here, as
+    on the command line: a sweep compares many configurations). Writes the report
     (``report.json`` with its ``experiment`` section, ``report.md``, ``report.html``), the
     runs (``runs/NAME.jsonl``: reused when the configuration's hash matches) and
     ``heatmap.png`` (two knobs vary) into ``output_dir``; returns the report. Every earlier
     judgment in the verdict cache is reused.
     """
-    from judge.backends import make_backend, resolve_cascade
-    from judge.batch import run_spec_from_kwargs
-
-    if cascade is not None:
-        if backend is not None:
-            raise InputError("give either backend or cascade, not both", field="cascade")
-        backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
     paths = (configs,) if isinstance(configs, str | os.PathLike) else tuple(configs)
     exp = ExperimentOptions(
         configs=tuple(Path(p) for p in paths),
         grid=parse_grid_items(grid) if grid is not None else (),
         trials=trials,
-        seed=seed,
+        seed=int(keywords.get("seed", 0)),
         overrides=tuple(set or ()),
         query_qrels=Path(query_qrels) if query_qrels is not None else None,
         search=search_options,
     )
     exp.check()
-    spec = run_spec_from_kwargs(config=config, mode=mode, concurrency=concurrency)
-    options = SystemsOptions(
-        depth=depth,
-        measures=tuple(measures) if measures is not None else None,
-        relevance_level=relevance_level,
-        qrels=Path(qrels) if qrels is not None else None,
-        qrels_level=qrels_level,
-        qrels_yes_grade=qrels_yes_grade,
-        seed=seed,
-        resamples=resamples,
-        stability_resamples=stability_resamples,
-        confidence=confidence,
-        until_decided=until_decided,
-        budget=budget,
-        adaptive_batch=batch,
-        adaptive_draws=draws,
-    )
-    resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
-    store, own_store = _store_of(cache)
-    try:
+    async with pooled_call(
+        keywords, name="experiment", stability_resamples=0, command=EXPERIMENT_COMMAND
+    ) as call:
         comparison = await run_experiment(
             queries,
             output_dir,
-            resolved,
-            spec.config,
+            call.backend,
+            call.config,
             experiment=exp,
-            store=store,
-            options=options,
-            pool_run=PoolRun(spec=spec, retry_unjudged=retry_unjudged),
+            store=call.store,
+            options=call.options,
+            pool_run=call.run,
         )
         return comparison.report
-    finally:
-        if own_store and store is not None:
-            await store.aclose()  # type: ignore[attr-defined]
-        if backend is None or isinstance(backend, str) or cascade is not None:
-            await resolved.aclose()
 
 
 def parse_grid_items(grid: Mapping[str, Any] | Sequence[str]) -> tuple[str, ...]:
@@ -524,6 +479,7 @@ experiment = synchronous(aexperiment, "experiment")
 
 __all__ = [
     "DEFAULT_EXPERIMENT_DIR",
+    "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
     "ExperimentOptions",
     "Planned",
