@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/jbench/sweep"))
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--depth", type=int, default=10)
-    ap.add_argument("--backend", default=None, help="judge backend spec (default: the default judge, embedded)")
+    ap.add_argument("--backend", default=None, help="judge backend spec (default: the embedded judge)")
     ap.add_argument("--restarts", type=int, default=3, help="re-runs after an exit 3 (default 3)")
     ap.add_argument("--keep", action="store_true", help="keep the cache and report of an earlier run")
     args = ap.parse_args()

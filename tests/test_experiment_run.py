@@ -154,9 +154,11 @@ def test_a_later_experiment_reuses_every_judgment(data: Bundled, tmp_path: Path)
     cache = tmp_path / "cache.sqlite"
     first = _run(data, tmp_path / "one", "--grid", "b=0.75,1.0", cache=cache)
     assert first["experiment"]["calls"] == first["pool"]["unique_pairs"]
-    # the same experiment again: nothing searched, nothing judged
+    # the same experiment again: nothing searched, nothing judged; the experiment's calls
+    # are still those of its first run (kept in calls.json), none of them this run
     again = _run(data, tmp_path / "one", "--grid", "b=0.75,1.0", cache=cache)
-    assert again["experiment"]["calls"] == 0
+    assert again["experiment"]["calls_this_run"] == 0
+    assert again["experiment"]["calls"] == first["experiment"]["calls"]
     assert all(c["queries_searched"] == 0 for c in again["experiment"]["configurations"])
     # a new experiment elsewhere with one more configuration: calls only for its new pairs
     second = _run(data, tmp_path / "two", "--grid", "b=0.75,1.0,0.0", cache=cache)

@@ -140,13 +140,13 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     print(comparison.json_text() if args.json else comparison.markdown(), end="")
     e = report.experiment
     if not args.quiet and e is not None:
-        ratio = "—" if e.calls_ratio is None else f"{e.calls_ratio:.1%}"
         searched = sum(c.queries_searched for c in e.configurations)
+        best = "—" if e.best_value is None else f"{e.best_value:.4f}"
         print(
             f"judge experiment: {len(e.configurations)} configurations, {e.queries} queries, "
-            f"{searched} searches this run; {e.calls} judge calls of {e.nominal_pairs} nominal pairs "
-            f"({ratio}); "
-            f"best {e.best} ({e.objective} {e.best_value}); report {comparison.folder.html_path}",
+            f"{searched} searches this run; {e.pairs} pairs judged of {e.nominal_pairs} nominal, "
+            f"{e.calls} judge calls over the experiment ({e.calls_this_run} this run); "
+            f"best {e.best} ({e.objective} {best}); report {comparison.folder.html_path}",
             file=sys.stderr,
         )
     return 0

@@ -33,6 +33,7 @@ from judge.io import InputError, Qrels
 from judge.judging import JudgeConfig, VerdictStore
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
+from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
 from judge.systems._inputs import read_systems
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
@@ -104,6 +105,19 @@ def query_set_digest(queries: Sequence[Any]) -> str:
     for q in queries:
         h.update(json.dumps([q.id, q.query], ensure_ascii=False).encode("utf-8") + b"\n")
     return h.hexdigest()[:8]
+
+
+def experiment_key(
+    queries: Sequence[Any], exp: ExperimentOptions, overrides: Mapping[str, Any] | None, depth: int | None
+) -> str:
+    """12 hex digits naming an experiment in its folder (the call ledger's key): the query
+    set, the configuration files' contents, the grid, trials, seed, ``--set`` and pool depth."""
+    h = hashlib.sha256()
+    parts: list[Any] = [query_set_digest(queries), exp.grid, exp.trials, exp.seed, exp.overrides, depth]
+    for path in map(Path, exp.configs):
+        parts.append(hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else str(path))
+    h.update(json.dumps([list(p) if isinstance(p, tuple) else p for p in parts], default=str).encode())
+    return h.hexdigest()[:12]
 
 
 def run_path(out: Path, planned: Planned, queries: Sequence[Any]) -> Path:
@@ -251,6 +265,13 @@ def _best(report: SystemsReport, objective: str) -> tuple[str | None, float | No
     return best
 
 
+def _p(x: float | None) -> str:
+    """A p-value as the reports print it (4 decimals, or 1e-5 style below 0.0001)."""
+    if x is None:
+        return "–"
+    return f"{x:.4f}" if x >= 0.0001 else f"{x:.1e}"
+
+
 def _versus_baseline(report: SystemsReport, best: str | None, objective: str) -> str | None:
     if best is None:
         return None
@@ -264,7 +285,7 @@ def _versus_baseline(report: SystemsReport, best: str | None, objective: str) ->
             word = "better" if c.diff > 0 else "worse" if c.diff < 0 else "equal"
             return (
                 f"{word} by {c.diff:+.4f} than {baseline}, "
-                f"{'significant' if sig else 'not significant'} (Holm p {c.p_holm:.4g})"
+                f"{'significant' if sig else 'not significant'} (Holm p {_p(c.p_holm)})"
             )
     return None
 
@@ -278,8 +299,11 @@ def summarize_experiment(
     exp: ExperimentOptions,
     objective: str,
     calls: int,
+    calls_this_run: int | None = None,
+    depth: int | None = None,
 ) -> ExperimentSummary:
-    """The experiment section for the comparison of ``planned``'s runs."""
+    """The experiment section for the comparison of ``planned``'s runs. ``calls``: over
+    the whole experiment (every run in the folder); ``depth``: the pool's ``--depth``."""
     report = comparison.report
     ks = coverage_keys([p.config.depth for p in planned])
     configurations = []
@@ -304,7 +328,8 @@ def summarize_experiment(
             )
         )
     best, best_value = _best(report, objective)
-    nominal = sum(queries * p.config.depth for p in planned)
+    nominal = sum(queries * min(p.config.depth, depth or p.config.depth) for p in planned)
+    pairs = report.pool.judged + report.pool.unjudged
     strategy = "trials" if exp.trials is not None else "grid" if exp.grid else "configs"
     return ExperimentSummary(
         query_set=query_set,
@@ -322,6 +347,11 @@ def summarize_experiment(
         calls=calls,
         nominal_pairs=nominal,
         calls_ratio=round(calls / nominal, 6) if nominal else None,
+        pairs=pairs,
+        pairs_ratio=round(pairs / nominal, 6) if nominal else None,
+        calls_this_run=calls_this_run,
+        calls_per_pair=round(calls / pairs, 6) if pairs else None,
+        depth=depth,
     )
 
 
@@ -365,26 +395,30 @@ async def run_experiment(
     trial_calls = 0
     created: Any = None
     try:
-        if experiment.trials is not None:
-            base = _load(Path(experiment.configs[0]), overrides)
-            if store is None:
-                # Trials judge as they go and the comparison reads those verdicts back: keep them.
-                from judge.store import SQLiteVerdictStore
+        key = experiment_key(queries, experiment, overrides, opts.depth)
+        async with CallLedger(out, lambda: backend_calls(backend), key=key) as ledger:
+            if experiment.trials is not None:
+                base = _load(Path(experiment.configs[0]), overrides)
+                if store is None:
+                    # Trials judge as they go and the comparison reads those verdicts back: keep them.
+                    from judge.store import SQLiteVerdictStore
 
-                store = created = SQLiteVerdictStore(out / "verdicts.sqlite")
-            judging = _Judging(out, backend, config, store, run, opts, human, scale.level, objective)
-            planned = await _run_trials(queries, base, knobs, experiment, judging)
-            trial_calls = judging.calls
-        else:
-            planned = plan_configurations(experiment.configs, knobs, overrides)
-            for p in planned:
-                p.run = await arun_search(
-                    queries, p.config, run_path(out, p, queries), options=experiment.search
-                )
-        systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
-        comparison = await run_comparison(
-            systems, out, backend, config, store=store, options=opts, pool_run=run
-        )
+                    store = created = SQLiteVerdictStore(out / "verdicts.sqlite")
+                judging = _Judging(out, backend, config, store, run, opts, human, scale.level, objective)
+                planned = await _run_trials(queries, base, knobs, experiment, judging)
+                trial_calls = judging.calls
+            else:
+                planned = plan_configurations(experiment.configs, knobs, overrides)
+                for p in planned:
+                    p.run = await arun_search(
+                        queries, p.config, run_path(out, p, queries), options=experiment.search
+                    )
+            systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
+            comparison = await run_comparison(
+                systems, out, backend, config, store=store, options=opts, pool_run=run
+            )
+            # A Ray engine's workers call their own backends: count what the pools reported.
+            ledger.extra = max(0, trial_calls + comparison.report.pool.calls - ledger.this_run)
     finally:
         if created is not None:
             await created.aclose()
@@ -395,7 +429,9 @@ async def run_experiment(
         queries=len(queries),
         exp=experiment,
         objective=objective.trec_name,
-        calls=trial_calls + comparison.report.pool.calls,
+        calls=ledger.total,
+        calls_this_run=ledger.this_run,
+        depth=opts.depth,
     )
     png = await asyncio.to_thread(heatmap_png, summary)
     if png is not None:
