@@ -19,7 +19,7 @@ from judge.judging import JudgeConfig
 from judge.store import SQLiteVerdictStore
 from judge.systems import ComparisonReport, ExperimentOptions, PoolRun, SystemsOptions, run_experiment
 
-GRID = ("k1=0.2,1.2,3.0",)
+GRID = ("k1=3.0,1.2,0.2",)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,8 @@ async def test_report_gives_the_answer_first_with_rounded_figures(data: Bundled,
     ci = comparison.report.systems[e.best].ci["ndcg_cut_10"]
     assert ci is not None
     assert f"**{e.best}**, {e.best_value:.4f} (95% interval {ci[0]:.4f} to {ci[1]:.4f})" in lines[best]
-    assert "Against the baseline bm25-k1_0.2" in lines[best]
+    assert e.best != e.configurations[0].name
+    assert f"Against the baseline {e.configurations[0].name}: better by" in lines[best]
     calls = next(i for i, line in enumerate(lines) if line.startswith("Pairs: "))
     table = lines.index("## Experiment")
     pairwise = next(i for i, line in enumerate(lines) if line.startswith("## Each configuration against"))
