@@ -141,7 +141,10 @@ async def test_report_gives_the_answer_first_with_rounded_figures(data: Bundled,
     assert ci is not None
     assert f"**{e.best}**, {e.best_value:.4f} (95% interval {ci[0]:.4f} to {ci[1]:.4f})" in lines[best]
     assert e.best != e.configurations[0].name
-    assert f"Against the baseline {e.configurations[0].name}: better by" in lines[best]
+    baseline = e.configurations[0]
+    assert baseline.objective is not None
+    diff = e.best_value - baseline.objective
+    assert f"Against the baseline: better by {diff:+.4f} than {baseline.name}" in lines[best]
     calls = next(i for i, line in enumerate(lines) if line.startswith("Pairs: "))
     table = lines.index("## Experiment")
     pairwise = next(i for i, line in enumerate(lines) if line.startswith("## Each configuration against"))
