@@ -364,3 +364,19 @@ def test_a_dataset_line_with_a_5000_digit_number_is_a_reject(tmp_path: Path) -> 
     out = list(iter_dataset(path))
     assert isinstance(out[0], InputError) and out[0].line == 1 and "4300 digits" in out[0].message
     assert not isinstance(out[1], InputError) and out[1].id == "q1"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--seed", "-1"), ("--seed", str(INT64_PAST)), ("--folds", "1"), ("--folds", "0"), ("--name", "a/b")],
+)
+def test_judge_calibrate_bounds_its_flags_as_the_route_does(
+    flag: str, value: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    argv = ["calibrate", "--labels", str(tmp_path / "no-such.qrels"), "--template", "binary.zh.v2"]
+    assert main([*argv, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{flag}'" in err and "Traceback" not in err
