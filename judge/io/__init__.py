@@ -3,6 +3,8 @@ bad-input exception, :class:`InputError`."""
 
 from judge.io._errors import InputError
 from judge.io._language import CJK_SHARE, language_of
+from judge.io._numbers import INT64_MAX, INT64_MIN, number_problem
+from judge.io._secrets import RedactingFilter, redact, register_secret
 from judge.io._trec import (
     JudgedRanking,
     Qrels,
@@ -16,25 +18,37 @@ from judge.io._trec import (
     write_qrels,
     write_run,
 )
+from judge.io._writer_lock import LockBusy, OutputBusy, WriterLock, holder_text, lock_output
 
 __all__ = [
     "CJK_SHARE",
+    "INT64_MAX",
+    "INT64_MIN",
     "InputError",
     "JudgedRanking",
+    "LockBusy",
+    "OutputBusy",
     "Qrels",
+    "RedactingFilter",
     "RejectsReporter",
     "Run",
     "SitePriors",
     "SubtopicQrels",
+    "WriterLock",
     "error_record",
+    "holder_text",
     "join_run_qrels",
     "join_run_subtopic_qrels",
     "language_of",
+    "lock_output",
+    "number_problem",
     "open_binary",
     "read_qrels",
     "read_run",
     "read_site_priors",
     "read_subtopic_qrels",
+    "redact",
+    "register_secret",
     "source_site",
     "text_docno",
     "write_qrels",
