@@ -100,10 +100,10 @@ def _jsonl_query(raw: bytes, path: str, line: int) -> Query:
         raise SearchError(
             f"must be a string or an integer, got {type(qid).__name__}", path=path, line=line, field="id"
         )
-    problem = qid_problem(str(qid))
-    if problem is not None:
-        raise SearchError(problem, path=path, line=line, field="id")
     qid = str(qid)
+    bad_id = qid_problem(qid)
+    if bad_id is not None:
+        raise SearchError(bad_id, path=path, line=line, field="id")
     if "query" not in obj:
         raise SearchError("missing", path=path, line=line, field="query")
     query = obj["query"]
