@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_search_postgres import postgres  # noqa: F401 (a real PostgreSQL, started by the fixture)
 
 from judge.cli import main
 from judge.io import read_run
@@ -526,3 +527,34 @@ def test_a_trials_range_past_a_knobs_bounds_judges_nothing(
     err = capsys.readouterr().err
     assert "field 'params.b'" in err and "between 0 and 1" in err
     assert not (out / "trials").exists() and not (out / "runs").exists()
+
+
+# ---------------------------------------------------------------------------- postgres
+
+
+def test_an_unknown_connection_option_is_exit_2_without_the_dsn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("psycopg", reason="needs psycopg[binary]")
+    monkeypatch.setenv("HOSTILE_DSN", f"host=127.0.0.1 password={SECRET} nonsense_option=1")
+    cfg = tmp_path / "pg.toml"
+    cfg.write_text(
+        'engine = "postgres"\ndsn_env = "HOSTILE_DSN"\nsql = "SELECT %(query)s, %(query)s"\n',
+        encoding="utf-8",
+    )
+    assert search(tmp_path, cfg) == 2
+    err = assert_no_secret(tmp_path, capsys)
+    assert "field 'dsn_env'" in err and "nonsense_option" in err
+
+
+def test_a_text_score_from_postgresql_is_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    postgres: str,  # noqa: F811 (the fixture of test_search_postgres)
+) -> None:
+    cfg = tmp_path / "pg.toml"
+    sql = "SELECT id, body, 'high' FROM passages WHERE body <> %(query)s ORDER BY id LIMIT %(depth)s"
+    cfg.write_text(f'engine = "postgres"\ndsn = "{postgres}"\nsql = "{sql}"\n', encoding="utf-8")
+    assert search(tmp_path, cfg) == 2
+    err = capsys.readouterr().err
+    assert "field 'sql'" in err and "hit 0 ('d1'): the score must be a number, got 'high'" in err

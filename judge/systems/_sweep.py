@@ -208,7 +208,7 @@ async def _run_trials(
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=exp.seed))
     for k in knobs:  # every bound is a valid knob value before the first trial is judged
         for value in k.values if k.values is not None else (k.low, k.high):
-            base.with_params({k.name: int(value) if k.integer else value})
+            base.with_params({k.name: value})
     done: list[Planned] = []
     for i in range(int(exp.trials or 0)):
         trial = study.ask(dists)
