@@ -1,5 +1,8 @@
-"""Input/output: TREC qrels and runs (trec_eval semantics), JSONL datasets, and the one
-bad-input exception, :class:`InputError`."""
+"""Input/output: TREC qrels and runs (trec_eval semantics), JSONL datasets, the one
+bad-input exception (:class:`InputError`), and the rules below every package that reads
+input or writes output: the id check (:func:`id_problem`), the number check
+(:func:`number_problem`), the secrets registry and redaction (:func:`register_secret`,
+:func:`redact`) and one writer per output (:class:`WriterLock`, :func:`lock_output`)."""
 
 from judge.io._errors import InputError
 from judge.io._language import CJK_SHARE, language_of
