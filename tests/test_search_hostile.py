@@ -428,12 +428,26 @@ def index(tmp_path: Path) -> Path:
     return tmp_path / "idx"
 
 
+def bm25_config(index: Path) -> Path:
+    cfg = index.parent / "bm25.toml"
+    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
+    return cfg
+
+
+def experiment_args(cfg: Path, out: Path, *grid: str) -> list[str]:
+    """``judge experiment`` of one query over ``grid``, judged by a qrels file (no LLM)."""
+    qrels = out.parent / "all.qrels"
+    qrels.write_text("q1 0 d1 1\nq1 0 d2 0\n", encoding="utf-8")
+    qs = queries(out.parent, ("q1", "pale gums"))
+    backend = ["--backend", f"qrels:{qrels}", "--no-cache", "--quiet"]
+    return ["experiment", str(qs), "--config", str(cfg), *grid, *backend, "-o", str(out)]
+
+
 def test_a_broken_index_folder_is_exit_2(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (index / "vocab.json").unlink()
-    cfg = tmp_path / "bm25.toml"
-    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
+    cfg = bm25_config(index)
     assert search(tmp_path, cfg) == 2
     err = capsys.readouterr().err
     assert "field 'index'" in err and "broken index" in err and "vocab.json" in err
@@ -459,8 +473,7 @@ def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path:
 def test_an_output_that_is_a_directory_or_cannot_be_written_is_exit_2(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tmp_path / "bm25.toml"
-    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
+    cfg = bm25_config(index)
     (tmp_path / "adir").mkdir()
     assert search(tmp_path, cfg, out=tmp_path / "adir") == 2
     assert "field '-o'" in capsys.readouterr().err
@@ -475,8 +488,7 @@ def test_an_output_that_is_a_directory_or_cannot_be_written_is_exit_2(
 def test_a_second_writer_of_a_run_is_refused_naming_the_holder(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tmp_path / "bm25.toml"
-    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
+    cfg = bm25_config(index)
     from judge.io import WriterLock
 
     out = tmp_path / "run.jsonl"
@@ -491,14 +503,9 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(
 def test_a_second_experiment_on_one_folder_is_refused_before_any_work(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tmp_path / "bm25.toml"
-    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
-    qrels = tmp_path / "all.qrels"
-    qrels.write_text("q1 0 d1 1\nq1 0 d2 0\n", encoding="utf-8")
+    cfg = bm25_config(index)
     out = tmp_path / "exp"
-    args = ["experiment", str(queries(tmp_path, ("q1", "pale gums"))), "--config", str(cfg),
-            "--grid", "k1=0.6,1.2", "--backend", f"qrels:{qrels}", "--no-cache", "-o", str(out),
-            "--quiet"]  # fmt: skip
+    args = experiment_args(cfg, out, "--grid", "k1=0.6,1.2")
     from judge.io import WriterLock
 
     with WriterLock(out / ".experiment.lock"):
@@ -515,14 +522,9 @@ def test_a_trials_range_past_a_knobs_bounds_judges_nothing(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("optuna")
-    cfg = tmp_path / "bm25.toml"
-    cfg.write_text(f'index = "{index}"\n', encoding="utf-8")
-    qrels = tmp_path / "all.qrels"
-    qrels.write_text("q1 0 d1 1\n", encoding="utf-8")
+    cfg = bm25_config(index)
     out = tmp_path / "exp"
-    args = ["experiment", str(queries(tmp_path, ("q1", "pale gums"))), "--config", str(cfg),
-            "--grid", "b=0.2:1.5", "--trials", "2", "--backend", f"qrels:{qrels}", "--no-cache",
-            "-o", str(out), "--quiet"]  # fmt: skip
+    args = experiment_args(cfg, out, "--grid", "b=0.2:1.5", "--trials", "2")
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "field 'params.b'" in err and "between 0 and 1" in err

@@ -8,25 +8,13 @@ never reaches a terminal or a log."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from judge.io import InputError, redact
 
 
 class SearchError(InputError):
     """A query set, configuration, template or engine answer that cannot be used. ``path`` is
     the configuration (or query) file, ``field`` the offending key (``url``, ``body``,
-    ``response.ids``...)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | Path | None = None,
-        line: int | None = None,
-        field: str | None = None,
-    ) -> None:
-        super().__init__(redact(message), path=path, line=line, field=field)
+    ``response.ids``...). Its message is redacted as every :class:`~judge.io.InputError`'s."""
 
 
 class SearchFailed(RuntimeError):
