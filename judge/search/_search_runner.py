@@ -239,8 +239,7 @@ def _read_existing(
             )
         q = by_id[qid]
         if rec.get("query") != q.query:
-            existing.pop(qid, None)  # the text changed: search it again
-            continue
+            continue  # the text changed: search it again (its new line, once written, is later)
         existing[qid] = _with_qrels(rec, q.qrels)
     return existing
 
