@@ -94,6 +94,10 @@ def hostile(routes: dict[str, Callable[[Request], Answer]]) -> Iterator[Hostile]
 
 
 def http_config(tmp_path: Path, url: str, extra: str = "", name: str = "engine") -> Path:
+    """An http configuration; unless ``extra`` gives ``[headers]``, every request carries the
+    secret (``X-Token: ${HOSTILE_TOKEN}``), which no failure may print or write."""
+    if "[headers]" not in extra:
+        extra += '\n[headers]\nX-Token = "${HOSTILE_TOKEN}"'
     path = tmp_path / f"{name}.toml"
     path.write_text(
         f'engine = "http"\nurl = "{url}"\n{extra}\n[response]\nids = "hits[*].id"\n'
@@ -101,6 +105,11 @@ def http_config(tmp_path: Path, url: str, extra: str = "", name: str = "engine")
         encoding="utf-8",
     )
     return path
+
+
+@pytest.fixture(autouse=True)
+def _secret_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOSTILE_TOKEN", SECRET)
 
 
 def queries(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
@@ -142,6 +151,7 @@ def test_the_url_templates_query_is_kept_and_the_meta_shows_what_was_sent(tmp_pa
         )
         run = run_search([Query("q1", "pale gums")], load_config(cfg), tmp_path / "run.jsonl")
     assert engine.seen[0].query == {"q": ["pale gums"], "n": ["10"]}
+    assert engine.seen[0].headers["X-Token"] == SECRET
     meta = json.loads(run.meta_path.read_text(encoding="utf-8"))
     assert meta["first_request"]["url"] == f"{engine.url}/search?q=pale+gums&n=10"
 
@@ -183,7 +193,7 @@ def test_a_score_that_is_not_a_finite_number_is_exit_2(
 ) -> None:
     with hostile({"/s": lambda r: (200, {"Content-Type": "application/json"}, body)}) as engine:
         assert search(tmp_path, http_config(tmp_path, f"{engine.url}/s")) == 2
-    err = capsys.readouterr().err
+    err = assert_no_secret(tmp_path, capsys)
     assert "field 'response.score'" in err and message in err and "Traceback" not in err
     assert not (tmp_path / "run.jsonl").exists()
 
@@ -197,14 +207,14 @@ def test_a_hit_id_judge_score_would_refuse_is_exit_2(
 ) -> None:
     with hostile({"/s": lambda r: _json({"hits": [{"id": hit_id, "text": "t", "score": 1}]})}) as engine:
         assert search(tmp_path, http_config(tmp_path, f"{engine.url}/s")) == 2
-    err = capsys.readouterr().err
+    err = assert_no_secret(tmp_path, capsys)
     assert "field 'response.ids'" in err and message in err
 
 
 def test_a_redirect_is_named_with_where_it_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with hostile({"/old": lambda r: (302, {"Location": "/new"}, b"")}) as engine:
         assert search(tmp_path, http_config(tmp_path, f"{engine.url}/old")) == 2
-    err = capsys.readouterr().err
+    err = assert_no_secret(tmp_path, capsys)
     assert "HTTP 302" in err and "redirects to '/new'" in err and "field 'url'" in err
     assert not (tmp_path / "run.jsonl").exists()  # a failed first query leaves no empty run file
 
@@ -213,7 +223,7 @@ def test_a_url_too_long_to_send_is_exit_2(tmp_path: Path, capsys: pytest.Capture
     with hostile({"/s": lambda r: _json(_hits(1))}) as engine:
         cfg = http_config(tmp_path, f"{engine.url}/s", f'[url_params]\nq = "{"x" * 1_000_000}"')
         assert search(tmp_path, cfg) == 2
-    assert "field 'url_params'" in capsys.readouterr().err and engine.seen == []
+    assert "field 'url_params'" in assert_no_secret(tmp_path, capsys) and engine.seen == []
 
 
 def test_a_response_path_that_cannot_be_read_is_exit_2(
