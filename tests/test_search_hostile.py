@@ -6,6 +6,7 @@ field, never a traceback, and no secret in stdout, stderr or any file written.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -463,17 +464,30 @@ def test_a_broken_index_folder_is_exit_2(
     assert "field 'index'" in err and "broken index" in err and "vocab.json" in err
 
 
-def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path: Path, index: Path) -> None:
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    stale = tmp_path / f".idx.tmp-{int(dead.stdout)}-abc123"
-    stale.mkdir()
-    (stale / "tokens.npy").write_bytes(b"partial")
-    live = tmp_path / f".idx.tmp-{__import__('os').getpid()}-live"  # a build still running: kept
+KILLED_BUILD = """
+import os, signal, sys
+from judge.search import _bm25_index
+
+def killed(self, *args):  # the build dies by SIGKILL once its temporary folder is written
+    os.kill(os.getpid(), signal.SIGKILL)
+
+_bm25_index.BM25Index.scorer = killed
+_bm25_index.build_index(sys.argv[1], sys.argv[2], language="en")
+"""
+
+
+def test_a_build_killed_by_sigkill_leaves_a_folder_the_next_build_removes(
+    tmp_path: Path, index: Path
+) -> None:
+    docs = tmp_path / "docs.jsonl"
+    killed = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(docs), str(index)], timeout=120)
+    assert killed.returncode == -9
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".idx.tmp-")]
+    assert len(left) == 1 and (left[0] / "vocab.json").is_file()  # what kill -9 leaves
+    live = tmp_path / f".idx.tmp-{os.getpid()}-live"  # a build still running (this process): kept
     live.mkdir()
-    build_index(tmp_path / "docs.jsonl", index, language="en")
-    assert not stale.exists() and live.exists()
+    info = build_index(docs, index, language="en")
+    assert info.documents == 2 and (index / "index.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")) == [live.name]
 
 
@@ -505,7 +519,7 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(
     with WriterLock(tmp_path / ".run.jsonl.lock"):
         assert search(tmp_path, cfg, out=out) == 2
         err = capsys.readouterr().err
-        assert "another judge search" in err and f"pid {__import__('os').getpid()}" in err
+        assert "another judge search" in err and f"pid {os.getpid()}" in err
     assert not out.exists()
     assert search(tmp_path, cfg, out=out) == 0  # the holder gone, the run goes ahead
 
