@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.backends import Backend, synchronous
-from judge.io import InputError, Qrels
+from judge.io import InputError, Qrels, lock_output
 from judge.judging import JudgeConfig, VerdictStore
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
@@ -45,6 +45,7 @@ from judge.systems._sweep_space import Knob, grid_points, parse_grid, point_name
 
 EXPERIMENT_MEASURES = ("ndcg_cut_10", "map", "P_5", "recall_10", "recip_rank")
 DEFAULT_EXPERIMENT_DIR = "experiment"
+EXPERIMENT_LOCK = ".experiment.lock"  # one judge experiment writes a folder at a time
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,9 @@ async def _run_trials(
         else:
             dists[k.name] = optuna.distributions.FloatDistribution(float(k.low or 0.0), float(k.high or 0.0))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=exp.seed))
+    for k in knobs:  # every bound is a valid knob value before the first trial is judged
+        for value in k.values if k.values is not None else (k.low, k.high):
+            base.with_params({k.name: value})
     done: list[Planned] = []
     for i in range(int(exp.trials or 0)):
         trial = study.ask(dists)
@@ -357,6 +361,7 @@ async def run_experiment(
     overrides = parse_overrides(list(experiment.overrides)) if experiment.overrides else None
     human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
+    lock = lock_output(out, out / EXPERIMENT_LOCK, command="judge experiment", field="--output")
     trial_calls = 0
     created: Any = None
     try:
@@ -380,6 +385,9 @@ async def run_experiment(
         comparison = await run_comparison(
             systems, out, backend, config, store=store, options=opts, pool_run=run
         )
+    except BaseException:
+        lock.release()  # else held to the end of the report's writing, below
+        raise
     finally:
         if created is not None:
             await created.aclose()
@@ -400,6 +408,7 @@ async def run_experiment(
         (out / HEATMAP_FILE).unlink()
     comparison.with_report(comparison.report.model_copy(update={"experiment": summary}))
     await asyncio.to_thread(comparison.write)
+    lock.release()
     return comparison
 
 
