@@ -3,13 +3,14 @@
 
 Labels live in the label store (``$JUDGE_HOME/labels.sqlite``, or ``--labels-store PATH``);
 ``--labels store`` reads it, ``--labels FILE`` reads a TREC qrels file or a JSONL labels
-export instead (see :mod:`judge.store._label_store`).
+export instead (see :mod:`judge.store._label_model`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -256,11 +257,25 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
     return out
 
 
+def _check_calibrate_flags(args: argparse.Namespace) -> None:
+    """``--folds``, ``--seed`` and ``--name`` as ``POST /v1/jobs/{id}/calibrate`` bounds them,
+    before any label is read (exit 2 naming the flag)."""
+    from judge.store import MAX_SQLITE_INT
+
+    if not 2 <= args.folds <= 20:
+        raise InputError(f"must be in 2..20, got {args.folds}", field="--folds")
+    if not 0 <= args.seed <= MAX_SQLITE_INT:
+        raise InputError(f"must be in 0..{MAX_SQLITE_INT}, got {args.seed}", field="--seed")
+    if args.name is not None and not re.fullmatch(r"[\w.\-]{1,100}", args.name):
+        raise InputError("1 to 100 letters, digits, '.', '_' or '-'", field="--name")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from judge.judging import TemplateError, load_template
     from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, resolve_mapping
     from judge.store import Calibration, LabelStore
 
+    _check_calibrate_flags(args)
     try:
         template = load_template(args.template)
     except TemplateError as exc:
