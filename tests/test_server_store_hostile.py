@@ -380,3 +380,17 @@ def test_judge_calibrate_bounds_its_flags_as_the_route_does(
     assert main([*argv, flag, value]) == 2
     err = capsys.readouterr().err
     assert f"field '{flag}'" in err and "Traceback" not in err
+
+
+def test_labels_export_to_a_folder_exits_2_naming_o(tmp_path: Path, capsys: Any) -> None:
+    from judge.cli import main
+
+    store = tmp_path / "labels.sqlite"
+    qrels = tmp_path / "a.qrels"
+    qrels.write_text("q1 0 d1 1\n")
+    assert main(["labels", "import", str(qrels), "--reviewer", "ann", "--store", str(store)]) == 0
+    capsys.readouterr()
+    for fmt in ("qrels", "jsonl"):
+        assert main(["labels", "export", "--store", str(store), "--format", fmt, "-o", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "field '-o'" in err and "Traceback" not in err

@@ -194,7 +194,10 @@ def run_export(args: argparse.Namespace) -> int:
             raise InputError(exc.message, field="--level") from None
 
     if args.output != "-":
-        n = writer(args.output)
+        try:
+            n = writer(args.output)
+        except OSError as exc:  # a folder, a read-only place: bad usage, not a traceback
+            raise InputError(f"cannot write: {exc.strerror}", path=args.output, field="-o") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "labels"
