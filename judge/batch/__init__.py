@@ -21,6 +21,7 @@ from judge.batch._label_apply import (
     relabel_record,
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
+from judge.batch._ppi_summary import SampleLabelOptions, ppi_block, record_pairs
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import (
     build_record,
@@ -69,6 +70,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "SampleLabelOptions",
+    "ppi_block",
+    "record_pairs",
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
     "RUN_DEFAULTS",

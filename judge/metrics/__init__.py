@@ -40,6 +40,18 @@ from judge.metrics._measure import (
     Measure,
 )
 from judge.metrics._measure_parser import parse_measure, parse_measure_args, parse_measures
+from judge.metrics._ppi import (
+    COVERAGE_GOAL,
+    LINEAR_MEASURES,
+    MEASURED_COVERAGE,
+    PpiFigure,
+    PpiInterval,
+    interval_valid,
+    is_linear,
+    label_effects,
+    ppi_figure,
+    rectified_mean,
+)
 from judge.metrics._query import RankedQuery
 from judge.metrics._ranking import (
     NOT_IN_POOL,
@@ -105,6 +117,16 @@ from judge.metrics._source_quality_recall import (
 )
 
 __all__ = [
+    "COVERAGE_GOAL",
+    "LINEAR_MEASURES",
+    "MEASURED_COVERAGE",
+    "PpiFigure",
+    "PpiInterval",
+    "interval_valid",
+    "is_linear",
+    "label_effects",
+    "ppi_figure",
+    "rectified_mean",
     "ANSWER_METRICS",
     "DIVERSITY_CONVENTIONS",
     "LABEL_FREE",

@@ -1,0 +1,148 @@
+"""Prediction-powered figures of a run's records (``--sample-labels``): the summary's ``ppi``.
+
+The records' verdicts are the judge's predictions on every pair; the sample's labels, on
+the pairs they name, correct the judge's mean figures (:func:`judge.metrics.ppi_figure`).
+A person's grade becomes a verdict by the stated mapping: ``grade >= level`` is ``yes``
+(the gain is the same 1/0 in binary mode, the grade in graded mode). A label on a pair the
+judge left unjudged is not used (the population is the judged pairs, as for the judge's
+own figures) and is counted in ``labels_unjudged``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from judge.io import InputError, SampleLabels
+from judge.metrics import (
+    COVERAGE_GOAL,
+    MEASURED_COVERAGE,
+    JudgedList,
+    PpiFigure,
+    judge_measure,
+    ppi_figure,
+)
+
+__all__ = ["SampleLabelOptions", "ppi_block", "record_pairs"]
+
+METHOD = {
+    "linear": (
+        "prediction-powered rectifier (the judge's mean plus the labels' mean correction scaled "
+        "to the population; exact for P@k and mean_score, which are linear in the labels)"
+    ),
+    "nonlinear": (
+        "linearised rectifier for map and ndcg (each label's effect on its query against the "
+        f"judge's other verdicts); its interval is given only where simulation measured >= "
+        f"{COVERAGE_GOAL:.0%} coverage (measured: "
+        + ", ".join(f"{k} {v:.0%}" for k, v in sorted(MEASURED_COVERAGE.items()))
+        + "), else low/high are null and coverage_ok false"
+    ),
+    "uniform": "uniform sample without replacement; normal interval with the finite-population correction",
+    "weighted": "pairs drawn with recorded inclusion probabilities; Horvitz-Thompson weights and variance",
+}
+
+
+@dataclass(frozen=True)
+class SampleLabelOptions:
+    """Sample labels and how they are read: ``grade >= level`` is relevant (``yes``);
+    intervals at ``confidence``."""
+
+    labels: SampleLabels
+    level: int = 1
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.confidence < 1.0:
+            raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
+        if self.level < 0:
+            raise InputError(f"must be >= 0, got {self.level}", field="--sample-level")
+
+
+def record_pairs(records: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """The (qid, docno) pairs of output records (or dataset lines as records)."""
+    return {(str(r["id"]), str(d)) for r in records for d in r["docnos"]}
+
+
+def _lists(records: Sequence[Mapping[str, Any]]) -> tuple[list[JudgedList], dict[tuple[str, str], tuple[int, int]]]:
+    lists: list[JudgedList] = []
+    where: dict[tuple[str, str], tuple[int, int]] = {}
+    for ri, rec in enumerate(records):
+        graded = rec.get("mode") == "graded"
+        rel: list[int] = []
+        gains: list[int] = []
+        for v in rec["verdicts"]:
+            if v.get("verdict") not in ("yes", "no"):
+                rel.append(-1)
+                gains.append(-1)
+                continue
+            yes = 1 if v["verdict"] == "yes" else 0
+            rel.append(yes)
+            gains.append(int(v["grade"]) if graded and v.get("grade") is not None else yes)
+        lists.append(JudgedList.of(rel, gains))
+        for pos, docno in enumerate(rec["docnos"]):
+            where[(str(rec["id"]), str(docno))] = (ri, pos)
+    return lists, where
+
+
+def ppi_block(
+    records: Sequence[Mapping[str, Any]], options: SampleLabelOptions, k: Sequence[int]
+) -> dict[str, Any]:
+    """The ``ppi`` block of a summary: ``precision``/``ndcg`` by cutoff, ``map``,
+    ``mean_score`` (each ``{"estimate", "low", "high", "judge", "labels", "coverage_ok"}``),
+    the labels used, the mapping and the method. A label naming a pair not in ``records``
+    is an InputError naming its line (callers check before judging)."""
+    sample = options.labels
+    sample.check_pairs(record_pairs(records))
+    lists, where = _lists(records)
+    graded = any(r.get("mode") == "graded" for r in records)
+    pairs: list[tuple[int, int]] = []
+    relevant: list[int] = []
+    gains: list[int] = []
+    inclusion: list[float] = []
+    unjudged = 0
+    for label in sample.labels:
+        qi, pos = where[(label.qid, label.docno)]
+        if lists[qi].relevant[pos] < 0:
+            unjudged += 1
+            continue
+        yes = 1 if label.grade >= options.level else 0
+        pairs.append((qi, pos))
+        relevant.append(yes)
+        gains.append(label.grade if graded else yes)
+        if label.inclusion is not None:
+            inclusion.append(label.inclusion)
+    population = sum(jl.judged for jl in lists)
+
+    def figure(text: str) -> dict[str, object]:
+        f: PpiFigure = ppi_figure(
+            lists,
+            judge_measure(text),
+            pairs,
+            relevant,
+            gains,
+            population=None if sample.weighted else population,
+            inclusion=inclusion if sample.weighted else None,
+            confidence=options.confidence,
+        )
+        return f.as_dict()
+
+    return {
+        "labels": len(pairs),
+        "labels_in_file": len(sample),
+        "labels_unjudged": unjudged,
+        "population": population,
+        "source": sample.path,
+        "confidence": options.confidence,
+        "mapping": f"a person's grade >= {options.level} is relevant (yes)"
+        + ("; the gain is the grade" if graded else "; gain 1/0"),
+        "method": {
+            "linear": METHOD["linear"],
+            "nonlinear": METHOD["nonlinear"],
+            "sampling": METHOD["weighted" if sample.weighted else "uniform"],
+        },
+        "precision": {str(c): figure(f"P_{c}") for c in k},
+        "ndcg": {str(c): figure(f"ndcg_cut_{c}") for c in k},
+        "map": figure("map"),
+        "mean_score": figure("set_P"),
+    }

@@ -1,0 +1,246 @@
+"""Prediction-powered figures: a judge's mean measure corrected by a random sample of human
+labels, with an interval (pure: arrays in, numbers out).
+
+The population is the run's judged pairs (``N``); the judge's verdict ``f_i`` is known for
+every one of them, a person's label ``Y_j`` for a sample ``S`` of them. The target is the
+judge's own figure (same measure, same conventions) computed with every verdict replaced by
+the person's label.
+
+**The rectifier.** For a measure averaged over queries, the *effect* of a label is how much
+it moves the mean when it replaces its verdict, the query's other verdicts kept::
+
+    e_j = (m_q(f with f_j := Y_j) - m_q(f)) / Q
+
+(``Q``: the queries where the measure is defined). The estimate is the judge's figure plus
+the sample's effects scaled up to the population:
+
+* uniform sample of ``n`` pairs (without replacement, :func:`rectified_mean` without
+  ``inclusion``): ``theta = m(f) + N * mean(e)``, standard error
+  ``N * sqrt((1 - n/N) * var(e) / n)`` (the finite-population correction: the target is
+  this run's figure, not a super-population's);
+* pairs drawn one by one with known inclusion probabilities ``pi_j`` (Poisson sampling,
+  active inference: :func:`rectified_mean` with ``inclusion``): the Horvitz-Thompson form
+  ``theta = m(f) + sum(e / pi)``, standard error ``sqrt(sum((1 - pi) e^2 / pi^2))``.
+
+The interval is the normal one, ``theta +- z * se`` (Angelopoulos et al., *Prediction-powered
+inference*, Science 2023, with the judge's predictions known on the whole finite
+population, so only the rectifier's variance is left; Zrnic and Candès, *Active
+statistical inference*, 2024, for the weighted form).
+
+**Linear measures** (P@k, DCG@k, the share judged relevant ``set_P``): a label's effect does
+not depend on the other labels, the effects sum to the exact difference, and the estimate is
+the standard prediction-powered rectifier, unbiased. **AP and nDCG** are not linear (AP's
+denominator and nDCG's ideal ranking depend on the labels): the same formula is their
+*linearised* rectifier (each label's effect measured against the judge's other verdicts);
+it leaves out the interaction of two wrong verdicts of one query, so it can be biased.
+Its coverage is measured by simulation (``scripts/eval_ppi.py``) and written in
+:data:`MEASURED_COVERAGE`; a measure whose measured coverage falls short of
+:data:`COVERAGE_GOAL` gets the estimate but no interval (``coverage_ok`` false).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import norm
+
+from judge.metrics._judged import JudgedList
+from judge.metrics._measure import Measure
+
+__all__ = [
+    "COVERAGE_GOAL",
+    "LINEAR_MEASURES",
+    "MEASURED_COVERAGE",
+    "PpiFigure",
+    "PpiInterval",
+    "is_linear",
+    "label_effects",
+    "ppi_figure",
+    "rectified_mean",
+]
+
+#: Measure families (trec_eval root names) linear in the labels of a judged list.
+LINEAR_MEASURES = frozenset({"P", "set_P", "dcg", "dcg_cut"})
+
+#: Measure families whose values lie in [0, 1]: their estimate and interval are clipped to it
+#: (the truth lies in it, so clipping never loses coverage).
+UNIT_RANGE = frozenset({"P", "set_P", "map", "ndcg", "ndcg_cut"})
+
+#: Coverage an interval must reach in simulation to be shown as valid.
+COVERAGE_GOAL = 0.93
+
+#: Coverage of the nominal 95% interval of the linearised rectifier, measured by
+#: ``scripts/eval_ppi.py`` (TREC DL 2019, ICT-BERT2's top 10, a lenient simulated judge, 15%
+#: of the pairs labelled, 200 draws); see docs/concepts/prediction-powered.md. Linear
+#: measures need no entry (the rectifier is exact).
+MEASURED_COVERAGE: Mapping[str, float] = {"ndcg_cut": 0.87, "map": 0.91}
+
+
+def is_linear(measure: Measure) -> bool:
+    """Whether ``measure``'s per-query value is linear in the labels of a judged list."""
+    return measure.name in LINEAR_MEASURES
+
+
+def interval_valid(measure: Measure) -> bool:
+    """Linear, or its measured coverage reaches :data:`COVERAGE_GOAL`."""
+    return is_linear(measure) or MEASURED_COVERAGE.get(measure.name, 0.0) >= COVERAGE_GOAL
+
+
+@dataclass(frozen=True)
+class PpiInterval:
+    """A rectified estimate, its interval (None when fewer than two labels) and its
+    standard error."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    se: float | None
+
+
+def _z(confidence: float) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def rectified_mean(
+    judge_value: float,
+    effects: npt.ArrayLike,
+    *,
+    population: int | None = None,
+    inclusion: npt.ArrayLike | None = None,
+    confidence: float = 0.95,
+) -> PpiInterval:
+    """The judge's figure corrected by the labels' ``effects`` (see the module docstring).
+
+    Give ``population`` (``N``) for a uniform sample without replacement, or ``inclusion``
+    (each label's probability of having been drawn, in (0, 1]) for a Poisson sample.
+    """
+    e = np.asarray(effects, dtype=np.float64).reshape(-1)
+    z = _z(confidence)
+    if not np.all(np.isfinite(e)):
+        raise ValueError("effects must be finite")
+    if inclusion is not None:
+        pi = np.asarray(inclusion, dtype=np.float64).reshape(-1)
+        if pi.shape != e.shape:
+            raise ValueError(f"inclusion has {pi.shape[0]} values for {e.shape[0]} effects")
+        if not np.all((pi > 0.0) & (pi <= 1.0)):
+            raise ValueError("inclusion probabilities must be in (0, 1]")
+        estimate = judge_value + math.fsum(e / pi)
+        se: float | None = math.sqrt(math.fsum((1.0 - pi) * e**2 / pi**2)) if e.size else None
+    else:
+        if population is None:
+            raise ValueError("give population (a uniform sample) or inclusion probabilities")
+        n = e.size
+        if n > population:
+            raise ValueError(f"{n} labels for a population of {population} pairs")
+        estimate = judge_value + (population * float(np.mean(e)) if n else 0.0)
+        se = (
+            population * math.sqrt(max(0.0, 1.0 - n / population) * float(np.var(e, ddof=1)) / n)
+            if n >= 2
+            else None
+        )
+    if se is None:
+        return PpiInterval(estimate, None, None, None)
+    return PpiInterval(estimate, estimate - z * se, estimate + z * se, se)
+
+
+def label_effects(
+    lists: Sequence[JudgedList],
+    measure: Measure,
+    pairs: Sequence[tuple[int, int]],
+    relevant: Sequence[int],
+    gains: Sequence[int],
+) -> tuple[float | None, npt.NDArray[np.float64]]:
+    """The judge's mean of ``measure`` over ``lists`` (the queries where it is defined) and
+    each label's effect on it: ``pairs[j]`` = (list index, position), whose verdict becomes
+    ``relevant[j]`` / ``gains[j]``. A pair whose verdict is unjudged is a ValueError."""
+    values = [jl.value(measure) for jl in lists]
+    defined = [v for v in values if v is not None]
+    effects = np.zeros(len(pairs), dtype=np.float64)
+    if not defined:
+        return None, effects
+    q = len(defined)
+    flipped: dict[tuple[int, int, int, int], float] = {}
+    for j, ((qi, pos), rel, gain) in enumerate(zip(pairs, relevant, gains, strict=True)):
+        base = lists[qi]
+        if base.relevant[pos] < 0:
+            raise ValueError(f"pair {j} (list {qi}, position {pos}) is unjudged")
+        if int(base.relevant[pos]) == rel and int(base.gains[pos]) == gain:
+            continue  # the label agrees with the verdict: no effect
+        key = (qi, pos, int(rel), int(gain))
+        if key not in flipped:
+            r = base.relevant.copy()
+            g = base.gains.copy()
+            r[pos], g[pos] = rel, gain
+            value = JudgedList(r, g, base.pool_relevant, base.pool_gains).value(measure)
+            before = values[qi]
+            assert value is not None and before is not None  # the list has a judged passage
+            flipped[key] = (value - before) / q
+        effects[j] = flipped[key]
+    return math.fsum(defined) / q, effects
+
+
+@dataclass(frozen=True)
+class PpiFigure:
+    """One measure's prediction-powered figure: ``estimate`` and its interval (None when
+    the method's coverage falls short, or too few labels), the judge's own figure, the
+    labels used, and whether the interval's coverage is established."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    judge: float | None
+    labels: int
+    linear: bool
+    coverage_ok: bool
+
+    def as_dict(self, digits: int = 6) -> dict[str, object]:
+        def r(x: float | None) -> float | None:
+            return None if x is None else round(x, digits)
+
+        return {
+            "estimate": r(self.estimate),
+            "low": r(self.low),
+            "high": r(self.high),
+            "judge": r(self.judge),
+            "labels": self.labels,
+            "coverage_ok": self.coverage_ok,
+        }
+
+
+def ppi_figure(
+    lists: Sequence[JudgedList],
+    measure: Measure,
+    pairs: Sequence[tuple[int, int]],
+    relevant: Sequence[int],
+    gains: Sequence[int],
+    *,
+    population: int | None = None,
+    inclusion: Sequence[float] | None = None,
+    confidence: float = 0.95,
+) -> PpiFigure:
+    """``measure``'s prediction-powered figure over ``lists`` from the labels of ``pairs``
+    (see :func:`label_effects` and :func:`rectified_mean`). The interval is given only for a
+    measure whose coverage is established (:func:`interval_valid`); a measure within [0, 1]
+    has its estimate and interval clipped to it."""
+    judge_value, effects = label_effects(lists, measure, pairs, relevant, gains)
+    linear = is_linear(measure)
+    ok = interval_valid(measure)
+    if judge_value is None:
+        return PpiFigure(None, None, None, None, len(pairs), linear, ok)
+    result = rectified_mean(
+        judge_value, effects, population=population, inclusion=inclusion, confidence=confidence
+    )
+    estimate, low, high = result.estimate, result.low, result.high
+    if measure.name in UNIT_RANGE:
+        estimate = min(1.0, max(0.0, estimate))
+        low = None if low is None else max(0.0, low)
+        high = None if high is None else min(1.0, high)
+    if not ok:
+        low = high = None
+    return PpiFigure(estimate, low, high, judge_value, len(pairs), linear, ok)
