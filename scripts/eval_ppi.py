@@ -140,11 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for row in truth_rows:
             u = rng.random(len(row))
-            rows.append([(0 if u[i] < args.false_no else 1) if y else (1 if u[i] < args.false_yes else 0) for i, y in enumerate(row)])
+            rows.append(
+                [
+                    (0 if u[i] < args.false_no else 1) if y else (1 if u[i] < args.false_yes else 0)
+                    for i, y in enumerate(row)
+                ]
+            )
         return rows
 
     per_share: dict[float, dict[str, dict[str, list[float]]]] = {
-        s: {name: {"cover": [], "width": [], "err_judge": [], "err_ppi": []} for name in measures} for s in args.share
+        s: {name: {"cover": [], "width": [], "err_judge": [], "err_ppi": []} for name in measures}
+        for s in args.share
     }
     lo_width: dict[float, list[float]] = {s: [] for s in args.share}
     lo_cover: dict[float, list[float]] = {s: [] for s in args.share}
@@ -172,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                 acc["width"].append(r.high - r.low)
                 acc["err_judge"].append(abs(value - t))
                 acc["err_ppi"].append(abs(r.estimate - t))
-            lo = rectified_mean(0.0, labels_only_effects[sample], population=population, confidence=args.confidence)
+            lo = rectified_mean(
+                0.0, labels_only_effects[sample], population=population, confidence=args.confidence
+            )
             assert lo.low is not None and lo.high is not None
             lo_width[share].append(lo.high - lo.low)
             t10 = truth["P@10"]

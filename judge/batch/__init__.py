@@ -70,9 +70,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "SampleLabelOptions",
-    "ppi_block",
-    "record_pairs",
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
     "RUN_DEFAULTS",
@@ -99,6 +96,7 @@ __all__ = [
     "RetryItem",
     "RetryPlan",
     "RunSpec",
+    "SampleLabelOptions",
     "Snapshot",
     "agreement_items",
     "apply_labels",
@@ -115,7 +113,9 @@ __all__ = [
     "label_for_passage",
     "make_progress",
     "map_impacts",
+    "ppi_block",
     "qrels_of",
+    "record_pairs",
     "relabel_record",
     "retry_unjudged",
     "run_default",

@@ -64,7 +64,9 @@ def record_pairs(records: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
     return {(str(r["id"]), str(d)) for r in records for d in r["docnos"]}
 
 
-def _lists(records: Sequence[Mapping[str, Any]]) -> tuple[list[JudgedList], dict[tuple[str, str], tuple[int, int]]]:
+def _lists(
+    records: Sequence[Mapping[str, Any]],
+) -> tuple[list[JudgedList], dict[tuple[str, str], tuple[int, int]]]:
     lists: list[JudgedList] = []
     where: dict[tuple[str, str], tuple[int, int]] = {}
     for ri, rec in enumerate(records):

@@ -78,7 +78,9 @@ def read_sample_labels(path: str | Path) -> SampleLabels:
         cols = line.split()
         if len(cols) not in (4, 5):
             raise InputError(
-                f"expected 'qid iter docno grade [inclusion]', got {len(cols)} columns", path=where, line=number
+                f"expected 'qid iter docno grade [inclusion]', got {len(cols)} columns",
+                path=where,
+                line=number,
             )
         if width is not None and len(cols) != width:
             raise InputError(
@@ -93,7 +95,9 @@ def read_sample_labels(path: str | Path) -> SampleLabels:
         try:
             grade = int(grade_text)
         except ValueError:
-            raise InputError(f"not an integer: {grade_text!r}", path=where, line=number, field="grade") from None
+            raise InputError(
+                f"not an integer: {grade_text!r}", path=where, line=number, field="grade"
+            ) from None
         if grade < 0:
             raise InputError(f"must be >= 0, got {grade}", path=where, line=number, field="grade")
         inclusion: float | None = None
@@ -105,11 +109,15 @@ def read_sample_labels(path: str | Path) -> SampleLabels:
                     f"not a number: {cols[4]!r}", path=where, line=number, field="inclusion"
                 ) from None
             if not (math.isfinite(inclusion) and 0.0 < inclusion <= 1.0):
-                raise InputError(f"must be in (0, 1], got {cols[4]}", path=where, line=number, field="inclusion")
+                raise InputError(
+                    f"must be in (0, 1], got {cols[4]}", path=where, line=number, field="inclusion"
+                )
         key = (qid, docno)
         if key in seen:
             raise InputError(
-                f"pair ({qid}, {docno}) is labelled twice (first on line {seen[key]})", path=where, line=number
+                f"pair ({qid}, {docno}) is labelled twice (first on line {seen[key]})",
+                path=where,
+                line=number,
             )
         seen[key] = number
         labels.append(SampleLabel(qid, docno, grade, number, inclusion))

@@ -1,0 +1,192 @@
+"""Prediction-powered figures: the rectifier by hand, its coverage on DL 2019-like simulated
+data, and ``judge score --sample-labels`` (summary block, refusals)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from judge.cli import main
+from judge.io import InputError, read_sample_labels
+from judge.metrics import JudgedList, judge_measure, label_effects, ppi_figure, rectified_mean
+
+Z95 = 1.959963984540054
+
+
+def _lists() -> list[JudgedList]:
+    # two queries; the judge says q0: yes yes, q1: yes no -> P@2 = (1 + 0.5) / 2 = 0.75
+    return [JudgedList.of([1, 1], [1, 1]), JudgedList.of([1, 0], [1, 0])]
+
+
+def test_label_effects_by_hand() -> None:
+    # q0's second passage labelled no: q0's P@2 1 -> 0.5, the mean moves by -0.5 / 2 queries;
+    # q1's first labelled yes: agrees with the verdict, no effect
+    value, effects = label_effects(_lists(), judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1])
+    assert value == pytest.approx(0.75)
+    assert effects.tolist() == pytest.approx([-0.25, 0.0])
+
+
+def test_rectifier_uniform_by_hand() -> None:
+    # N = 4 pairs, n = 2 labels: 0.75 + 4 * mean(-0.25, 0) = 0.25;
+    # se = 4 * sqrt((1 - 2/4) * var([-0.25, 0], ddof=1) / 2) = 4 * sqrt(0.5 * 0.03125 / 2)
+    r = rectified_mean(0.75, [-0.25, 0.0], population=4)
+    se = 4 * (0.5 * 0.03125 / 2) ** 0.5
+    assert r.estimate == pytest.approx(0.25)
+    assert r.se == pytest.approx(se)
+    assert (r.low, r.high) == pytest.approx((0.25 - Z95 * se, 0.25 + Z95 * se))
+
+
+def test_rectifier_weighted_by_hand() -> None:
+    # Horvitz-Thompson: 0.75 + (-0.25 / 0.5 + 0 / 0.25) = 0.25; se = sqrt((1 - 0.5) 0.0625 / 0.25)
+    r = rectified_mean(0.75, [-0.25, 0.0], inclusion=[0.5, 0.25])
+    assert r.estimate == pytest.approx(0.25)
+    assert r.se == pytest.approx(0.125**0.5)
+
+
+def test_rectifier_edges() -> None:
+    assert rectified_mean(0.4, [], population=10) == rectified_mean(0.4, [], population=10)
+    one = rectified_mean(0.4, [0.1], population=10)
+    assert one.estimate == pytest.approx(1.4) and one.low is None and one.se is None
+    full = rectified_mean(0.5, [0.1, 0.1], population=2)  # every pair labelled: no sampling error
+    assert full.estimate == pytest.approx(0.7) and full.se == 0.0
+    with pytest.raises(ValueError):
+        rectified_mean(0.5, [0.1] * 3, population=2)
+    with pytest.raises(ValueError):
+        rectified_mean(0.5, [0.1], inclusion=[0.0])
+    with pytest.raises(ValueError):
+        rectified_mean(0.5, [0.1], population=3, confidence=1.0)
+
+
+def test_figure_clips_and_withholds_nonlinear_intervals() -> None:
+    lists = _lists()
+    p2 = ppi_figure(lists, judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
+    assert p2.estimate == pytest.approx(0.25)
+    assert p2.low == 0.0  # 0.25 - 0.693 clipped to the measure's range
+    assert p2.high == pytest.approx(0.25 + Z95 * 4 * (0.5 * 0.03125 / 2) ** 0.5)
+    assert p2.coverage_ok and p2.linear
+    ap = ppi_figure(lists, judge_measure("map"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
+    assert ap.estimate is not None and ap.low is None and ap.high is None and not ap.coverage_ok
+
+
+def _dl19_like(seed: int) -> tuple[list[list[int]], list[list[int]]]:
+    """43 queries x 10 passages; labels at a per-query rate (DL 2019's top 10 is about half
+    relevant); a lenient judge: 25% of the not-relevant say yes, 5% of the relevant no."""
+    rng = np.random.default_rng(seed)
+    truth, judge = [], []
+    for _ in range(43):
+        rate = rng.uniform(0.1, 0.95)
+        y = (rng.random(10) < rate).astype(int)
+        u = rng.random(10)
+        f = np.where(y == 1, (u >= 0.05).astype(int), (u < 0.25).astype(int))
+        truth.append(y.tolist())
+        judge.append(f.tolist())
+    return truth, judge
+
+
+def test_p10_interval_holds_on_dl19_like_data() -> None:
+    """20 seeded draws, 15% of the 430 pairs labelled at random: the P@10 interval holds the
+    truth in >= 17 draws and the mean error is under half the judge's."""
+    p10 = judge_measure("P_10")
+    covered, err_ppi, err_judge = 0, [], []
+    for seed in range(20):
+        truth, judge = _dl19_like(seed)
+        lists = [JudgedList.of(f, f) for f in judge]
+        pairs = [(q, i) for q in range(43) for i in range(10)]
+        rng = np.random.default_rng(1000 + seed)
+        sample = sorted(rng.choice(len(pairs), size=65, replace=False).tolist())
+        chosen = [pairs[j] for j in sample]
+        labels = [truth[q][i] for q, i in chosen]
+        fig = ppi_figure(lists, p10, chosen, labels, labels, population=430)
+        target = float(np.mean([np.mean(t) for t in truth]))
+        assert fig.estimate is not None and fig.low is not None and fig.high is not None
+        assert fig.judge is not None
+        covered += fig.low <= target <= fig.high
+        err_ppi.append(abs(fig.estimate - target))
+        err_judge.append(abs(fig.judge - target))
+    assert covered >= 17
+    assert np.mean(err_ppi) < 0.5 * np.mean(err_judge)
+
+
+# ---------------------------------------------------------------------------- the command
+def _write(tmp_path: Path, sample: str) -> tuple[Path, Path, Path]:
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "id": q,
+                    "query": f"query {q}",
+                    "retrieval_context": [{"id": d, "text": f"text {d}"} for d in ds],
+                }
+            )
+            for q, ds in (("q0", ("a", "b")), ("q1", ("c", "d")))
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    qrels = tmp_path / "judge.qrels"  # the judge: yes yes / yes no (as _lists)
+    qrels.write_text("q0 0 a 1\nq0 0 b 1\nq1 0 c 1\nq1 0 d 0\n", encoding="utf-8")
+    labels = tmp_path / "sample.qrels"
+    labels.write_text(sample, encoding="utf-8")
+    return data, qrels, labels
+
+
+def _score(tmp_path: Path, data: Path, qrels: Path, labels: Path) -> int:
+    return main(
+        [
+            "score", str(data), "-o", str(tmp_path / "out.jsonl"), "--backend", f"qrels:{qrels}",
+            "--no-cache", "--quiet", "-k", "2", "--sample-labels", str(labels),
+        ]
+    )  # fmt: skip
+
+
+def test_score_summary_has_ppi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, qrels, labels = _write(tmp_path, "q0 0 b 0\nq1 0 c 3\n")
+    assert _score(tmp_path, data, qrels, labels) == 0
+    summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
+    ppi = summary["ppi"]
+    assert ppi["labels"] == 2 and ppi["population"] == 4
+    assert ppi["mapping"].startswith("a person's grade >= 1 is relevant")
+    p2 = ppi["precision"]["2"]
+    assert p2["estimate"] == pytest.approx(0.25) and p2["judge"] == pytest.approx(0.75)
+    assert p2["low"] == 0.0 and p2["high"] == pytest.approx(0.942952, abs=1e-6)
+    assert ppi["map"]["low"] is None and ppi["map"]["coverage_ok"] is False
+    assert set(ppi) >= {"precision", "ndcg", "map", "mean_score", "labels", "method"}
+
+
+def test_score_refuses_a_pair_not_in_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, qrels, labels = _write(tmp_path, "q0 0 a 1\n# a comment\nq1 0 zzz 1\n")
+    assert _score(tmp_path, data, qrels, labels) == 2
+    err = capsys.readouterr().err
+    assert f"{labels}:3" in err and "zzz" in err
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "out.summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("q0 0 a x\n", 1, "grade"),
+        ("q0 0 a 1\nq0 0 b -1\n", 2, "grade"),
+        ("q0 0 a 1 0.5\nq0 0 b 1\n", 2, "inclusion"),
+        ("q0 0 a 1 1.5\n", 1, "inclusion"),
+        ("q0 0 a 1 nan\n", 1, "inclusion"),
+        ("q0 0 a 1\nq0 0 a 0\n", 2, None),
+        ("q0 a 1\n", 1, None),
+    ],
+)
+def test_bad_sample_files_name_their_line(tmp_path: Path, text: str, line: int, field: str | None) -> None:
+    path = tmp_path / "s.qrels"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        read_sample_labels(path)
+    assert info.value.line == line and info.value.field == field
+
+
+def test_weighted_sample_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.qrels"
+    path.write_text("q0 0 a 1 0.5\nq0 0 b 0 1\n", encoding="utf-8")
+    sample = read_sample_labels(path)
+    assert sample.weighted and [x.inclusion for x in sample.labels] == [0.5, 1.0]
