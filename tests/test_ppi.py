@@ -190,3 +190,34 @@ def test_weighted_sample_file(tmp_path: Path) -> None:
     path.write_text("q0 0 a 1 0.5\nq0 0 b 0 1\n", encoding="utf-8")
     sample = read_sample_labels(path)
     assert sample.weighted and [x.inclusion for x in sample.labels] == [0.5, 1.0]
+
+
+def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, qrels, labels = _write(tmp_path, "q0 0 b 0\nq1 0 c 3\n")
+    other = tmp_path / "b.jsonl"
+    other.write_text(  # B ranks only q0's a and q1's d: no sample label falls on q0's b or q1's c
+        "\n".join(
+            json.dumps(
+                {"id": q, "query": f"query {q}", "retrieval_context": [{"id": d, "text": f"text {d}"}]}
+            )
+            for q, d in (("q0", "a"), ("q1", "d"))
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "cmp"
+    args = ["compare-systems", f"A={data}", f"B={other}", "-o", str(out), "--backend", f"qrels:{qrels}",
+            "--no-cache", "--quiet", "--stability-resamples", "0", "--resamples", "50", "-m", "P_2"]  # fmt: skip
+    assert main([*args, "--sample-labels", str(labels)]) == 0
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    a, b = report["systems"]["A"]["ppi"], report["systems"]["B"]["ppi"]
+    assert a["labels"] == 2 and a["precision"]["2"]["estimate"] == pytest.approx(0.25)
+    assert b["labels"] == 0 and b["precision"]["2"]["estimate"] == pytest.approx(b["precision"]["2"]["judge"])
+    assert "judge's paired comparison" in report["conventions"]["sample_labels"]["choice"]
+    assert "## Prediction-powered figures" in (out / "report.md").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.qrels"
+    bad.write_text("q0 0 a 1\nq9 0 a 1\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main([*args, "-o", str(tmp_path / "cmp2"), "--sample-labels", str(bad)]) == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    assert not (tmp_path / "cmp2" / "report.json").exists()

@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
+from judge.cli._flags import (
+    add_batch_flags,
+    add_sample_label_flags,
+    call_settings,
+    open_backend,
+    run_spec_of,
+    sample_label_options,
+)
 from judge.io import InputError
 
 
@@ -115,6 +122,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
     add_batch_flags(p, defaults=False)
+    add_sample_label_flags(p)
     p.set_defaults(func=run_experiment_cli)
 
 
@@ -163,6 +171,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
         until_decided=bool(args.until_decided),
         budget=args.budget,
         adaptive_batch=args.batch,
+        sample_labels=sample_label_options(args),
     )
     options.check()
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())

@@ -18,10 +18,12 @@ from judge.cli._flags import (
     add_batch_flags,
     add_dataset_flags,
     add_engine_flags,
+    add_sample_label_flags,
     call_settings,
     check_engine_flags,
     open_backend,
     run_spec_of,
+    sample_label_options,
 )
 from judge.io import InputError
 
@@ -154,6 +156,7 @@ def register(subparsers: Any) -> None:
     from judge.cli._label_commands import add_label_flags
 
     add_label_flags(p)
+    add_sample_label_flags(p)
     p.set_defaults(func=run_compare_systems_cli)
 
 
@@ -196,6 +199,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         until_decided=bool(args.until_decided),
         budget=args.budget,
         adaptive_batch=args.batch,
+        sample_labels=sample_label_options(args),
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
