@@ -28,6 +28,7 @@ from judge.systems._model import (
 )
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
+from judge.systems._ppi_report import check_sample_pairs
 from judge.systems._run import (
     DEFAULT_REPORT_DIR,
     acompare_systems,
@@ -73,6 +74,7 @@ __all__ = [
     "aexperiment",
     "build_pool",
     "check_name",
+    "check_sample_pairs",
     "compare_systems",
     "experiment",
     "has_search_section",
