@@ -207,7 +207,8 @@ def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest
     )
     out = tmp_path / "cmp"
     args = ["compare-systems", f"A={data}", f"B={other}", "-o", str(out), "--backend", f"qrels:{qrels}",
-            "--no-cache", "--quiet", "--stability-resamples", "0", "--resamples", "50", "-m", "P_2"]  # fmt: skip
+            "--no-cache", "--quiet", "--stability-resamples", "0", "--resamples", "50",
+            "-m", "P_2"]  # fmt: skip
     assert main([*args, "--sample-labels", str(labels)]) == 0
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     a, b = report["systems"]["A"]["ppi"], report["systems"]["B"]["ppi"]
