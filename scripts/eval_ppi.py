@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from eval_review_queue import dl19_dataset
 
-from judge.metrics import JudgedList, judge_measure, label_effects, rectified_mean
+from judge.metrics import JudgedList, calibrated_effects, judge_measure, label_effects, rectified_mean
 
 MEASURES = {"P@10": "P_10", "nDCG@10": "ndcg_cut_10", "mAP": "map"}
 
@@ -148,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         return rows
 
+    calibrated = [name for name, m in measures.items() if m.name in ("map", "ndcg_cut")]
     per_share: dict[float, dict[str, dict[str, list[float]]]] = {
-        s: {name: {"cover": [], "width": [], "err_judge": [], "err_ppi": []} for name in measures}
+        s: {
+            name: {"cover": [], "width": [], "err_judge": [], "err_ppi": []}
+            for name in [*measures, *(f"{c} calibrated" for c in calibrated)]
+        }
         for s in args.share
     }
     lo_width: dict[float, list[float]] = {s: [] for s in args.share}
@@ -158,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for draw in range(args.draws):
         if cached_effects is None or real is None:
             jl = lists_of(judge_rows(draw))
+            judge_lists = jl
             cached_effects = {}
             for name, m in measures.items():
                 value, eff = label_effects(jl, m, pairs, labels, labels)
@@ -177,6 +182,20 @@ def main(argv: list[str] | None = None) -> int:
                 acc["cover"].append(float(r.low <= t <= r.high))
                 acc["width"].append(r.high - r.low)
                 acc["err_judge"].append(abs(value - t))
+                acc["err_ppi"].append(abs(r.estimate - t))
+            chosen = [pairs[j] for j in sample]
+            chosen_labels = [labels[j] for j in sample]
+            for name in calibrated:
+                theta, eff = calibrated_effects(judge_lists, measures[name], chosen, chosen_labels)
+                assert theta is not None
+                r = rectified_mean(theta, eff, population=population, confidence=args.confidence)
+                assert r.low is not None and r.high is not None
+                t = truth[name]
+                assert t is not None
+                acc = per_share[share][f"{name} calibrated"]
+                acc["cover"].append(float(r.low <= t <= r.high))
+                acc["width"].append(r.high - r.low)
+                acc["err_judge"].append(abs(cached_effects[name][0] - t))
                 acc["err_ppi"].append(abs(r.estimate - t))
             lo = rectified_mean(
                 0.0, labels_only_effects[sample], population=population, confidence=args.confidence

@@ -14,6 +14,7 @@ from judge.io import InputError, read_sample_labels
 from judge.metrics import JudgedList, judge_measure, label_effects, ppi_figure, rectified_mean
 
 Z95 = 1.959963984540054
+T1 = 12.706204736174707  # Student's t, 1 degree of freedom (Cauchy): tan(0.475 pi)
 
 
 def _lists() -> list[JudgedList]:
@@ -36,7 +37,8 @@ def test_rectifier_uniform_by_hand() -> None:
     se = 4 * (0.5 * 0.03125 / 2) ** 0.5
     assert r.estimate == pytest.approx(0.25)
     assert r.se == pytest.approx(se)
-    assert (r.low, r.high) == pytest.approx((0.25 - Z95 * se, 0.25 + Z95 * se))
+    # the variance is estimated from 2 labels: Student's t with 1 degree of freedom
+    assert (r.low, r.high) == pytest.approx((0.25 - T1 * se, 0.25 + T1 * se))
 
 
 def test_rectifier_weighted_by_hand() -> None:
@@ -44,6 +46,7 @@ def test_rectifier_weighted_by_hand() -> None:
     r = rectified_mean(0.75, [-0.25, 0.0], inclusion=[0.5, 0.25])
     assert r.estimate == pytest.approx(0.25)
     assert r.se == pytest.approx(0.125**0.5)
+    assert r.high == pytest.approx(0.25 + Z95 * 0.125**0.5)  # known probabilities: normal
 
 
 def test_rectifier_edges() -> None:
@@ -64,8 +67,12 @@ def test_figure_clips_and_withholds_nonlinear_intervals() -> None:
     lists = _lists()
     p2 = ppi_figure(lists, judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
     assert p2.estimate == pytest.approx(0.25)
-    assert p2.low == 0.0  # 0.25 - 0.693 clipped to the measure's range
-    assert p2.high == pytest.approx(0.25 + Z95 * 4 * (0.5 * 0.03125 / 2) ** 0.5)
+    assert (p2.low, p2.high) == (0.0, 1.0)  # 0.25 -+ 4.49 clipped to the measure's range
+    wide = ppi_figure(
+        lists, judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4, confidence=0.5
+    )
+    # t(1) quartile = tan(pi / 4) = 1: 0.25 +- 0.353553, the low end clipped at 0
+    assert (wide.low, wide.high) == pytest.approx((0.0, 0.25 + 0.353553), abs=1e-6)
     assert p2.coverage_ok and p2.linear
     ap = ppi_figure(lists, judge_measure("map"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
     assert ap.estimate is not None and ap.low is None and ap.high is None and not ap.coverage_ok
@@ -152,7 +159,7 @@ def test_score_summary_has_ppi(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert ppi["mapping"].startswith("a person's grade >= 1 is relevant")
     p2 = ppi["precision"]["2"]
     assert p2["estimate"] == pytest.approx(0.25) and p2["judge"] == pytest.approx(0.75)
-    assert p2["low"] == 0.0 and p2["high"] == pytest.approx(0.942952, abs=1e-6)
+    assert p2["low"] == 0.0 and p2["high"] == 1.0  # 0.25 -+ t(1) 0.353553, clipped
     assert ppi["map"]["low"] is None and ppi["map"]["coverage_ok"] is False
     assert set(ppi) >= {"precision", "ndcg", "map", "mean_score", "labels", "method"}
 
