@@ -45,7 +45,7 @@ def test_new_file_is_migrated_in_order_and_a_newer_file_is_refused(tmp_path: Pat
 
 
 def test_version_one_file_gets_the_calibrations_table(tmp_path: Path) -> None:
-    from judge.store._label_store import _m001_labels
+    from judge.store._label_schema import _m001_labels
 
     path = tmp_path / "v1.sqlite"
     conn = sqlite3.connect(path)

@@ -3,7 +3,7 @@
 
 Labels live in the label store (``$JUDGE_HOME/labels.sqlite``, or ``--labels-store PATH``);
 ``--labels store`` reads it, ``--labels FILE`` reads a TREC qrels file or a JSONL labels
-export instead (see :mod:`judge.store._label_store`).
+export instead (see :mod:`judge.store._label_model`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from judge.cli._flags import (
     check_engine_flags,
     checked_measures,
     open_backend,
+    ray_ship,
     run_spec_of,
     sample_label_options,
 )
@@ -241,7 +242,6 @@ def _report(args: argparse.Namespace, outcome: Any) -> None:
 def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import (
-        BackendSpec,
         BatchOptions,
         check_labels,
         executor_for,
@@ -271,7 +271,7 @@ def run_score(args: argparse.Namespace) -> int:
     backend = open_backend(args.backend, args.base_url, spec.policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
-    executor = executor_for(spec, backend, BackendSpec(args.backend, args.base_url) if spec.ray else None)
+    executor = executor_for(spec, backend, ray_ship(args, spec))
     options = _options(args, spec, backend, executor, given | labels)
 
     async def go() -> Any:

@@ -17,11 +17,10 @@ from typing import Any
 from judge.cli._flags import (
     add_batch_flags,
     add_dataset_flags,
-    add_engine_flags,
     add_sample_label_flags,
     call_settings,
-    check_engine_flags,
     open_backend,
+    ray_ship,
     run_spec_of,
     sample_label_options,
 )
@@ -127,8 +126,7 @@ def register(subparsers: Any) -> None:
         help="with --until-decided: pairs judged per round (default max(8, pool/25))",
     )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
-    add_batch_flags(p, defaults=False)
-    add_engine_flags(p)
+    add_batch_flags(p, defaults=False, engine=True)
     p.add_argument(
         "--cascade",
         default=None,
@@ -203,7 +201,6 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     )
     options.check()
     # Resume in the pool's mode unless one is given (as judge score does).
-    check_engine_flags(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
@@ -228,7 +225,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         listwise_template=args.listwise_template,
         retry_unjudged=bool(args.retry_unjudged),
         settings=call_settings(args, backend),
-        ship=_ship(args, spec),
+        ship=ray_ship(args, spec),
     )
 
     async def go() -> Any:
@@ -263,13 +260,3 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
-
-
-def _ship(args: argparse.Namespace, spec: Any) -> Any:
-    """What the Ray engine's workers build their backend from: the backend's spec and base
-    URL (never a pickled client); None for the local engine or a cascade (shipped as is)."""
-    if not spec.ray or args.cascade:
-        return None
-    from judge.batch import BackendSpec
-
-    return BackendSpec(args.backend, args.base_url)

@@ -105,7 +105,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(CsrfCheck, trust_forwarded_proto=config.trust_forwarded_proto)  # type: ignore[arg-type]  # inside Guard: after authentication
     app.add_middleware(Guard, auth=state.auth, metrics=state.metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
     if not config.keys or config.allowed_hosts:  # before authentication and every route
-        app.add_middleware(HostCheck, allowed=parse_allowed_hosts(config.allowed_hosts))  # type: ignore[arg-type]
+        app.add_middleware(
+            HostCheck,  # type: ignore[arg-type]
+            allowed=parse_allowed_hosts(config.allowed_hosts),
+            keys=bool(config.keys),
+        )
     app.add_middleware(SecurityHeaders, csp=viewer_csp(SIGNIN_STYLE))  # type: ignore[arg-type]
     return app
 

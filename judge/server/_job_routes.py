@@ -147,7 +147,7 @@ async def list_jobs(
     state: State,
     status: str | None = Query(default=None, pattern="^(queued|running|done|failed|cancelled)$"),
     limit: int = Query(default=50, ge=1, le=1000),
-    offset: int = Query(default=0, ge=0),
+    offset: _bounds.Offset = 0,
 ) -> dict[str, Any]:
     """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
     rows = state.db.list_jobs(status=status, limit=limit, offset=offset)
@@ -222,7 +222,7 @@ async def _trec_file(state: AppState, job: dict[str, Any], fmt: str, tag: str) -
 async def results(
     job_id: str,
     state: State,
-    offset: int = Query(default=0, ge=0),
+    offset: _bounds.Offset = 0,
     limit: int = Query(default=1000, ge=1, le=100_000),
     format: str = Query(default="ndjson", pattern="^(ndjson|qrels|run)$"),
     tag: str = Query(default="judge", pattern=r"^\S{1,64}$"),

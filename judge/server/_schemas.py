@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from judge.batch import RUN_DEFAULTS
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+from judge.server._bounds import Seed
 
 
 def builtin_template_ids() -> set[str]:
@@ -130,7 +131,7 @@ class CompareOptions(JudgeOptions):
     qrels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
     qrels_level: int | None = Field(default=None, ge=1, le=3)
     qrels_yes_grade: int | None = Field(default=None, ge=1, le=3)
-    seed: int = 0
+    seed: Seed = 0
     resamples: int = Field(default=10_000, ge=1, le=1_000_000)
     stability_resamples: int = Field(default=1000, ge=0, le=100_000)
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)

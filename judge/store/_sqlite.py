@@ -26,6 +26,11 @@ Migration = Callable[[sqlite3.Connection], None] | str
 
 BUSY_TIMEOUT_S = 30.0
 
+MAX_SQLITE_INT = 2**63 - 1
+"""The largest integer SQLite stores (a signed 64-bit integer). An integer from outside (a
+request's offset, a page cursor, a seed) is checked against it before it reaches a
+statement, where a larger one is an ``OverflowError``."""
+
 
 def open_sqlite(path: str | Path) -> sqlite3.Connection:
     """A connection to ``path`` (its folder created) in autocommit mode, usable from any
