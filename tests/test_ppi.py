@@ -229,3 +229,73 @@ def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest
     assert main([*args, "-o", str(tmp_path / "cmp2"), "--sample-labels", str(bad)]) == 2
     assert f"{bad}:2" in capsys.readouterr().err
     assert not (tmp_path / "cmp2" / "report.json").exists()
+
+
+# ---------------------------------------------------------------------------- sample mode
+def test_inclusion_probabilities_by_hand() -> None:
+    from judge.metrics import inclusion_probabilities, poisson_draw
+
+    # proportional: 2 expected over weights 1, 1, 2 -> 0.5, 0.5, 1.0
+    assert inclusion_probabilities([1, 1, 2], 2).tolist() == pytest.approx([0.5, 0.5, 1.0])
+    # 8 / 10 * 2 > 1: capped at 1, the other expected label split over 1 + 1
+    assert inclusion_probabilities([1, 1, 8], 2).tolist() == pytest.approx([0.5, 0.5, 1.0])
+    assert inclusion_probabilities([3, 1], 5).tolist() == [1.0, 1.0]
+    assert inclusion_probabilities([], 2).size == 0
+    with pytest.raises(ValueError):
+        inclusion_probabilities([1, 0], 1)
+    assert poisson_draw([1.0, 0.0, 1.0], seed=3).tolist() == [True, False, True]
+
+
+def test_sample_mode_records_probabilities_and_feeds_the_estimate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from judge.store import Label, LabelStore
+
+    data, qrels, labels = _write(tmp_path, "q0 0 a 1\n")
+    assert _score(tmp_path, data, qrels, labels) == 0
+    store = tmp_path / "labels.sqlite"
+    capsys.readouterr()
+    args = ["labels", "sample", str(tmp_path / "out.jsonl"), "--store", str(store), "--n", "4"]
+    assert main(args) == 0  # 4 expected of 4 judged pairs: every pair drawn with probability 1
+    drawn = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(d["qid"], d["docno"]) for d in drawn} == {("q0", "a"), ("q0", "b"), ("q1", "c"), ("q1", "d")}
+    assert {d["inclusion"] for d in drawn} == {1.0}
+    with LabelStore(store) as s:
+        # the first draw of a pair is kept: drawing again adds nothing
+        assert s.record_sample_draws("again", [("q0", "a", 0.5)], design="uniform", collection="default") == 0
+        s.put(Label("q0", "b", 0, "ann"))
+        s.put(Label("q1", "c", 1, "ann"))
+        s.put(Label("q9", "x", 1, "ann"))  # not drawn: no probability, never in an estimate
+        kept = {lab.key: lab.inclusion for lab in s.latest()}
+    assert kept == {("q0", "b"): 1.0, ("q1", "c"): 1.0, ("q9", "x"): None}
+    sample = tmp_path / "sample.qrels"
+    assert main(["labels", "export", "--sample", "--store", str(store), "-o", str(sample)]) == 0
+    assert sample.read_text(encoding="utf-8") == "q0 0 b 0 1.0\nq1 0 c 1 1.0\n"
+    (tmp_path / "out.jsonl").unlink()
+    assert _score(tmp_path, data, qrels, sample) == 0
+    ppi = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))["ppi"]
+    assert "Horvitz-Thompson" in ppi["method"]["sampling"]
+    # Horvitz-Thompson with probability 1: each label's effect counted once, no sampling error:
+    # 0.75 + (-0.25 / 1) + (0 / 1) = 0.5
+    p2 = ppi["precision"]["2"]
+    assert p2["estimate"] == pytest.approx(0.5) and p2["low"] == p2["high"] == pytest.approx(0.5)
+
+
+def test_sample_mode_uncertainty_design_and_refusals(tmp_path: Path) -> None:
+    from judge.batch import sample_queue
+
+    verdicts = [{"verdict": "yes", "p_yes": 0.5}, {"verdict": "no", "p_yes": 0.99}, {"verdict": "unjudged"}]
+    records = [{"id": "q", "query": "x", "docnos": ["a", "b", "c"], "verdicts": verdicts}]
+    items = sample_queue(records, expected=1.0, design="uncertainty", seed=0)
+    # weights sqrt(.25) = 0.5 and max(sqrt(.0099), 0.1) = 0.1: probabilities 5/6 and 1/6
+    probs = {i.docno: i.inclusion for i in sample_queue(records, expected=1.0, design="uncertainty", seed=1)}
+    probs |= {i.docno: i.inclusion for i in items}
+    for seed in range(2, 40):  # seeded: b (1 in 6) is drawn at some point
+        probs |= {
+            i.docno: i.inclusion for i in sample_queue(records, expected=1.0, design="uncertainty", seed=seed)
+        }
+    assert probs == pytest.approx({"a": 5 / 6, "b": 1 / 6})
+    with pytest.raises(InputError):
+        sample_queue(records, expected=1.0, design="nope")
+    with pytest.raises(InputError):
+        sample_queue(records, expected=0.0)

@@ -21,7 +21,14 @@ from judge.batch._label_apply import (
     relabel_record,
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
-from judge.batch._ppi_summary import SampleLabelOptions, ppi_block, record_pairs
+from judge.batch._ppi_summary import (
+    SAMPLE_DESIGNS,
+    SampleItem,
+    SampleLabelOptions,
+    ppi_block,
+    record_pairs,
+    sample_queue,
+)
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import (
     build_record,
@@ -73,6 +80,7 @@ __all__ = [
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
     "RUN_DEFAULTS",
+    "SAMPLE_DESIGNS",
     "BackendSpec",
     "BatchDriver",
     "BatchOptions",
@@ -96,6 +104,7 @@ __all__ = [
     "RetryItem",
     "RetryPlan",
     "RunSpec",
+    "SampleItem",
     "SampleLabelOptions",
     "Snapshot",
     "agreement_items",
@@ -124,6 +133,7 @@ __all__ = [
     "run_spec_from_args",
     "run_spec_from_job_options",
     "run_spec_from_kwargs",
+    "sample_queue",
     "score_dataset",
     "score_dataset_sync",
     "sidecar_path",

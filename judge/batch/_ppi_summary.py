@@ -20,11 +20,19 @@ from judge.metrics import (
     MEASURED_COVERAGE,
     JudgedList,
     PpiFigure,
+    inclusion_probabilities,
     judge_measure,
+    poisson_draw,
     ppi_figure,
 )
 
-__all__ = ["SampleLabelOptions", "ppi_block", "record_pairs"]
+__all__ = ["SAMPLE_DESIGNS", "SampleItem", "SampleLabelOptions", "ppi_block", "record_pairs", "sample_queue"]
+
+#: The review queue's sample designs: ``uniform`` (every judged pair alike) or ``uncertainty``
+#: (proportional to sqrt(P(yes) (1 - P(yes))), floored at 0.1 so no pair is nearly never drawn;
+#: a verdict without P(yes) counts as the most uncertain), as in active statistical inference.
+SAMPLE_DESIGNS = ("uniform", "uncertainty")
+UNCERTAINTY_FLOOR = 0.1
 
 METHOD = {
     "linear": (
@@ -148,3 +156,52 @@ def ppi_block(
         "map": figure("map"),
         "mean_score": figure("set_P"),
     }
+
+
+@dataclass(frozen=True)
+class SampleItem:
+    """A pair the sample mode drew, with the probability it was drawn with."""
+
+    qid: str
+    docno: str
+    inclusion: float
+    query: str
+    verdict: str
+    p_yes: float | None
+
+
+def sample_queue(
+    records: Sequence[Mapping[str, Any]], *, expected: float, design: str = "uniform", seed: int = 0
+) -> list[SampleItem]:
+    """Draw about ``expected`` of the records' judged pairs for review, each independently
+    with a known inclusion probability (``design``, :data:`SAMPLE_DESIGNS`); labels of the
+    drawn pairs enter prediction-powered estimates weighted by 1 / that probability."""
+    if design not in SAMPLE_DESIGNS:
+        raise InputError(f"must be one of {', '.join(SAMPLE_DESIGNS)}, got {design!r}", field="--design")
+    if not expected > 0:
+        raise InputError(f"must be > 0, got {expected}", field="--n")
+    pairs: list[tuple[Mapping[str, Any], str, Mapping[str, Any]]] = [
+        (rec, str(docno), v)
+        for rec in records
+        for docno, v in zip(rec["docnos"], rec["verdicts"], strict=True)
+        if v.get("verdict") in ("yes", "no")
+    ]
+    if not pairs:
+        return []
+    if design == "uniform":
+        weights = [1.0] * len(pairs)
+    else:
+        weights = []
+        for _, _, v in pairs:
+            p = v.get("p_yes")
+            spread = 0.5 if p is None else (float(p) * (1.0 - float(p))) ** 0.5
+            weights.append(max(spread, UNCERTAINTY_FLOOR))
+    pi = inclusion_probabilities(weights, expected)
+    drawn = poisson_draw(pi, seed)
+    return [
+        SampleItem(
+            str(rec["id"]), docno, float(p), str(rec.get("query", "")), str(v["verdict"]), v.get("p_yes")
+        )
+        for (rec, docno, v), p, hit in zip(pairs, pi, drawn, strict=True)
+        if hit
+    ]

@@ -67,8 +67,10 @@ __all__ = [
     "PpiFigure",
     "PpiInterval",
     "calibrated_effects",
+    "inclusion_probabilities",
     "is_linear",
     "label_effects",
+    "poisson_draw",
     "ppi_figure",
     "rectified_mean",
 ]
@@ -329,3 +331,36 @@ def ppi_figure(
     if not ok:
         low = high = None
     return PpiFigure(estimate, low, high, judge_value, len(pairs), linear, ok)
+
+
+def inclusion_probabilities(weights: npt.ArrayLike, expected: float) -> npt.NDArray[np.float64]:
+    """Inclusion probabilities proportional to ``weights`` (each > 0) that sum to
+    ``expected`` labels, capped at 1 (the weight of the capped ones handed to the others).
+    ``expected`` >= the number of pairs: every probability is 1."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.size == 0:
+        return w
+    if not np.all(np.isfinite(w) & (w > 0)):
+        raise ValueError("weights must be finite and > 0")
+    if not (math.isfinite(expected) and expected > 0):
+        raise ValueError(f"the expected number of labels must be > 0, got {expected}")
+    if expected >= w.size:
+        return np.ones_like(w)
+    pi = np.zeros_like(w)
+    capped = np.zeros(w.size, dtype=bool)
+    for _ in range(w.size):  # each pass caps at least one more, or ends
+        free = ~capped
+        scale = (expected - np.count_nonzero(capped)) / float(np.sum(w[free]))
+        pi[free] = w[free] * scale
+        over = free & (pi >= 1.0)
+        if not over.any():
+            break
+        capped |= over
+        pi[capped] = 1.0
+    return pi
+
+
+def poisson_draw(inclusion: npt.ArrayLike, seed: int) -> npt.NDArray[np.bool_]:
+    """Which pairs are drawn: each independently with its inclusion probability (seeded)."""
+    pi = np.asarray(inclusion, dtype=np.float64).reshape(-1)
+    return np.asarray(np.random.default_rng(seed).random(pi.size) < pi)
