@@ -63,19 +63,30 @@ def test_rectifier_edges() -> None:
         rectified_mean(0.5, [0.1], population=3, confidence=1.0)
 
 
-def test_figure_clips_and_withholds_nonlinear_intervals() -> None:
+def test_figure_withholds_intervals_below_min_labels_and_for_short_coverage() -> None:
     lists = _lists()
     p2 = ppi_figure(lists, judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
-    assert p2.estimate == pytest.approx(0.25)
-    assert (p2.low, p2.high) == (0.0, 1.0)  # 0.25 -+ 4.49 clipped to the measure's range
-    wide = ppi_figure(
-        lists, judge_measure("P_2"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4, confidence=0.5
-    )
-    # t(1) quartile = tan(pi / 4) = 1: 0.25 +- 0.353553, the low end clipped at 0
-    assert (wide.low, wide.high) == pytest.approx((0.0, 0.25 + 0.353553), abs=1e-6)
-    assert p2.coverage_ok and p2.linear
+    assert p2.estimate == pytest.approx(0.25) and p2.linear
+    assert p2.low is None and p2.high is None and not p2.coverage_ok  # 2 labels < MIN_LABELS
     ap = ppi_figure(lists, judge_measure("map"), [(0, 1), (1, 0)], [0, 1], [0, 1], population=4)
     assert ap.estimate is not None and ap.low is None and ap.high is None and not ap.coverage_ok
+
+
+def test_figure_clips_to_the_measures_range() -> None:
+    from scipy.stats import t as student
+
+    # 25 queries of 2 passages (N = 50); the judge says yes to all but q0's second passage.
+    # 40 labels: q0's second passage is relevant (effect on P@2: +0.5 / 25 = +0.02), 39 agree.
+    lists = [JudgedList.of([1, 0], [1, 0])] + [JudgedList.of([1, 1], [1, 1]) for _ in range(24)]
+    pairs = [(0, 1), *[(q, i) for q in range(1, 25) for i in range(2)][:39]]
+    labels = [1] * 40
+    fig = ppi_figure(lists, judge_measure("P_2"), pairs, labels, labels, population=50)
+    assert fig.judge == pytest.approx(0.98)
+    # 0.98 + 50 * 0.02 / 40 = 1.005, clipped; se = 50 sqrt((1 - 40/50) var / 40)
+    var = ((0.02 - 0.0005) ** 2 + 39 * 0.0005**2) / 39
+    se = 50 * (0.2 * var / 40) ** 0.5
+    assert fig.estimate == 1.0 and fig.high == 1.0 and fig.coverage_ok
+    assert fig.low == pytest.approx(1.005 - float(student.ppf(0.975, 39)) * se)
 
 
 def _dl19_like(seed: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -159,7 +170,7 @@ def test_score_summary_has_ppi(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert ppi["mapping"].startswith("a person's grade >= 1 is relevant")
     p2 = ppi["precision"]["2"]
     assert p2["estimate"] == pytest.approx(0.25) and p2["judge"] == pytest.approx(0.75)
-    assert p2["low"] == 0.0 and p2["high"] == 1.0  # 0.25 -+ t(1) 0.353553, clipped
+    assert p2["low"] is None and p2["coverage_ok"] is False  # 2 labels: no interval
     assert ppi["map"]["low"] is None and ppi["map"]["coverage_ok"] is False
     assert set(ppi) >= {"precision", "ndcg", "map", "mean_score", "labels", "method"}
 
@@ -275,10 +286,10 @@ def test_sample_mode_records_probabilities_and_feeds_the_estimate(
     assert _score(tmp_path, data, qrels, sample) == 0
     ppi = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))["ppi"]
     assert "Horvitz-Thompson" in ppi["method"]["sampling"]
-    # Horvitz-Thompson with probability 1: each label's effect counted once, no sampling error:
+    # Horvitz-Thompson with probability 1: each label's effect counted once:
     # 0.75 + (-0.25 / 1) + (0 / 1) = 0.5
     p2 = ppi["precision"]["2"]
-    assert p2["estimate"] == pytest.approx(0.5) and p2["low"] == p2["high"] == pytest.approx(0.5)
+    assert p2["estimate"] == pytest.approx(0.5) and p2["low"] is None  # 2 labels: no interval
 
 
 def test_sample_mode_uncertainty_design_and_refusals(tmp_path: Path) -> None:
