@@ -26,7 +26,8 @@ grade >= ``--ppi-level``, default 2 on dl19, 1 on zh), and every configuration's
 P@10 are corrected by the labels on its pairs (:func:`judge.batch.ppi_block`, the label-free
 conventions of ``judge score``). ``ppi`` in the result: Kendall's tau of the order by the
 corrected nDCG@10 (and, beside it, by the judge's own label-free nDCG@10 on the same
-pairs), each order's best and whether it is in the labels' tie group. With
+pairs), and by the corrected and the judge's P@10; each order against the labels' nDCG@10
+order; the corrected order's best and whether it is in the labels' tie group. With
 ``--draws N`` the sample is drawn N times (seeds ``seed .. seed+N-1``) and tau averaged.
 ``--examples N`` passes same-query demonstrations to the judge when the installed judge
 supports them (``aexperiment(examples=...)``); otherwise the script says so and stops.
@@ -217,11 +218,15 @@ def ppi_variant(
             figures[name] = ppi_block(recs, SampleLabelOptions(sample, level=level), (10,))
         ppi_ndcg = {n_: float(f["ndcg"]["10"]["estimate"]) for n_, f in figures.items()}
         judge_ndcg = {n_: float(f["ndcg"]["10"]["judge"]) for n_, f in figures.items()}
+        ppi_p10 = {n_: float(f["precision"]["10"]["estimate"]) for n_, f in figures.items()}
+        judge_p10 = {n_: float(f["precision"]["10"]["judge"]) for n_, f in figures.items()}
         best = max(ppi_ndcg, key=lambda k: ppi_ndcg[k])
         draws.append({
             "seed": args.seed + draw,
             "tau_ppi": _tau(ppi_ndcg, label_means),
             "tau_judge_label_free": _tau(judge_ndcg, label_means),
+            "tau_ppi_p10": _tau(ppi_p10, label_means),
+            "tau_judge_p10": _tau(judge_p10, label_means),
             "ppi_best": best,
             "ppi_best_in_tie_group": best in group,
             "configurations": {n_: {"judge": judge_ndcg[n_], "ppi": ppi_ndcg[n_],
@@ -236,6 +241,8 @@ def ppi_variant(
         "measure": "nDCG@10, label-free conventions (ideal from the judged list), calibrated rectifier",
         "mean_tau_ppi": float(np.mean(taus)) if taus else None,
         "mean_tau_judge_label_free": float(np.mean([d["tau_judge_label_free"] or 0.0 for d in draws])),
+        "mean_tau_ppi_p10": float(np.mean([d["tau_ppi_p10"] or 0.0 for d in draws])),
+        "mean_tau_judge_p10": float(np.mean([d["tau_judge_p10"] or 0.0 for d in draws])),
         "ppi_best_in_tie_group_share": float(np.mean([d["ppi_best_in_tie_group"] for d in draws])),
         "draws": draws,
     }
