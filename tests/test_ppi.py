@@ -234,6 +234,7 @@ def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest
     assert b["labels"] == 0 and b["precision"]["2"]["estimate"] == pytest.approx(b["precision"]["2"]["judge"])
     assert "judge's paired comparison" in report["conventions"]["sample_labels"]["choice"]
     assert "## Prediction-powered figures" in (out / "report.md").read_text(encoding="utf-8")
+    assert "Prediction-powered figures" in (out / "report.html").read_text(encoding="utf-8")
     bad = tmp_path / "bad.qrels"
     bad.write_text("q0 0 a 1\nq9 0 a 1\n", encoding="utf-8")
     capsys.readouterr()

@@ -14,6 +14,7 @@ differences, while the judge's bias is shared by all of them (docs/concepts/pred
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from html import escape
 from typing import Any
 
 from judge.batch import SampleLabelOptions, ppi_block
@@ -23,7 +24,7 @@ from judge.systems._model import SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
 from judge.systems._scoring import system_verdicts
 
-__all__ = ["CHOICE", "check_sample_pairs", "ppi_markdown", "system_ppi"]
+__all__ = ["CHOICE", "check_sample_pairs", "ppi_html", "ppi_markdown", "system_ppi"]
 
 CHOICE = (
     "best, order and significance: the judge's paired comparison (the prediction-powered "
@@ -94,11 +95,11 @@ def _cell(fig: Mapping[str, Any] | None) -> str:
     return text
 
 
-def ppi_markdown(r: SystemsReport) -> list[str]:
-    """The report's "Prediction-powered figures" section (empty without sample labels)."""
+def _table(r: SystemsReport) -> tuple[list[str], list[list[str]], str] | None:
+    """The section's header, rows and sentence (None without sample labels)."""
     blocks = {name: s.ppi for name, s in r.systems.items() if s.ppi is not None}
     if not blocks:
-        return []
+        return None
     first = next(iter(blocks.values()))
     ks = list(first["precision"])
     header = ["system", "labels", *(f"P@{k} judge / ppi" for k in ks), *(f"nDCG@{k} judge / ppi" for k in ks),
@@ -119,21 +120,41 @@ def ppi_markdown(r: SystemsReport) -> list[str]:
         ]
         for name, b in blocks.items()
     ]
+    sentence = (
+        f"Each system's judge figure (label-free conventions: the judged list) and the figure "
+        f"corrected by the sample labels on its pairs, with its {first['confidence']:.0%} interval; "
+        f"{first['mapping']}. {first['method']['sampling'].capitalize()}. No interval below 40 labels, "
+        "nor for AP and nDCG while the method's coverage falls short (docs/concepts/prediction-powered.md). "
+        f"The choice: {CHOICE}."
+    )
+    return header, rows, sentence
+
+
+def ppi_markdown(r: SystemsReport) -> list[str]:
+    """The report's "Prediction-powered figures" section (empty without sample labels)."""
+    table = _table(r)
+    if table is None:
+        return []
+    header, rows, sentence = table
 
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
 
-    table = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return ["## Prediction-powered figures (--sample-labels)", "", sentence, "", *lines, ""]
+
+
+def ppi_html(r: SystemsReport) -> list[str]:
+    """The same section for report.html (empty without sample labels)."""
+    table = _table(r)
+    if table is None:
+        return []
+    header, rows, sentence = table
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return [
-        "## Prediction-powered figures (--sample-labels)",
-        "",
-        f"Each system's judge figure (label-free conventions: the judged list) and the figure "
-        f"corrected by the sample labels on its pairs, with its {first['confidence']:.0%} interval; "
-        f"{first['mapping']}. {first['method']['sampling'].capitalize()}. AP and nDCG get no interval "
-        "where the method's coverage falls short (docs/concepts/prediction-powered.md). "
-        f"The choice: {CHOICE}.",
-        "",
-        *table,
-        "",
+        '<h2 id="ppi">Prediction-powered figures (--sample-labels)</h2>',
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+        f'<p class="muted">{escape(sentence)}</p>',
     ]
