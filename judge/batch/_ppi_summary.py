@@ -40,14 +40,21 @@ METHOD = {
         "to the population; exact for P@k and mean_score, which are linear in the labels)"
     ),
     "nonlinear": (
-        "linearised rectifier for map and ndcg (each label's effect on its query against the "
-        f"judge's other verdicts); its interval is given only where simulation measured >= "
-        f"{COVERAGE_GOAL:.0%} coverage (measured: "
+        "map and ndcg (binary): the rectifier around a calibrated point (the exact expected AP/nDCG "
+        "when each verdict is relevant with the sample's P(relevant | that verdict)); graded ndcg: "
+        "the plain linearisation. An interval only where measured coverage reaches "
+        f"{COVERAGE_GOAL:.0%} (lowest measured: "
         + ", ".join(f"{k} {v:.0%}" for k, v in sorted(MEASURED_COVERAGE.items()))
-        + "), else low/high are null and coverage_ok false"
+        + "): else low/high are null and coverage_ok false"
     ),
-    "uniform": "uniform sample without replacement; normal interval with the finite-population correction",
-    "weighted": "pairs drawn with recorded inclusion probabilities; Horvitz-Thompson weights and variance",
+    "uniform": (
+        "uniform sample without replacement; Student's t interval with the finite-population "
+        "correction; none below 40 labels"
+    ),
+    "weighted": (
+        "pairs drawn with recorded inclusion probabilities; Horvitz-Thompson weights and variance; "
+        "none below 40 labels"
+    ),
 }
 
 
