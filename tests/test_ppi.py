@@ -311,3 +311,24 @@ def test_sample_mode_uncertainty_design_and_refusals(tmp_path: Path) -> None:
         sample_queue(records, expected=1.0, design="nope")
     with pytest.raises(InputError):
         sample_queue(records, expected=0.0)
+
+
+def test_score_refuses_a_bad_confidence_and_retry_checks_the_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, qrels, labels = _write(tmp_path, "q0 0 a 1\n")
+    out = str(tmp_path / "out.jsonl")
+    base = ["score", str(data), "-o", out, "--backend", f"qrels:{qrels}", "--no-cache", "--quiet"]
+    assert main([*base, "--sample-labels", str(labels), "--confidence", "1.5"]) == 2
+    assert "--confidence" in capsys.readouterr().err and not Path(out).exists()
+    assert main(base) == 0
+    bad = tmp_path / "bad.qrels"
+    bad.write_text("q7 0 a 1\n", encoding="utf-8")
+    before = Path(out).read_text(encoding="utf-8")
+    retry = ["score", "--retry-unjudged", out, "--backend", f"qrels:{qrels}", "--no-cache", "--quiet"]
+    assert main([*retry, "--sample-labels", str(bad)]) == 2
+    assert f"{bad}:1" in capsys.readouterr().err
+    assert Path(out).read_text(encoding="utf-8") == before  # nothing rewritten
+    assert main([*retry, "--sample-labels", str(labels)]) == 0
+    summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
+    assert summary["ppi"]["labels"] == 1
