@@ -332,3 +332,21 @@ def test_score_refuses_a_bad_confidence_and_retry_checks_the_sample(
     assert main([*retry, "--sample-labels", str(labels)]) == 0
     summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
     assert summary["ppi"]["labels"] == 1
+
+
+def test_python_api_takes_sample_labels(tmp_path: Path) -> None:
+    import judge
+
+    data, qrels, labels = _write(tmp_path, "q0 0 b 0\nq1 0 c 3\n")
+    report = judge.compare_systems(
+        {"A": data, "B": data},
+        tmp_path / "api",
+        backend=f"qrels:{qrels}",
+        cache=False,
+        stability_resamples=0,
+        resamples=50,
+        sample_labels=labels,
+    )
+    ppi = report.systems["A"].ppi
+    assert ppi is not None and ppi["labels"] == 2
+    assert ppi["precision"]["5"]["judge"] == pytest.approx(0.3)  # (2/5 + 1/5) / 2 queries
