@@ -19,7 +19,7 @@ the sample's effects scaled up to the population:
   ``N * sqrt((1 - n/N) * var(e) / n)`` (the finite-population correction: the target is
   this run's figure, not a super-population's), and Student's t quantile with ``n - 1``
   degrees of freedom (the variance is estimated from the sample; with 64 labels the
-  normal quantile's intervals covered 92.7% instead of 95% in simulation);
+  normal quantile's intervals covered 92.7% instead of 95% in simulation, Student's 93.3%);
 * pairs drawn one by one with known inclusion probabilities ``pi_j`` (Poisson sampling,
   active inference: :func:`rectified_mean` with ``inclusion``): the Horvitz-Thompson form
   ``theta = m(f) + sum(e / pi)``, standard error ``sqrt(sum((1 - pi) e^2 / pi^2))``.
@@ -34,16 +34,17 @@ not depend on the other labels, the effects sum to the exact difference, and the
 the standard prediction-powered rectifier, unbiased. **AP and nDCG** are not linear (AP's
 denominator and nDCG's ideal ranking depend on the labels). Measured against the judge's own
 verdicts, a label's effect leaves out the interaction of two wrong verdicts of one query
-(intervals covered 85-92% in simulation). So binary AP and nDCG@k expand around a
+(intervals covered 75-92% in simulation). So binary AP and nDCG@k expand around a
 *calibrated* point instead (:func:`calibrated_effects`): each verdict becomes the
 probability that a person calls such a verdict relevant (``q1`` for yes, ``q0`` for no,
 estimated from the sample), the figure there is the exact expected AP / nDCG under
 independent labels, and each label's effect is measured against that point (a
 model-assisted difference estimator: the model's errors average out to first order, and the
 rectifier keeps the estimate honest where the model is wrong). Graded nDCG uses the plain
-linearisation. The coverage of both is measured by simulation (``scripts/eval_ppi.py``) and
-written in :data:`MEASURED_COVERAGE`; a measure whose measured coverage falls short of
-:data:`COVERAGE_GOAL` gets the estimate but no interval (``coverage_ok`` false).
+linearisation. The coverage of both is measured (``scripts/eval_ppi.py``) and written in
+:data:`MEASURED_COVERAGE`; a measure whose measured coverage falls short of
+:data:`COVERAGE_GOAL`, and every measure with fewer than :data:`MIN_LABELS` labels, gets the
+estimate but no interval (``coverage_ok`` false).
 """
 
 from __future__ import annotations
