@@ -90,7 +90,7 @@ def test_the_store_refuses_a_page_after_an_id_sqlite_cannot_hold(tmp_path: Path)
         ({"seed": INT64_PAST}, "seed"),
         ({"seed": -1}, "seed"),
         ({"seed": True}, "seed"),
-        ({"folds": True}, "folds"),
+        ({"seed": 1.5}, "seed"),
     ],
 )
 def test_a_calibration_seed_is_a_bounded_integer(client: Any, body: dict[str, Any], field: str) -> None:
@@ -114,6 +114,40 @@ def test_a_comparison_seed_is_a_bounded_integer(client: Any) -> None:
         r = client.post("/v1/compare", json={"systems": systems, "options": {"seed": seed}})
         assert r.status_code == 422 and loc_of(r)[-1] == "seed", (seed, r.text)
     assert client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc"),
+    [
+        ("/v1/jobs", {"records": records()[:1], "options": {"max_passage_chars": True}}, "max_passage_chars"),
+        ("/v1/jobs", {"records": records()[:1], "options": {"k": [True]}}, "0"),
+        ("/v1/jobs", {"records": records()[:1], "options": {"p_yes_threshold": True}}, "p_yes_threshold"),
+        ("/v1/evaluate", {"query": "q", "retrieval_context": ["p"], "k": [5, False]}, "1"),
+        (
+            "/v1/compare",
+            {"systems": {"a": records()[:1], "b": records()[:1]}, "options": {"depth": True}},
+            "depth",
+        ),
+        (
+            "/v1/compare",
+            {"systems": {"a": records()[:1], "b": records()[:1]}, "options": {"top_queries": False}},
+            "top_queries",
+        ),
+    ],
+)
+def test_a_boolean_is_not_a_number_in_any_body(
+    client: Any, path: str, body: dict[str, Any], loc: str
+) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 422 and str(loc_of(r)[-1]) == loc, r.text
+    assert "is not a number" in r.text
+    assert client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
+
+
+def test_a_boolean_is_not_a_number_in_a_calibration(client: Any) -> None:
+    job_id = run_job(client)
+    r = client.post(f"/v1/jobs/{job_id}/calibrate", json={"folds": True})
+    assert r.status_code == 422 and loc_of(r) == ["body", "folds"] and "is not a number" in r.text
 
 
 # --- one label model for the review route and the import ------------------------------------
@@ -146,6 +180,9 @@ def test_parse_label_is_the_stores_rule() -> None:
         with pytest.raises(InputError) as err:
             parse_label(value, scale)  # type: ignore[arg-type]
         assert err.value.field == "label"
+    with pytest.raises(InputError) as err:
+        parse_label("y" * 100_000, "binary")
+    assert len(err.value.message) < 100  # the answer does not echo a long body back
 
 
 # --- an old label store with bytes that are not UTF-8 ----------------------------------------
@@ -234,3 +271,126 @@ def test_the_421_of_a_server_with_keys_does_not_say_it_has_none(tmp_path: Path) 
     with TestClient(app_for(tmp_path / "open")) as c:
         r = c.get("/v1/jobs", headers={"Host": "rebind.example"})
         assert r.status_code == 421 and "a server without keys" in r.json()["detail"]
+
+
+# --- a path that cannot be a database ---------------------------------------------------------
+def test_a_folder_or_a_file_that_is_not_sqlite_is_bad_input_naming_it(tmp_path: Path, capsys: Any) -> None:
+    from judge.cli import main
+    from judge.io import InputError
+    from judge.store import SQLiteVerdictStore
+
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    for path, problem in ((tmp_path, "a folder"), (text, "file is not a database")):
+        with pytest.raises(InputError) as err:
+            LabelStore(path)
+        assert problem in err.value.message and str(err.value.path) == str(path)
+        with pytest.raises(InputError):
+            SQLiteVerdictStore(path)
+        assert main(["labels", "list", "--store", str(path)]) == 2
+        assert problem in capsys.readouterr().err
+    assert text.read_text() == "not a database\n" * 100  # left as it was
+
+
+def test_serve_with_a_jobs_dir_that_is_a_file_exits_2_naming_the_flag(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("JUDGE_API_KEYS", raising=False)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    argv = ["serve", "--port", "0", "--backend-factory", "_server:fake_backend", "--no-cache"]
+    assert main([*argv, "--db", str(tmp_path / "s.sqlite"), "--jobs-dir", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs-dir" in err and "taken" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--port", "70000"),  # the OS took it modulo 65536: the server listened on 4464
+        ("--port", "-1"),
+        ("--max-body-mb", "nan"),  # a traceback before
+        ("--max-body-mb", "inf"),
+        ("--header-timeout", "nan"),
+        ("--max-body-mb", "0"),
+    ],
+)
+def test_serve_refuses_a_port_or_size_out_of_range_naming_the_flag(
+    flag: str, value: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("JUDGE_API_KEYS", raising=False)
+    db = tmp_path / "s.sqlite"
+    assert main(["serve", "--no-cache", "--db", str(db), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{flag}'" in err and "Traceback" not in err
+    assert not db.exists()  # refused before the database was opened
+
+
+# --- numbers too large to convert -------------------------------------------------------------
+HUGE_DIGITS = "9" * 5000  # past Python's 4300-digit limit: json.loads raises ValueError
+
+
+def test_a_label_line_with_a_5000_digit_number_is_422_naming_the_line(client: Any, tmp_path: Path) -> None:
+    from judge.io import InputError
+    from judge.store import Label, read_label_file
+
+    line = '{"qid":"q0","docno":"d0","label":1,"reviewer":"r","created":%s}\n'
+    r = client.post("/v1/labels", content=(line % HUGE_DIGITS).encode())
+    assert r.status_code == 422 and "line 1" in r.text and "4300 digits" in r.text, r.text
+    path = tmp_path / "labels.jsonl"
+    path.write_text(line % HUGE_DIGITS)
+    with pytest.raises(InputError) as err:
+        read_label_file(path)
+    assert err.value.line == 1
+    for name in ("created", "source_created", "judge_p_yes"):  # 400 digits: converted, then refused
+        with pytest.raises(InputError) as err:
+            Label.from_dict({"qid": "q", "docno": "d", "label": 1, "reviewer": "r", name: 10**400})
+        assert err.value.field == name and len(err.value.message) < 120
+
+
+def test_a_dataset_line_with_a_5000_digit_number_is_a_reject(tmp_path: Path) -> None:
+    from judge.io import InputError, iter_dataset
+
+    path = tmp_path / "data.jsonl"
+    good = json.dumps({"id": "q1", "query": "x", "retrieval_context": ["a"]})
+    path.write_text(f'{{"id":"q0","query":"x","retrieval_context":["a"],"k":{HUGE_DIGITS}}}\n{good}\n')
+    out = list(iter_dataset(path))
+    assert isinstance(out[0], InputError) and out[0].line == 1 and "4300 digits" in out[0].message
+    assert not isinstance(out[1], InputError) and out[1].id == "q1"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--seed", "-1"), ("--seed", str(INT64_PAST)), ("--folds", "1"), ("--folds", "0"), ("--name", "a/b")],
+)
+def test_judge_calibrate_bounds_its_flags_as_the_route_does(
+    flag: str, value: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from judge.cli import main
+
+    monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    argv = ["calibrate", "--labels", str(tmp_path / "no-such.qrels"), "--template", "binary.zh.v2"]
+    assert main([*argv, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{flag}'" in err and "Traceback" not in err
+
+
+def test_labels_export_to_a_folder_exits_2_naming_o(tmp_path: Path, capsys: Any) -> None:
+    from judge.cli import main
+
+    store = tmp_path / "labels.sqlite"
+    qrels = tmp_path / "a.qrels"
+    qrels.write_text("q1 0 d1 1\n")
+    assert main(["labels", "import", str(qrels), "--reviewer", "ann", "--store", str(store)]) == 0
+    capsys.readouterr()
+    for fmt in ("qrels", "jsonl"):
+        assert main(["labels", "export", "--store", str(store), "--format", fmt, "-o", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "field '-o'" in err and "Traceback" not in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -217,7 +218,10 @@ def run_export(args: argparse.Namespace) -> int:
             raise InputError(exc.message, field="--level") from None
 
     if args.output != "-":
-        n = writer(args.output)
+        try:
+            n = writer(args.output)
+        except OSError as exc:  # a folder, a read-only place: bad usage, not a traceback
+            raise InputError(f"cannot write: {exc.strerror}", path=args.output, field="-o") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "labels"
@@ -280,11 +284,25 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
     return out
 
 
+def _check_calibrate_flags(args: argparse.Namespace) -> None:
+    """``--folds``, ``--seed`` and ``--name`` as ``POST /v1/jobs/{id}/calibrate`` bounds them,
+    before any label is read (exit 2 naming the flag)."""
+    from judge.store import MAX_SQLITE_INT
+
+    if not 2 <= args.folds <= 20:
+        raise InputError(f"must be in 2..20, got {args.folds}", field="--folds")
+    if not 0 <= args.seed <= MAX_SQLITE_INT:
+        raise InputError(f"must be in 0..{MAX_SQLITE_INT}, got {args.seed}", field="--seed")
+    if args.name is not None and not re.fullmatch(r"[\w.\-]{1,100}", args.name):
+        raise InputError("1 to 100 letters, digits, '.', '_' or '-'", field="--name")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from judge.judging import TemplateError, load_template
     from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, resolve_mapping
     from judge.store import Calibration, LabelStore
 
+    _check_calibrate_flags(args)
     try:
         template = load_template(args.template)
     except TemplateError as exc:

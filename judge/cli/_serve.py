@@ -140,8 +140,9 @@ def register(subparsers: Any) -> None:
 
 
 def _positive(value: float | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise InputError("must be > 0", field=flag)
+    """A finite number above 0 (NaN and infinity are not sizes or times)."""
+    if value is not None and not 0 < value < float("inf"):
+        raise InputError(f"must be a finite number > 0, got {value}", field=flag)
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -227,6 +228,8 @@ def _checked_serve_flags(args: argparse.Namespace) -> float:
         _positive(value, flag)
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
+    if not 0 <= args.port <= 65535:  # the OS would take it modulo 65536: another port
+        raise InputError(f"must be a port in 0..65535, got {args.port}", field="--port")
     try:
         parse_allowed_hosts(args.allowed_hosts)
     except ValueError as exc:

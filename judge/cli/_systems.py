@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_dataset_flags, add_engine_flags, check_engine_flags, run_spec_of
+from judge.cli._flags import add_dataset_flags, add_engine_flags, ray_ship, run_spec_of
 from judge.cli._pooled_flags import (
     add_pooled_flags,
     open_pooled_backend,
@@ -82,7 +82,6 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
     )
     # Resume in the pool's mode unless one is given (as judge score does).
-    check_engine_flags(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
@@ -95,7 +94,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         command="judge compare-systems",
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,
-        ship=_ship(args, spec),
+        ship=ray_ship(args, spec),
     )
     comparison = run_pooled(
         args,
@@ -124,13 +123,3 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
-
-
-def _ship(args: argparse.Namespace, spec: Any) -> Any:
-    """What the Ray engine's workers build their backend from: the backend's spec and base
-    URL (never a pickled client); None for the local engine or a cascade (shipped as is)."""
-    if not spec.ray or args.cascade:
-        return None
-    from judge.batch import BackendSpec
-
-    return BackendSpec(args.backend, args.base_url)

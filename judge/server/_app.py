@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from judge.io import InputError
 from judge.server import _compare_routes, _job_routes, _review_routes, _service_routes, _viewer_routes
 from judge.server._app_state import AppState, ServerConfig, add_error_handlers
 from judge.server._bounds import ParsedBodyRoute
@@ -48,7 +49,13 @@ def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
         raise
     sessions = SessionStore(config.db_path)
     rt = config.runtime
-    rt.jobs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rt.jobs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        lock.release()
+        raise InputError(
+            f"cannot make the jobs folder: {exc.strerror}", path=str(rt.jobs_dir), field="--jobs-dir"
+        ) from None
     metrics = ServerMetrics(
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )

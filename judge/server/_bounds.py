@@ -15,6 +15,8 @@
   parameter, :data:`Seed` and :data:`Index` in a body, which also refuse ``true``/``false``
   and ``1.0``): a larger one is a 422 naming it, never an overflow in SQLite (a 500). A
   label cursor is bounded the same way where it is decoded (:func:`judge.store.decode_cursor`).
+  Every other integer or number option is a :data:`RequestInt` / :data:`RequestFloat`: JSON
+  ``true``/``false`` is refused (422 naming the field), never read as 1/0.
 * **Off the event loop**: a JSON body is parsed in a worker thread (:class:`ParsedBodyRoute`),
   and so are the checks of a job's input.
 """
@@ -31,7 +33,7 @@ from typing import Annotated, Any
 from fastapi import Query
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -45,6 +47,18 @@ DEFAULT_MAX_RECORDS = 100_000
 # JSON bodies up to this size are parsed on the event loop (well under a millisecond).
 INLINE_PARSE_BYTES = 64 * 1024
 
+
+def _not_a_boolean(value: object) -> object:
+    """JSON ``true``/``false`` is not a number (pydantic's lax mode would read it as 1/0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number")
+    return value
+
+
+RequestInt = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""An integer option of a body or query (its range is the field's); a boolean is refused."""
+RequestFloat = Annotated[float, BeforeValidator(_not_a_boolean)]
+"""A number option of a body or query (its range is the field's); a boolean is refused."""
 Offset = Annotated[int, Query(ge=0, le=MAX_SQLITE_INT, description="items to skip")]
 """A page offset given as a query parameter (``?offset=``)."""
 Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SQLITE_INT)]

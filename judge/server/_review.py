@@ -67,7 +67,7 @@ class CalibrateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[\w.\-]+$")
-    folds: int | None = Field(default=None, ge=2, le=20)
+    folds: _bounds.RequestInt | None = Field(default=None, ge=2, le=20)
     seed: _bounds.Seed = 0
     # dry_run: report only; force: store a refit that does not help (not better beyond noise)
     dry_run: bool = False

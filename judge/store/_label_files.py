@@ -4,7 +4,7 @@ named calibration applied to a judge config."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -94,38 +94,42 @@ def read_label_lines(
     return out
 
 
-def _read_qrels_lines(p: Path) -> list[tuple[int, str, str, int]]:
-    """(line, qid, docno, grade) of each line of a qrels file (``qid iter docno grade``),
-    ids unescaped (:func:`qrels_unescape`); strict UTF-8, :class:`InputError` naming the line."""
-    out: list[tuple[int, str, str, int]] = []
+def _text_lines(p: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line that is not blank, decoded as strict UTF-8 (an
+    :class:`InputError` naming the line otherwise)."""
     with p.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(f"invalid UTF-8 at byte {exc.start}", path=p, line=number) from None
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 4:
-                raise InputError(
-                    f"expected 4 columns (qid iter docno grade), got {len(parts)}", path=p, line=number
-                )
+            if line.strip():
+                yield number, line
+
+
+def _read_qrels_lines(p: Path) -> list[tuple[int, str, str, int]]:
+    """(line, qid, docno, grade) of each line of a qrels file (``qid iter docno grade``),
+    ids unescaped (:func:`qrels_unescape`); strict UTF-8, :class:`InputError` naming the line."""
+    out: list[tuple[int, str, str, int]] = []
+    for number, line in _text_lines(p):
+        parts = line.split()
+        if len(parts) != 4:
+            raise InputError(
+                f"expected 4 columns (qid iter docno grade), got {len(parts)}", path=p, line=number
+            )
+        try:
+            grade = int(parts[3])
+        except ValueError:
+            raise InputError(
+                f"not an integer: {parts[3][:40]!r}", path=p, line=number, field="grade"
+            ) from None
+        ids: list[str] = []
+        for name, token in (("qid", parts[0]), ("docno", parts[2])):
             try:
-                grade = int(parts[3])
-            except ValueError:
-                raise InputError(
-                    f"not an integer: {parts[3][:40]!r}", path=p, line=number, field="grade"
-                ) from None
-            ids: list[str] = []
-            for name, token in (("qid", parts[0]), ("docno", parts[2])):
-                try:
-                    ids.append(qrels_unescape(token))
-                except UnicodeDecodeError:
-                    raise InputError(
-                        "a %XX escape that is not UTF-8", path=p, line=number, field=name
-                    ) from None
-            out.append((number, ids[0], ids[1], grade))
+                ids.append(qrels_unescape(token))
+            except UnicodeDecodeError:
+                raise InputError("a %XX escape that is not UTF-8", path=p, line=number, field=name) from None
+        out.append((number, ids[0], ids[1], grade))
     if not out:
         raise InputError("empty file: no data lines", path=p, line=1)
     return out
@@ -138,33 +142,28 @@ def _read_jsonl_labels(
     a lone surrogate escape or nesting deeper than :data:`judge.io.MAX_JSON_DEPTH` is an
     :class:`InputError` naming its line, never a crash."""
     out: list[tuple[int, Label]] = []
-    with p.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"invalid UTF-8 at byte {exc.start}", path=p, line=number) from None
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not JSON: {exc.msg}", path=p, line=number) from None
-            except RecursionError:
-                raise InputError(
-                    f"nested deeper than {MAX_JSON_DEPTH} levels", path=p, line=number, field=deep_field(line)
-                ) from None
-            if not isinstance(data, dict):
-                raise InputError("each line must be a JSON object", path=p, line=number)
-            problem = json_problem(data, line)
-            if problem is not None:
-                raise InputError(problem[1], path=p, line=number, field=problem[0] or None)
-            data.setdefault("collection", collection)
-            if reviewer and "reviewer" not in data:
-                data["reviewer"] = reviewer
-            if scale is not None:
-                data["scale"] = scale
-            out.append((number, Label.from_dict(data, where=str(p), line=number)))
+    for number, line in _text_lines(p):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not JSON: {exc.msg}", path=p, line=number) from None
+        except ValueError:  # an integer of more digits than Python converts (4300)
+            raise InputError("not JSON: a number of more than 4300 digits", path=p, line=number) from None
+        except RecursionError:
+            raise InputError(
+                f"nested deeper than {MAX_JSON_DEPTH} levels", path=p, line=number, field=deep_field(line)
+            ) from None
+        if not isinstance(data, dict):
+            raise InputError("each line must be a JSON object", path=p, line=number)
+        problem = json_problem(data, line)
+        if problem is not None:
+            raise InputError(problem[1], path=p, line=number, field=problem[0] or None)
+        data.setdefault("collection", collection)
+        if reviewer and "reviewer" not in data:
+            data["reviewer"] = reviewer
+        if scale is not None:
+            data["scale"] = scale
+        out.append((number, Label.from_dict(data, where=str(p), line=number)))
     return out
 
 

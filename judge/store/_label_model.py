@@ -45,6 +45,7 @@ DEFAULT_COLLECTION = "default"
 MAX_NAME_CHARS = 200  # a reviewer, collection or template id
 MAX_COMMENT_CHARS = 4000
 MAX_QUERY_CHARS = 100_000
+MAX_LABEL_WORD_CHARS = 10  # a label given as a word: "yes", " 1 "
 MAX_TIME = 1e11  # seconds since 1970 (year 5138): a larger time is not a time
 
 __all__ = [
@@ -150,11 +151,17 @@ class Label:
         return cls(**fields)
 
 
+def _finite(value: float) -> bool:
+    """Whether a JSON number is finite; an integer always is (``math.isfinite`` would raise
+    ``OverflowError`` on a 400-digit one, which the range check then refuses)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def is_time(value: object) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and _finite(value)
         and 0 <= value <= MAX_TIME
     )
 
@@ -176,8 +183,9 @@ def _text_problem(value: object, limit: int, *, multiline: bool = False, empty: 
 def _number_problem(value: object, low: float, high: float) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be a number, got {type(value).__name__}"
-    if not math.isfinite(value) or not low <= value <= high:
-        return f"must be a finite number in [{low:g}, {high:g}], got {value!r}"
+    if not _finite(value) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else f"a number of {len(repr(value))} characters"
+        return f"must be a finite number in [{low:g}, {high:g}], got {shown}"
     return None
 
 
@@ -190,6 +198,8 @@ def label_type_problem(value: object, *, words: bool = False) -> str | None:
     also = " or y/n" if words else ""
     if isinstance(value, bool):
         return f"{str(value).lower()} is not a label: give an integer (0/1 binary, 0-3 graded){also}"
+    if words and isinstance(value, str) and len(value) > MAX_LABEL_WORD_CHARS:
+        return f"{len(value)} characters; a label is y/n or a grade"
     if isinstance(value, int) or (words and isinstance(value, str)):
         return None
     return f"must be an integer{also}, got {type(value).__name__}"
