@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from judge.io import InputError, SampleLabels
+from judge.io import DatasetRecord, InputError, SampleLabels, iter_dataset
 from judge.metrics import (
     COVERAGE_GOAL,
     MEASURED_COVERAGE,
@@ -26,7 +27,15 @@ from judge.metrics import (
     ppi_figure,
 )
 
-__all__ = ["SAMPLE_DESIGNS", "SampleItem", "SampleLabelOptions", "ppi_block", "record_pairs", "sample_queue"]
+__all__ = [
+    "SAMPLE_DESIGNS",
+    "SampleItem",
+    "SampleLabelOptions",
+    "dataset_pairs",
+    "ppi_block",
+    "record_pairs",
+    "sample_queue",
+]
 
 #: The review queue's sample designs: ``uniform`` (every judged pair alike) or ``uncertainty``
 #: (proportional to sqrt(P(yes) (1 - P(yes))), floored at 0.1 so no pair is nearly never drawn;
@@ -72,6 +81,18 @@ class SampleLabelOptions:
             raise InputError(f"must be in (0, 1), got {self.confidence}", field="--confidence")
         if self.level < 0:
             raise InputError(f"must be >= 0, got {self.level}", field="--sample-level")
+
+
+def dataset_pairs(
+    path: str | Path, *, field_map: Mapping[str, str], max_passage_chars: int
+) -> set[tuple[str, str]]:
+    """The (qid, docno) pairs of a dataset's valid lines (what a run over it judges)."""
+    return {
+        (rec.id, p.docno)
+        for rec in iter_dataset(path, field_map=field_map, max_passage_chars=max_passage_chars)
+        if isinstance(rec, DatasetRecord)
+        for p in rec.passages
+    }
 
 
 def record_pairs(records: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:

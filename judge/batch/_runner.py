@@ -49,7 +49,7 @@ from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extra_fields import extras_record
 from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
-from judge.batch._ppi_summary import SampleLabelOptions, ppi_block, record_pairs
+from judge.batch._ppi_summary import SampleLabelOptions, dataset_pairs, ppi_block, record_pairs
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
 from judge.batch._run_spec import RunSpec
@@ -495,12 +495,7 @@ def _check_sample(inp: Path, opts: BatchOptions) -> None:
     """Every pair of ``opts.sample_labels`` is a pair of the input's valid lines, else
     InputError naming the sample file's line."""
     assert opts.sample_labels is not None
-    pairs = {
-        (rec.id, p.docno)
-        for rec in iter_dataset(inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars)
-        if isinstance(rec, DatasetRecord)
-        for p in rec.passages
-    }
+    pairs = dataset_pairs(inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars)
     opts.sample_labels.labels.check_pairs(pairs)
 
 

@@ -26,6 +26,7 @@ from judge.batch import (
     BatchOptions,
     RunSpec,
     SampleLabelOptions,
+    dataset_pairs,
     retry_unjudged,
     score_dataset,
     truth_of,
@@ -139,16 +140,9 @@ def check_job_sample(job_dir: Path, options: Mapping[str, Any], input_path: Path
     sample = sample_label_options(job_dir, options)
     if sample is None:
         return
-    pairs = {
-        (rec.id, p.docno)
-        for rec in iter_dataset(
-            input_path,
-            field_map=options.get("map") or {},
-            max_passage_chars=int(options["max_passage_chars"]),
-        )
-        if not isinstance(rec, InputError)
-        for p in rec.passages
-    }
+    pairs = dataset_pairs(
+        input_path, field_map=options.get("map") or {}, max_passage_chars=int(options["max_passage_chars"])
+    )
     sample.labels.check_pairs(pairs, field="options.sample_labels")
 
 
