@@ -329,3 +329,47 @@ def ray_ship(args: argparse.Namespace, spec: RunSpec) -> Any:
     from judge.batch import BackendSpec
 
     return BackendSpec(args.backend, args.base_url)
+
+
+def add_sample_label_flags(p: argparse.ArgumentParser, *, confidence: bool = False) -> None:
+    """``--sample-labels FILE`` and ``--sample-level L`` (prediction-powered figures from a
+    random sample of human labels); ``confidence=True`` also adds ``--confidence`` (for a
+    command that has none of its own)."""
+    p.add_argument(
+        "--sample-labels",
+        default=None,
+        metavar="FILE",
+        help="TREC qrels of pairs drawn uniformly at random from the run's pairs and labelled by "
+        "people (a 5th column: each pair's inclusion probability, for a weighted sample): the "
+        "summary/report gains 'ppi', the judge's figures corrected by them with intervals; a pair "
+        "not in the run is refused (exit 2) before any call",
+    )
+    p.add_argument(
+        "--sample-level",
+        type=int,
+        default=1,
+        metavar="L",
+        help="--sample-labels: a grade >= L is relevant (yes) (default 1; stated in the output)",
+    )
+    if confidence:
+        p.add_argument(
+            "--confidence",
+            type=float,
+            default=0.95,
+            help="--sample-labels: interval level (default 0.95)",
+        )
+
+
+def sample_label_options(args: argparse.Namespace) -> Any:
+    """The :class:`~judge.batch.SampleLabelOptions` of ``--sample-labels`` (None when not
+    given); the file is read and checked here (exit 2 naming its line)."""
+    if not getattr(args, "sample_labels", None):
+        return None
+    from judge.batch import SampleLabelOptions
+    from judge.io import read_sample_labels
+
+    return SampleLabelOptions(
+        read_sample_labels(args.sample_labels),
+        level=args.sample_level,
+        confidence=float(getattr(args, "confidence", 0.95)),
+    )

@@ -104,6 +104,12 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("--level", type=int, default=None, help="qrels --scale binary: grade >= L is relevant")
     e.add_argument("--history", action="store_true", help="jsonl: every change, not only the latest labels")
+    e.add_argument(
+        "--sample",
+        action="store_true",
+        help="only labels of pairs the sample mode drew, as 'qid 0 docno label inclusion' (the "
+        "--sample-labels file; the latest label per pair)",
+    )
     e.set_defaults(func=run_export)
 
     i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
@@ -128,6 +134,22 @@ def register(subparsers: Any) -> None:
     c = sub.add_parser("conflicts", help="list passages whose reviewers disagree")
     common(c)
     c.set_defaults(func=run_conflicts)
+
+    sm = sub.add_parser(
+        "sample",
+        help="review queue, sample mode: draw a job's pairs with known inclusion probabilities",
+        description="Draw about N judged pairs of a judge score output for review, each independently "
+        "with a known probability (uniform, or proportional to the judge's uncertainty), and record "
+        "each draw with its probability in the label store: labels of those pairs then carry it, and "
+        "'judge labels export --sample' writes them for --sample-labels (weighted by 1/probability). "
+        "Prints one JSON object per drawn pair.",
+    )
+    common(sm)
+    sm.add_argument("output", metavar="OUTPUT.jsonl", help="a judge score output")
+    sm.add_argument("--n", type=float, required=True, help="expected number of pairs to draw")
+    sm.add_argument("--design", choices=("uniform", "uncertainty"), default="uniform")
+    sm.add_argument("--seed", type=int, default=0)
+    sm.set_defaults(func=run_sample)
 
     cal = subparsers.add_parser(
         "calibrate",
@@ -180,6 +202,8 @@ def run_export(args: argparse.Namespace) -> int:
     from judge.metrics import ScaleError
     from judge.store import LabelStore, labels_to_jsonl, labels_to_qrels
 
+    if args.sample:
+        return _export_sample(args)
     with LabelStore(args.store) as store:
         history = store.history(collection=args.collection) if args.history else []
         latest = store.latest(collection=args.collection)
@@ -348,4 +372,51 @@ def run_calibrate(args: argparse.Namespace) -> int:
         f"({result.n} labels, {result.folds} stratified folds, seed {result.seed}); {result.verdict}{tail}",
         file=sys.stderr,
     )
+    return 0
+
+
+def run_sample(args: argparse.Namespace) -> int:
+    from judge.batch import sample_queue
+    from judge.store import LabelStore, recover_output
+
+    path = Path(args.output)
+    if not path.exists():
+        raise InputError("no such file", path=str(path))
+    items = sample_queue(recover_output(path), expected=args.n, design=args.design, seed=args.seed)
+    with LabelStore(args.store) as store:
+        added = store.record_sample_draws(
+            str(path),
+            [(i.qid, i.docno, i.inclusion) for i in items],
+            design=args.design,
+            collection=args.collection,
+        )
+    for i in items:
+        shown = {"qid": i.qid, "docno": i.docno, "inclusion": round(i.inclusion, 6), "query": i.query}
+        print(json.dumps(shown | {"verdict": i.verdict, "p_yes": i.p_yes}, ensure_ascii=False))
+    print(
+        f"judge labels sample: drew {len(items)} pair(s) ({added} new), design {args.design}", file=sys.stderr
+    )
+    return 0
+
+
+def _export_sample(args: argparse.Namespace) -> int:
+    """``export --sample``: the latest label of each drawn pair with its inclusion probability."""
+    from judge.store import LabelStore, qrels_escape
+
+    with LabelStore(args.store) as store:
+        latest = [lab for lab in store.latest(collection=args.collection) if lab.inclusion is not None]
+    by_pair = {}
+    for lab in latest:  # ordered by time: the last one wins
+        by_pair[lab.key] = lab
+    lines = [
+        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
+        for (q, d), lab in sorted(by_pair.items())
+    ]
+    out = _out(args.output)
+    try:
+        out.writelines(lines)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"judge labels: exported {len(lines)} sample label(s)", file=sys.stderr)
     return 0

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from judge.cli._flags import add_batch_flags, call_settings, flag_errors, open_backend
+from judge.cli._flags import (
+    add_batch_flags,
+    add_sample_label_flags,
+    call_settings,
+    flag_errors,
+    open_backend,
+    sample_label_options,
+)
 from judge.io import InputError
 
 if TYPE_CHECKING:
@@ -125,6 +132,7 @@ def add_pooled_flags(
     )
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
     add_batch_flags(p, defaults=False)
+    add_sample_label_flags(p)
 
 
 def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,7 +161,9 @@ def pooled_options(args: argparse.Namespace, **extra: Any) -> SystemsOptions:
 
     if args.top_queries < 0:
         raise InputError("must be >= 0", field="--top-queries")
-    return systems_options_of(pooled_keywords(args), top_queries=args.top_queries, **extra)
+    return systems_options_of(
+        pooled_keywords(args), top_queries=args.top_queries, sample_labels=sample_label_options(args), **extra
+    )
 
 
 def open_pooled_backend(args: argparse.Namespace, spec: RunSpec) -> ResilientBackend:

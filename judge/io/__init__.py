@@ -99,3 +99,7 @@ __all__ += [
     "parse_field_map",
     "read_dataset",
 ]
+
+from judge.io._sample_labels import SampleLabel, SampleLabels, read_sample_labels  # noqa: E402
+
+__all__ += ["SampleLabel", "SampleLabels", "read_sample_labels"]

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from judge.io import InputError
 from judge.server import _bounds, _engine
 from judge.server._app_state import (
     NDJSON,
@@ -129,6 +130,14 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     if check.queries == 0:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(422, "no valid record in the body", rejects=check.rejects[:100])
+    await asyncio.to_thread(_engine.save_sample_labels, job_dir, options)
+    try:
+        await asyncio.to_thread(_engine.check_job_sample, job_dir, options, input_path)
+    except InputError as err:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        return json_error(
+            422, _engine.public_message(job_dir, err), line=err.line, field="options.sample_labels"
+        )
     await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
     return state.accept_job(job_dir, intake, options, check)
 

@@ -79,6 +79,10 @@ class JobOptions(JudgeOptions):
     map: FieldMap = Field(default_factory=dict)
     # a named calibration of the label store (POST /v1/jobs/{id}/calibrate): its P(yes) threshold
     calibration: str | None = Field(default=None, min_length=1, max_length=200)
+    # --sample-labels: TREC qrels text of pairs drawn at random from the job's pairs (the summary's ppi)
+    sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
+    confidence: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class JobRequest(BaseModel):
@@ -141,6 +145,9 @@ class CompareOptions(JudgeOptions):
     until_decided: bool = False
     budget: RequestInt | None = Field(default=None, ge=0, le=100_000_000)
     batch: RequestInt | None = Field(default=None, ge=1, le=1_000_000)
+    # --sample-labels: TREC qrels text of pairs drawn at random from the pool (each system's ppi)
+    sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
 
     @model_validator(mode="after")
     def _adaptive(self) -> CompareOptions:

@@ -115,6 +115,9 @@ class Label:
     audit: bool = False
     history_id: int = 0
     source_created: float | None = None
+    # the probability with which the review queue's sample mode drew the pair (None: not
+    # drawn with a known probability; such a label never enters a prediction-powered estimate)
+    inclusion: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -278,6 +281,13 @@ def field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
     yield (
         "source_created",
         (None if source is None or is_time(source) else "must be a finite time in seconds since 1970"),
+    )
+    inclusion = data.get("inclusion")
+    yield (
+        "inclusion",
+        None
+        if inclusion is None
+        else (_number_problem(inclusion, 0.0, 1.0) or (None if inclusion > 0 else "must be in (0, 1]")),
     )
 
 

@@ -153,10 +153,24 @@ def _m003_checked(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX labels_page ON labels (collection, history_id)")
 
 
+def _m004_sample_draws(conn: sqlite3.Connection) -> None:
+    """The review queue's sample mode: each pair it drew with its inclusion probability and
+    design (``sample_draws``), and the probability a label of a drawn pair carries
+    (``label_history.inclusion``; NULL: not drawn with a known probability, so never in a
+    prediction-powered estimate)."""
+    conn.execute(
+        "CREATE TABLE sample_draws (collection TEXT NOT NULL, qid TEXT NOT NULL, docno TEXT NOT NULL, "
+        "job TEXT NOT NULL, inclusion REAL NOT NULL, design TEXT NOT NULL, drawn REAL NOT NULL, "
+        "PRIMARY KEY (collection, qid, docno))"
+    )
+    conn.execute("ALTER TABLE label_history ADD COLUMN inclusion REAL")
+
+
 LABEL_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _m001_labels,
     _m002_calibrations,
     _m003_checked,
+    _m004_sample_draws,
 )
 """Label-store schema migrations in order; after migration ``i`` ``user_version`` is ``i``.
 Append to change the schema; never edit one that has shipped."""
@@ -165,7 +179,7 @@ LABEL_SCHEMA_VERSION = len(LABEL_MIGRATIONS)
 
 LABEL_COLUMNS = (
     "id, collection, qid, docno, reviewer, label, scale, query, created, comment, "
-    "judge_verdict, judge_grade, judge_p_yes, template_id, audit, source_created"
+    "judge_verdict, judge_grade, judge_p_yes, template_id, audit, source_created, inclusion"
 )
 
 
@@ -199,4 +213,5 @@ def row_label(row: Sequence[Any]) -> Label:
         template_id=row[13],
         audit=bool(row[14]),
         source_created=None if row[15] is None else float(row[15]),
+        inclusion=None if row[16] is None else float(row[16]),
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -115,10 +116,18 @@ class LabelStore(SQLiteHolder):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for lab in checked:
+                    if lab.inclusion is None and lab.label is not None:  # a pair the sample mode drew
+                        drawn = conn.execute(
+                            "SELECT inclusion FROM sample_draws "
+                            "WHERE collection = ? AND qid = ? AND docno = ?",
+                            (lab.collection, lab.qid, lab.docno),
+                        ).fetchone()
+                        if drawn is not None:
+                            lab = replace(lab, inclusion=float(drawn[0]))
                     cur = conn.execute(
                         "INSERT INTO label_history (collection, qid, docno, reviewer, label, scale, query, "
                         "created, comment, judge_verdict, judge_grade, judge_p_yes, template_id, audit, "
-                        "source_created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "source_created, inclusion) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             lab.collection,
                             lab.qid,
@@ -135,6 +144,7 @@ class LabelStore(SQLiteHolder):
                             lab.template_id,
                             int(lab.audit),
                             lab.source_created,
+                            lab.inclusion,
                         ),
                     )
                     hid = int(cur.lastrowid or 0)
@@ -177,6 +187,49 @@ class LabelStore(SQLiteHolder):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    # --- the review queue's sample mode ----------------------------------------------------
+    def record_sample_draws(
+        self, job: str, draws: Iterable[tuple[str, str, float]], *, design: str, collection: str
+    ) -> int:
+        """Remember the pairs the sample mode drew, each with its inclusion probability (a
+        pair drawn before keeps its first draw: its probability is the one it was drawn
+        with). Returns how many were new."""
+        now = time.time()
+        rows = [(collection, q, d, job, float(p), design, now) for q, d, p in draws]
+        for _, q, d, _, p, _, _ in rows:
+            if not (math.isfinite(p) and 0.0 < p <= 1.0):
+                raise InputError(f"must be in (0, 1], got {p!r} for ({q}, {d})", field="inclusion")
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                before = conn.total_changes
+                conn.executemany(
+                    "INSERT OR IGNORE INTO sample_draws "
+                    "(collection, qid, docno, job, inclusion, design, drawn) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                added = conn.total_changes - before
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return int(added)
+
+    def sample_draws(self, *, collection: str = DEFAULT_COLLECTION) -> list[tuple[str, str, float, str]]:
+        """``[(qid, docno, inclusion, design)]`` of every pair the sample mode drew."""
+        with self._lock:
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT qid, docno, inclusion, design FROM sample_draws WHERE collection = ? "
+                    "ORDER BY qid, docno",
+                    (collection,),
+                )
+                .fetchall()
+            )
+        return [(str(q), str(d), float(p), str(g)) for q, d, p, g in rows]
 
     def audit_drawn(self, qid: str, docno: str, *, collection: str) -> bool:
         """Whether the review queue drew (qid, docno) as an audit item."""

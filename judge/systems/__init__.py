@@ -29,6 +29,7 @@ from judge.systems._model import (
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
+from judge.systems._ppi_report import check_sample_pairs
 from judge.systems._run import (
     DEFAULT_REPORT_DIR,
     acompare_systems,
@@ -77,6 +78,7 @@ __all__ = [
     "aexperiment",
     "build_pool",
     "check_name",
+    "check_sample_pairs",
     "compare_systems",
     "experiment",
     "has_search_section",

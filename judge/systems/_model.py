@@ -30,6 +30,8 @@ class SystemSummary(_Model):
     queries_in_file: int
     measures: dict[str, float | int | None]
     ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+    # prediction-powered figures from --sample-labels (judge.batch.ppi_block's shape); None without
+    ppi: dict[str, Any] | None = None
 
 
 class PoolSummary(_Model):

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from judge.backends import Backend
-from judge.io import InputError
+from judge.batch import SampleLabelOptions
+from judge.io import InputError, read_sample_labels
 from judge.judging import JudgeConfig, Mode, VerdictStore
 from judge.systems._options import SystemsOptions
 from judge.systems._pool import PoolRun
@@ -40,7 +41,9 @@ class PooledKeywords(TypedDict, total=False):
     ``until_decided`` (judge only until every decision holds with ``confidence``;
     ``budget``: most pairs judged, ``batch``: pairs per round, ``draws``: Monte Carlo
     draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap judge first, the
-    expensive one where the cheap P(yes) is within ``margin`` of the threshold)."""
+    expensive one where the cheap P(yes) is within ``margin`` of the threshold);
+    ``sample_labels``: a file of randomly drawn human labels (``--sample-labels``), read at
+    ``sample_level`` (grade >= L is relevant): each system's prediction-powered figures."""
 
     backend: Any
     mode: Mode | None
@@ -66,6 +69,8 @@ class PooledKeywords(TypedDict, total=False):
     draws: int
     cascade: str | None
     margin: float
+    sample_labels: str | os.PathLike[str] | None
+    sample_level: int
 
 
 POOLED_KEYWORDS = frozenset(PooledKeywords.__annotations__)
@@ -103,6 +108,12 @@ def systems_options_of(
         "adaptive_batch": kw.get("batch"),
         "adaptive_draws": int(kw.get("draws", 200)),
     }
+    if kw.get("sample_labels") is not None:
+        fields["sample_labels"] = SampleLabelOptions(
+            read_sample_labels(kw["sample_labels"]),
+            level=int(kw.get("sample_level", 1)),
+            confidence=float(kw.get("confidence", 0.95)),
+        )
     options = SystemsOptions(**(fields | extra))
     options.check()
     return options

@@ -25,6 +25,7 @@ from judge.metrics import Evaluation, Measure
 from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._model import SystemComparison, SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
+from judge.systems._ppi_report import ppi_html, ppi_markdown
 from judge.systems._scoring import Paired, system_verdicts
 from judge.systems._sweep_report import (
     experiment_head,
@@ -270,6 +271,9 @@ def render_markdown(data: ReportData) -> str:
         "`map_isolated` is each list judged alone (AP's denominator: the relevant passages that list "
         "found), which rewards finding few; compare systems on the pooled figures.",
         "",
+    ]
+    lines += ppi_markdown(r)
+    lines += [
         "## Comparisons (each system against the baseline)",
         "",
     ]
@@ -616,6 +620,7 @@ def render_html(data: ReportData) -> str:
         "<code>map_isolated</code> judges each list alone (AP's denominator: the relevant passages "
         "that list found), which rewards finding few: compare systems on the pooled figures.</p>"
     )
+    parts += ppi_html(r)
     parts.append('<h2 id="means">Means and bootstrap intervals</h2>')
     parts.append(means_chart(data))
     parts.append('<h2 id="comparisons">Comparisons (each system against the baseline)</h2>')

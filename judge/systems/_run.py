@@ -52,6 +52,7 @@ from judge.systems._pool import (
     pool_dataset_lines,
 )
 from judge.systems._pooled_call import PooledKeywords, pooled_call
+from judge.systems._ppi_report import CHOICE, check_sample_pairs, system_ppi
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -183,6 +184,8 @@ async def run_comparison(
     finally:
         reporter.close()
     pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
+    if opts.sample_labels is not None:  # a sample pair outside the pool: exit 2 before any call
+        check_sample_pairs(opts.sample_labels, pool)
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -374,6 +377,11 @@ def score_and_report(
             measures=means,
             ci=cis,
         )
+    if options.sample_labels is not None:
+        cutoffs = sorted({m.cutoff for m in measures if m.name in ("P", "ndcg_cut") and m.cutoff} or {5, 10})
+        ppi = system_ppi(options.sample_labels, inputs, pool, verdicts, level=level, mode=mode, k=cutoffs)
+        for name, block in ppi.items():
+            summaries[name] = summaries[name].model_copy(update={"ppi": block})
     not_in_all = inputs.not_in_all()
     excluded = {inputs.tokens[q] for q in not_in_all}
     paired: list[Paired] = compare_systems_paired(
@@ -467,6 +475,11 @@ def score_and_report(
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
         "review_labels": options.labels.source if options.labels is not None else None,
+        **(
+            {"sample_labels": {"source": options.sample_labels.labels.path, "choice": CHOICE}}
+            if options.sample_labels is not None
+            else {}
+        ),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
