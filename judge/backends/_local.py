@@ -60,6 +60,13 @@ How a call runs
   differ slightly in wording from a sequential one (other float rounding in the batched
   kernels). A reason with no kept prompt, sampled (temperature > 0), or with a grammar
   runs the sequential way.
+* **How long a kept state lives.** It is held for the asyncio task that made the
+  probability pass (the judging core asks a passage's reason in the same task) until its
+  reason takes it (from then on it travels with the waiting reason, so nothing can evict it
+  while the reason waits for its batch or the batch waits for the model), the task asks
+  another probability (it has moved on) or the task ends (its caller is gone). So memory
+  holds one state per passage in flight, and no probability pass run between two batches
+  can take a waiting reason's state away.
 """
 
 from __future__ import annotations
@@ -74,7 +81,6 @@ import re
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -205,9 +211,16 @@ class LocalBackend:
         self.reason_batch = reason_batch
         self.max_concurrency = reason_batch
         self.last_call: LocalCallStats | None = None
-        # Batched reasons: KV copies of recent probability prompts, the reasons waiting,
-        # the calls inside complete(), the second context (created on the first batch).
-        self._kept: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        # Batched reasons: KV copies of probability prompts whose reason may follow, each
+        # held for the task that asked (``_owned``: its prompt), the reasons waiting, the
+        # calls inside complete(), the second context (created on the first batch).
+        # ``_kept``/``_owned`` change on the event loop only; ``_fresh`` hands the state
+        # of the call that just ran from its worker thread to the loop.
+        self._kept: dict[tuple[int, ...], bytes] = {}
+        self._owned: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[int, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._fresh: tuple[tuple[int, ...], bytes] | None = None
         self._pending: list[_PendingReason] = []
         self._inflight = 0
         self._flushing = False
@@ -275,12 +288,15 @@ class LocalBackend:
             lock = self._loop_lock()
             await lock.acquire()
             try:
-                work = asyncio.ensure_future(asyncio.to_thread(self._complete_blocking, request))
+                work = asyncio.ensure_future(asyncio.to_thread(self._run_call, request))
             except BaseException:
                 lock.release()
                 raise
             work.add_done_callback(partial(_release_after, lock))
-            return await asyncio.shield(work)
+            completion, fresh = await asyncio.shield(work)
+            if fresh is not None:
+                self._hold(*fresh)
+            return completion
         finally:
             self._inflight -= 1
             self._maybe_flush()
@@ -304,13 +320,13 @@ class LocalBackend:
             self._formatter = None
             self._cached_len = 0
             self._grammars.clear()
-            self._kept.clear()
+            self._drop_kept()
 
     def reset_cache(self) -> None:
         """Forget the KV cache: the next call evaluates its whole prompt (benchmarks, tests)."""
         with self._call_lock:
             self._cached_len = 0
-            self._kept.clear()
+            self._drop_kept()
             if self._llm is not None:
                 self._llm.reset()  # type: ignore[no-untyped-call]
 
@@ -373,6 +389,15 @@ class LocalBackend:
             self._cached_len = 0
             self._llm = llm
             return llm
+
+    def _run_call(self, request: ChatRequest) -> tuple[Completion, tuple[tuple[int, ...], bytes] | None]:
+        """:meth:`_complete_blocking` in the worker thread, with the KV state it kept (one
+        call runs at a time: the loop lock is held until this returns)."""
+        self._fresh = None
+        try:
+            return self._complete_blocking(request), self._fresh
+        finally:
+            self._fresh = None
 
     def _complete_blocking(self, request: ChatRequest) -> Completion:
         llm = self._ensure_loaded()
@@ -472,7 +497,8 @@ class LocalBackend:
     # --- batched reasons ----------------------------------------------------------------
 
     def _keep(self, llm: Llama, tokens: list[int]) -> None:
-        """Copy sequence 0's KV cache (exactly ``tokens``, just evaluated) for a reason."""
+        """Copy sequence 0's KV cache (exactly ``tokens``, just evaluated) for a reason; the
+        loop holds it for the caller once the call returns (:meth:`_hold`)."""
         import llama_cpp
 
         size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
@@ -480,13 +506,32 @@ class LocalBackend:
         written = llama_cpp.llama_state_seq_get_data(llm.ctx, buffer, size, 0)
         if written != size:  # pragma: no cover - llama.cpp reports its own size
             return
-        key = tuple(tokens)
-        self._kept[key] = bytes(buffer)
-        self._kept.move_to_end(key)
-        waiting = {pending.kept for pending in self._pending}
-        excess = max(0, len(self._kept) - 2 * self.reason_batch)
-        for old in [k for k in self._kept if k not in waiting][:excess]:  # oldest first
-            del self._kept[old]
+        self._fresh = (tuple(tokens), bytes(buffer))
+
+    def _hold(self, key: tuple[int, ...], state: bytes) -> None:
+        """Keep ``state`` for the task that asked, until its reason takes it, the task asks
+        another probability (it has moved on) or the task ends (its caller is gone). Memory:
+        one state per task between its probability pass and its reason, so at most the
+        runner's window of passages in flight."""
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - complete() always runs in a task
+            return
+        previous = self._owned.get(task)
+        if previous is None:
+            task.add_done_callback(self._release_task)
+        elif previous != key:
+            self._kept.pop(previous, None)
+        self._kept[key] = state
+        self._owned[task] = key
+
+    def _release_task(self, task: asyncio.Task[Any]) -> None:
+        key = self._owned.pop(task, None)
+        if key is not None and key not in self._owned.values():  # another task's same prompt
+            self._kept.pop(key, None)
+
+    def _drop_kept(self) -> None:
+        self._kept.clear()
+        self._owned.clear()
 
     def _batchable(self, request: ChatRequest) -> _PendingReason | None:
         """A pending reason for ``request`` when it can join a batch: greedy, no grammar, a
@@ -503,12 +548,20 @@ class LocalBackend:
         ):
             return None
         tokens = self._prompt_tokens(llm, request)
-        for kept in reversed(self._kept):
-            if len(kept) < len(tokens) and tuple(tokens[: len(kept)]) == kept:
+        task = asyncio.current_task()
+        own = self._owned.get(task) if task is not None else None
+        for kept in ([own] if own is not None else []) + list(reversed(self._kept)):
+            if kept in self._kept and len(kept) < len(tokens) and tuple(tokens[: len(kept)]) == kept:
                 self._check_context(len(tokens), 1)
                 max_tokens = min(request.max_tokens or DEFAULT_MAX_TOKENS, self.n_ctx - len(tokens))
                 future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-                return _PendingReason(request, tokens, kept, future, max_tokens)
+                # The reason takes the state: nothing can evict it while the reason waits
+                # for its batch or its batch waits for the model; a cancelled caller's
+                # reason leaves the queue and the state goes with it.
+                state = self._kept.pop(kept)
+                if task is not None and own == kept:
+                    del self._owned[task]
+                return _PendingReason(request, tokens, kept, state, future, max_tokens)
         return None
 
     async def _await_batched(self, pending: _PendingReason) -> Completion:
@@ -600,9 +653,7 @@ class LocalBackend:
             handle = self._reason_batch_handle
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
             for seq, pending in enumerate(batch):
-                state = self._kept.pop(pending.kept, None)
-                if state is None:  # evicted meanwhile: evaluate the prompt again
-                    raise PermanentError("a kept prompt was evicted")  # pragma: no cover
+                state = pending.state
                 buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
                 if llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), seq) == 0:
                     raise PermanentError("llama.cpp refused a kept prompt's KV cache")
@@ -756,12 +807,14 @@ class LocalBackend:
 
 @dataclass(eq=False)
 class _PendingReason:
-    """A reason waiting for its batch: the request, its prompt tokens, the kept prompt
-    (a key of ``LocalBackend._kept``) it continues, and the future its caller awaits."""
+    """A reason waiting for its batch: the request, its prompt tokens, the kept prompt it
+    continues and that prompt's KV state (taken from ``LocalBackend._kept``: the reason owns
+    it now), and the future its caller awaits."""
 
     request: ChatRequest
     tokens: list[int]
     kept: tuple[int, ...]
+    state: bytes
     future: asyncio.Future[Completion]
     max_tokens: int = 0
     generated: list[int] = field(default_factory=list)

@@ -1,0 +1,120 @@
+"""Batched reasons keep each probability pass's KV state until its reason is decoded or its
+caller is gone, whatever runs in between (a fake llama.cpp, interleavings fixed by events)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from _fake_llama import REASON_WORDS, install, settle
+
+from judge.backends import ChatRequest, Message, ensure_resilient
+from judge.backends._local import LocalBackend
+from judge.batch import LocalExecutor, PassageJob
+from judge.judging import JudgeConfig, Passage
+
+PREFIX = '{"verdict": "'
+REASON_PREFIX = '{"verdict": "yes", "reason": "'
+
+
+def _messages(name: str, length: int) -> tuple[Message, ...]:
+    return (Message("system", "judge"), Message("user", f"q? {name * length}"))
+
+
+def _probability(name: str, length: int = 200) -> ChatRequest:
+    return ChatRequest(
+        messages=_messages(name, length), max_tokens=1, answer_prefix=PREFIX, candidates=("yes", "no")
+    )
+
+
+def _reason(name: str, length: int = 200) -> ChatRequest:
+    return ChatRequest(messages=_messages(name, length), max_tokens=50, answer_prefix=REASON_PREFIX)
+
+
+async def test_a_batch_waiting_for_the_model_keeps_its_prompts_while_probability_passes_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # n_ctx 700 holds two 315-token reasons: the four waiting reasons split into two batches.
+    backend = LocalBackend(n_ctx=700, reason_batch=4)
+    llm, gates = install(backend, monkeypatch)
+    names = "ABCDEFGHI"
+    probed = {n: asyncio.Event() for n in names}
+    go = {n: asyncio.Event() for n in names}
+    requests = {n: _probability(n) for n in names}
+
+    async def passage(name: str) -> str:
+        await backend.complete(requests[name])
+        probed[name].set()
+        await go[name].wait()
+        return (await backend.complete(_reason(name))).text
+
+    first = [asyncio.ensure_future(passage(n)) for n in "ABCD"]
+    for n in "ABCD":
+        await probed[n].wait()
+    gates.close(requests["E"])  # E's probability pass holds the model ...
+    later = [asyncio.ensure_future(passage("E"))]
+    await settle()
+    later += [asyncio.ensure_future(passage(n)) for n in "FGHI"]  # ... F-I queue behind it
+    await settle()
+    for n in "ABCD":  # four reasons wait: the first batch (A, B) is taken and queues last
+        go[n].set()
+    await settle()
+    assert len(backend._pending) == 2  # C and D wait for the next batch
+    gates.open(requests["E"])  # five probability passes run before the batch gets the model
+    for n in "EFGHI":
+        go[n].set()
+    texts = await asyncio.gather(*first, *later)
+    assert texts == [REASON_PREFIX + "w" * REASON_WORDS] * len(names)
+    assert not backend._kept  # every state went with its reason
+    assert llm.evaluated == sum(len(backend._prompt_tokens(llm, r)) for r in requests.values())
+
+
+async def test_a_state_lives_until_its_caller_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = LocalBackend(reason_batch=4)
+    install(backend, monkeypatch)
+    go = asyncio.Event()
+
+    async def twice() -> None:
+        await backend.complete(_probability("A", 40))
+        assert len(backend._kept) == 1
+        await backend.complete(_probability("B", 40))  # the caller moved on: A's state goes
+        assert len(backend._kept) == 1
+        await go.wait()
+
+    task = asyncio.ensure_future(twice())
+    await settle()
+    assert len(backend._kept) == 1
+    go.set()
+    await task
+    await settle()
+    assert not backend._kept  # the caller is gone: so is its state
+
+
+async def test_a_reason_without_a_kept_state_is_written_the_sequential_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = LocalBackend(reason_batch=4)
+    llm, _ = install(backend, monkeypatch)
+    await backend.complete(_probability("A", 40))
+    backend.reset_cache()  # the state is gone: the reason evaluates its prompt again
+    reason = await backend.complete(_reason("A", 40))
+    assert reason.text == REASON_PREFIX + "w" * REASON_WORDS
+    assert reason.finish_reason == "stop"
+    both = [backend._prompt_tokens(llm, r) for r in (_probability("A", 40), _reason("A", 40))]
+    assert llm.evaluated == sum(map(len, both))  # the whole reason prompt was evaluated
+
+
+async def test_judging_with_reasons_over_a_window_wider_than_a_batch_leaves_no_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The judge's English template: ~880 tokens a prompt here, 256 for the reason: 2 a batch.
+    backend = LocalBackend(n_ctx=2400, reason_batch=4)
+    _, gates = install(backend, monkeypatch)
+    gates.rounds = 30  # the loop runs on while the model works, as with a real thread
+    executor = LocalExecutor(ensure_resilient(backend), window=12)
+    jobs = [PassageJob(i, Passage(text=chr(ord("A") + i) * 200)) for i in range(16)]
+    config = JudgeConfig(probability=True, explain=True, language="en")
+    verdicts = await executor.judge("q?", jobs, config)
+    assert [v.verdict for v in verdicts] == ["yes"] * len(jobs)
+    assert all(v.reason == "w" * REASON_WORDS for v in verdicts), [v.error for v in verdicts]
+    assert not backend._kept
