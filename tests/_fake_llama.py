@@ -60,6 +60,7 @@ class FakeLlama:
         self.context_params = _Params(1, False, 1, 1)
         self.metadata: dict[str, str] = {}
         self._keepalive: list[Any] = []
+        self.on_eval: Callable[[], None] = lambda: None  # called before every eval()
 
     @property
     def n_tokens(self) -> int:
@@ -84,6 +85,7 @@ class FakeLlama:
         return "".join(chars[t] for t in tokens).encode("utf-8")
 
     def eval(self, tokens: list[int]) -> None:
+        self.on_eval()
         self.input_ids.extend(tokens)
         self.evaluated += len(tokens)
 
@@ -212,8 +214,10 @@ class Gates:
 
 
 def install(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeLlama, Gates]:
-    """Give ``backend`` a loaded fake model and run its llama.cpp work on the event loop."""
+    """Give ``backend`` a loaded fake model and run its llama.cpp work on the event loop
+    (without machine-wide turns: tests that want them set ``backend._turns``)."""
     llm = FakeLlama()
+    backend._turns = None
     monkeypatch.setitem(__import__("sys").modules, "llama_cpp", fake_llama_cpp(llm))
     gates = Gates()
     monkeypatch.setattr(asyncio, "to_thread", gates.to_thread)

@@ -1,15 +1,20 @@
 """Batched reasons keep each probability pass's KV state until its reason is decoded or its
-caller is gone, whatever runs in between (a fake llama.cpp, interleavings fixed by events)."""
+caller is gone, whatever runs in between (a fake llama.cpp, interleavings fixed by events);
+every llama.cpp call takes the machine's turn; threads follow the CPUs the process may use."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+from pathlib import Path
 
 import pytest
 from _fake_llama import REASON_WORDS, install, settle
 
 from judge.backends import ChatRequest, Message, ensure_resilient
-from judge.backends._local import LocalBackend
+from judge.backends._local import LocalBackend, default_threads
+from judge.backends._model_turns import MachineTurns
 from judge.batch import LocalExecutor, PassageJob
 from judge.judging import JudgeConfig, Passage
 
@@ -118,3 +123,46 @@ async def test_judging_with_reasons_over_a_window_wider_than_a_batch_leaves_no_s
     assert [v.verdict for v in verdicts] == ["yes"] * len(jobs)
     assert all(v.reason == "w" * REASON_WORDS for v in verdicts), [v.error for v in verdicts]
     assert not backend._kept
+
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether another open file (another process's, as flock sees it) holds ``path``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_a_turn_excludes_every_other_judge_of_the_machine(tmp_path: Path) -> None:
+    turns = MachineTurns(tmp_path / "home" / "embedded-model.lock")
+    assert not (tmp_path / "home").exists()  # nothing made before the first turn
+    with turns.turn():
+        assert _held_elsewhere(turns.path)
+    assert not _held_elsewhere(turns.path)
+    turns.close()
+
+
+async def test_every_llama_call_runs_in_the_machines_turn(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    backend = LocalBackend(reason_batch=1)
+    llm, _ = install(backend, monkeypatch)
+    backend._turns = MachineTurns(tmp_path / "embedded-model.lock")
+    seen: list[bool] = []
+    llm.on_eval = lambda: seen.append(_held_elsewhere(tmp_path / "embedded-model.lock"))
+    await backend.complete(_probability("A", 40))
+    await backend.complete(_reason("A", 40))
+    assert seen and all(seen)
+    assert not _held_elsewhere(tmp_path / "embedded-model.lock")
+
+
+def test_threads_follow_the_cpus_the_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert default_threads() == 1
+    assert LocalBackend().n_threads == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert LocalBackend().n_threads == 3

@@ -104,6 +104,7 @@ from judge.backends._model_file import (
     file_sha256,
     verify_model,
 )
+from judge.backends._model_turns import MachineTurns, default_threads
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -134,14 +135,6 @@ _CHATML_TEMPLATE = (
 )
 
 
-def default_threads() -> int:
-    """CPUs this process may run on (affinity mask when the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        with contextlib.suppress(OSError):
-            return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
 @dataclass(frozen=True, slots=True)
 class LocalCallStats:
     """What the last call cost: prompt tokens, how many came from the KV cache, seconds."""
@@ -160,6 +153,9 @@ class LocalBackend:
     it has the size of the official file, be exactly that file (checked at load). Default:
     the official file, assembled and verified in ``$JUDGE_HOME`` on first use.
     ``n_threads``: default :func:`default_threads`. Thread count does not change outputs.
+    ``machine_turns``: take turns with the other embedded judges of this machine (every
+    llama.cpp call holds :class:`~judge.backends._model_turns.MachineTurns`' lock), so two
+    judges side by side do not oversubscribe the cores; False runs regardless.
     """
 
     supports_probabilities: bool = True
@@ -183,6 +179,7 @@ class LocalBackend:
         verbose: bool = False,
         reuse_for_reason: bool = True,
         reason_batch: int = DEFAULT_REASON_BATCH,
+        machine_turns: bool = True,
     ) -> None:
         if n_ctx < 2 * EVAL_BLOCK:
             raise ConfigurationError(f"n_ctx must be at least {2 * EVAL_BLOCK}, got {n_ctx}")
@@ -211,6 +208,7 @@ class LocalBackend:
         self.reason_batch = reason_batch
         self.max_concurrency = reason_batch
         self.last_call: LocalCallStats | None = None
+        self._turns = MachineTurns() if machine_turns else None
         # Batched reasons: KV copies of probability prompts whose reason may follow, each
         # held for the task that asked (``_owned``: its prompt), the reasons waiting, the
         # calls inside complete(), the second context (created on the first batch).
@@ -316,6 +314,8 @@ class LocalBackend:
             if self._llm is not None:
                 self._llm.close()
             self._free_reason_context()
+            if self._turns is not None:
+                self._turns.close()
             self._llm = None
             self._formatter = None
             self._cached_len = 0
@@ -395,9 +395,14 @@ class LocalBackend:
         call runs at a time: the loop lock is held until this returns)."""
         self._fresh = None
         try:
-            return self._complete_blocking(request), self._fresh
+            with self._turn():
+                return self._complete_blocking(request), self._fresh
         finally:
             self._fresh = None
+
+    def _turn(self) -> contextlib.AbstractContextManager[None]:
+        """This machine's turn for llama.cpp work (none without ``machine_turns``)."""
+        return self._turns.turn() if self._turns is not None else contextlib.nullcontext()
 
     def _complete_blocking(self, request: ChatRequest) -> Completion:
         llm = self._ensure_loaded()
@@ -598,7 +603,7 @@ class LocalBackend:
         try:
             await lock.acquire()
             try:
-                results = await asyncio.to_thread(self._reasons_blocking, batch)
+                results = await asyncio.to_thread(self._turned, self._reasons_blocking, batch)
             finally:
                 lock.release()
             for pending, result in zip(batch, results, strict=True):
@@ -614,6 +619,10 @@ class LocalBackend:
         finally:
             self._flushing = False
             self._maybe_flush()
+
+    def _turned(self, work: Any, *args: Any) -> Any:
+        with self._turn():
+            return work(*args)
 
     def _reason_context(self, llm: Llama) -> Any:
         """The second context (same weights, same settings as the model's own, one KV
