@@ -94,6 +94,7 @@ from judge.backends._base import (
     Completion,
     ConfigurationError,
     PermanentError,
+    RequestError,
     Usage,
 )
 from judge.backends._model_file import (
@@ -450,8 +451,11 @@ class LocalBackend:
         reused = common - common % EVAL_BLOCK
         self._cached_len = 0  # until the new prompt is fully evaluated
         llm.n_tokens = reused  # eval() drops every cached entry from here on
-        for start in range(reused, len(tokens), EVAL_BLOCK):
-            llm.eval(tokens[start : start + EVAL_BLOCK])
+        try:
+            for start in range(reused, len(tokens), EVAL_BLOCK):
+                llm.eval(tokens[start : start + EVAL_BLOCK])
+        except RuntimeError as exc:  # llama_decode failed on this prompt (llama.cpp's code in exc)
+            raise RequestError(f"llama.cpp could not evaluate this prompt: {exc}") from exc
         self._cached_len = len(tokens)
         return reused
 
@@ -465,7 +469,7 @@ class LocalBackend:
 
     def _check_context(self, n_prompt: int, room: int) -> None:
         if n_prompt + room > self.n_ctx:
-            raise PermanentError(
+            raise RequestError(
                 f"the prompt has {n_prompt} tokens and needs room for {room} more, but the embedded "
                 f"model's context is {self.n_ctx} tokens: shorten the passage or raise n_ctx"
             )
@@ -686,7 +690,7 @@ class LocalBackend:
                     rows.append((seq, n - 1))
                 handle.n_tokens = n
                 if llama_cpp.llama_decode(ctx, handle) != 0:
-                    raise PermanentError("llama.cpp could not decode the batched reasons")
+                    raise RequestError("llama.cpp could not decode the batched reasons")
                 feed = []
                 for seq, row in rows:
                     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
@@ -794,7 +798,7 @@ class LocalBackend:
                 stream=False,
             )
         except ValueError as exc:
-            raise PermanentError(f"llama.cpp rejected the request: {exc}") from exc
+            raise RequestError(f"llama.cpp rejected the request: {exc}") from exc
         finally:
             # Generated tokens were evaluated one at a time: only the prompt stays reusable
             # (continuing a held prompt, only that prompt: the rest was not block-aligned).
