@@ -52,6 +52,7 @@ from judge.systems._pool import (
     judge_pool,
     pool_dataset_lines,
 )
+from judge.systems._reasons import explain_shown
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -257,7 +258,7 @@ async def run_comparison(
         )
         check_pool_complete(pool, verdicts)
     # CPU-bound (tests, resamples, files): off the event loop, so a server stays responsive.
-    return await asyncio.to_thread(
+    comparison = await asyncio.to_thread(
         score_and_report,
         inputs,
         pool,
@@ -270,6 +271,9 @@ async def run_comparison(
         adaptive=adaptive,
         scale=scale,
     )
+    if config.explain is None:  # reasons on request: the pairs the report shows
+        await explain_shown(comparison, backend, judged_config, store=store, run=run)
+    return comparison
 
 
 def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> AdaptiveSummary:
