@@ -43,4 +43,6 @@ def dl19_pairs(n_pairs: int, per_query: int, folder: Path = DL19) -> list[tuple[
             row = json.loads(line)
             if row["docid"] in ids:
                 texts[row["docid"]] = row["doc"]
-    return [(qid, queries[qid].strip(), texts[docid], grade) for qid, docid, grade in wanted if docid in texts]
+    return [
+        (qid, queries[qid].strip(), texts[docid], grade) for qid, docid, grade in wanted if docid in texts
+    ]

@@ -92,7 +92,9 @@ def _phase(args: argparse.Namespace, judges: int, turns: bool) -> list[dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=6, help="pairs each judge judges")
     parser.add_argument("--per-query", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
