@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from judge.backends import ChatRequest, Message, ensure_resilient
 from judge.backends._local import LocalBackend, default_threads
 from judge.backends._model_turns import MachineTurns
 from judge.batch import LocalExecutor, PassageJob
-from judge.judging import JudgeConfig, Passage
+from judge.judging import JudgeConfig, Passage, judge_passage
 
 PREFIX = '{"verdict": "'
 REASON_PREFIX = '{"verdict": "yes", "reason": "'
@@ -166,3 +167,15 @@ def test_threads_follow_the_cpus_the_process_may_use(monkeypatch: pytest.MonkeyP
     assert LocalBackend().n_threads == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     assert LocalBackend().n_threads == 3
+
+
+async def test_no_state_is_kept_when_no_reason_follows(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = LocalBackend(reason_batch=4)
+    install(backend, monkeypatch)
+    verdicts_only = JudgeConfig(probability=True, explain=False, language="en")
+    verdict = await judge_passage(backend, "q?", Passage(text="A" * 40), 0, verdicts_only)
+    assert verdict.verdict == "yes" and not backend._kept  # this task holds nothing
+    explained = await judge_passage(
+        backend, "q?", Passage(text="A" * 40), 0, replace(verdicts_only, explain=True)
+    )
+    assert explained.p_yes == verdict.p_yes and explained.reason == "w" * REASON_WORDS

@@ -48,9 +48,11 @@ How a call runs
 * **Batched reasons** (``reason_batch`` > 1, default 4; ``max_concurrency`` is then
   ``reason_batch``, so the batch runner keeps that many passages in flight). Each
   probability pass keeps a copy of its sequence's KV cache (``llama_state_seq_get_data``).
-  A greedy generation whose prompt extends a kept prompt (the default job's reason: the
-  probability prompt plus the chosen answer) waits until every call in flight is such a
-  reason (or ``reason_batch`` of them wait), then all of them are decoded together in a
+  (A request whose ``meta`` says ``"reason": "none"``, as the judging core's do with
+  ``explain`` off, keeps no copy.) A greedy generation whose prompt extends a kept prompt
+  (the default job's reason: the probability prompt plus the chosen answer) waits until
+  every call in flight is such a reason (or ``reason_batch`` of them wait), then all of
+  them are decoded together in a
   second llama.cpp context over the same weights: each kept KV copied into its own
   sequence, the answer tokens evaluated, and one ``llama_decode`` per generated token for
   all sequences at once. Generating one token costs about as much for four sequences as
@@ -485,7 +487,7 @@ class LocalBackend:
         reused = self._evaluate(llm, tokens)
         n_vocab = llm.n_vocab()
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
-        if self.reason_batch > 1:
+        if self.reason_batch > 1 and (request.meta or {}).get("reason") != "none":
             self._keep(llm, tokens)
         probs = softmax(logits.astype(np.float64))
         token_probs = {

@@ -89,7 +89,9 @@ def _resume_hint(exc: Exception) -> str:
     is in the verdict cache, so a re-run asks only for the rest)."""
     if getattr(exc, "resume_helps", False):
         return "the verdicts judged so far are kept: run the same command again to resume"
-    return "the verdicts judged so far are kept: fix the cause above, then run the same command again to resume"
+    return (
+        "the verdicts judged so far are kept: fix the cause above, then run the same command again to resume"
+    )
 
 
 def run() -> None:

@@ -310,7 +310,9 @@ class _Asker:
             json_schema=None,
             answer_prefix=prefix,
             candidates=candidates,
-            meta={**(self.meta or {}), **threshold},
+            # A backend that keeps state for a reason (the embedded judge) keeps none when
+            # no reason follows (``explain`` off: verdicts-first pooled judging).
+            meta={**(self.meta or {}), **threshold, "reason": "follows" if cfg.explain else "none"},
         )
         try:
             completion = await self.backend.complete(request)

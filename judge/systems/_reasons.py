@@ -57,7 +57,8 @@ async def explain_shown(
 ) -> int:
     """Ask for the reasons of the pairs the report shows (:func:`shown_pairs`), put each
     into its pooled verdict when the explained verdict agrees, re-write the report; return
-    the calls made, also counted in the report's pool calls (0 when ``config`` is not probability mode or nothing lacks a reason)."""
+    the calls made, also counted in the report's pool calls (0 when ``config`` is not
+    probability mode or nothing lacks a reason)."""
     data = comparison.data
     wanted = shown_pairs(data) if config.probability else {}
     if not wanted:
