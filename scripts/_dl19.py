@@ -36,13 +36,18 @@ def dl19_pairs(n_pairs: int, per_query: int, folder: Path = DL19) -> list[tuple[
         if taken.get(qid, 0) < per_query and len(wanted) < n_pairs:
             taken[qid] = taken.get(qid, 0) + 1
             wanted.append((qid, docid, int(grade)))
-    ids = {docid for _, docid, _ in wanted}
+    texts = dl19_texts({docid for _, docid, _ in wanted}, folder)
+    return [
+        (qid, queries[qid].strip(), texts[docid], grade) for qid, docid, grade in wanted if docid in texts
+    ]
+
+
+def dl19_texts(ids: set[str], folder: Path = DL19) -> dict[str, str]:
+    """The text of each passage id of ``ids`` found in the collection."""
     texts: dict[str, str] = {}
     with (folder / "dl2019_document.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             if row["docid"] in ids:
                 texts[row["docid"]] = row["doc"]
-    return [
-        (qid, queries[qid].strip(), texts[docid], grade) for qid, docid, grade in wanted if docid in texts
-    ]
+    return texts

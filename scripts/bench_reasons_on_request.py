@@ -35,12 +35,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from _dl19 import DL19  # noqa: E402
+from _dl19 import DL19, dl19_texts  # noqa: E402
 
 from judge.backends import ensure_resilient  # noqa: E402
 from judge.backends._local import LocalBackend  # noqa: E402
 from judge.judging import JudgeConfig  # noqa: E402
 from judge.systems import SystemsOptions  # noqa: E402
+from judge.systems._pool import read_pool_verdicts  # noqa: E402
 from judge.systems._run import run_comparison  # noqa: E402
 
 RUNS = ("ICT-BERT2", "ICT-CKNRM_B")
@@ -58,12 +59,7 @@ def write_systems(folder: Path, n_queries: int, depth: int) -> dict[str, Path]:
             rankings.setdefault(run, {}).setdefault(qid, []).append(docno)
     qids = [q for q in rankings[RUNS[0]] if all(q in rankings[r] for r in RUNS)][:n_queries]
     wanted = {d for r in RUNS for q in qids for d in rankings[r][q][:depth]}
-    texts: dict[str, str] = {}
-    with (DL19 / "dl2019_document.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            if row["docid"] in wanted:
-                texts[row["docid"]] = row["doc"]
+    texts = dl19_texts(wanted)
     paths: dict[str, Path] = {}
     for run in RUNS:
         rows = [
@@ -82,12 +78,8 @@ def write_systems(folder: Path, n_queries: int, depth: int) -> dict[str, Path]:
 
 
 def _pool(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in (folder / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        for docno, verdict in zip(record["docnos"], record["verdicts"], strict=True):
-            out[(record["id"], docno)] = verdict
-    return out
+    judged = read_pool_verdicts(folder / "pool.judged.jsonl").verdicts
+    return {(q, d): v.model_dump() for q, by_docno in judged.items() for d, v in by_docno.items()}
 
 
 async def _variant(

@@ -10,6 +10,7 @@ from typing import Any
 from judge.backends import ChatRequest, ResilientBackend, RuleBackend, ensure_resilient
 from judge.judging import JudgeConfig
 from judge.systems import SystemsOptions
+from judge.systems._pool import read_pool_verdicts
 from judge.systems._reasons import shown_pairs
 from judge.systems._run import run_comparison
 
@@ -49,12 +50,8 @@ def _reasons_asked(requests: list[ChatRequest]) -> int:
 
 
 def _pool(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in (folder / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        for docno, verdict in zip(record["docnos"], record["verdicts"], strict=True):
-            out[(record["id"], docno)] = verdict
-    return out
+    judged = read_pool_verdicts(folder / "pool.judged.jsonl").verdicts
+    return {(q, d): v.model_dump() for q, by_docno in judged.items() for d, v in by_docno.items()}
 
 
 async def test_reasons_only_for_the_pairs_the_report_shows_and_the_same_verdicts(tmp_path: Path) -> None:
