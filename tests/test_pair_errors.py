@@ -131,26 +131,33 @@ def test_experiment_keeps_going_past_a_pair_it_cannot_judge(
     assert [v for pool in pools for v in _unjudged(_lines(pool))] == [] and fake.asked == [fake.bad]
 
 
+class ClusterLostError(PermanentError):
+    """Dooms every request, but running the same command again (the cluster back) resumes."""
+
+    resume_helps = True
+
+
 def test_an_error_that_dooms_every_request_stops_the_run_and_says_how_to_resume(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("JUDGE_HOME", str(tmp_path / "home"))
+    data = _dataset(tmp_path / "d.jsonl")
     for error, hint in (
         (PermanentError("HTTP 401: invalid key"), "fix the cause above, then run the same command again"),
-        (TransientError("connection reset"), "run the same command again to resume"),
+        (ClusterLostError("the workers are gone"), "kept: run the same command again to resume"),
+        (TransientError("connection reset"), None),  # one pair's error: unjudged, the run goes on
     ):
         holder = OnePairFails(error)
         monkeypatch.setattr(
             judge.backends._resolve, "resolve_backend", lambda spec=None, h=holder, **kw: h.backend
         )
-        data = _dataset(tmp_path / "d.jsonl")
-        argv = ["score", str(data), "-o", str(tmp_path / "o.jsonl"), "--backend", "x:y", "--quiet"]
-        code = main([*argv, "--max-retries", "0"])
+        out = tmp_path / f"{type(error).__name__}.jsonl"
+        code = main(["score", str(data), "-o", str(out), "--backend", "x:y", "--quiet", "--max-retries", "0"])
         err = capsys.readouterr().err
-        if isinstance(error, TransientError):
-            assert code == 0  # a transient error is one pair's: unjudged, the run goes on
-            continue
-        assert code == 3 and "backend error: HTTP 401" in err and hint in err
+        if hint is None:
+            assert code == 0 and len(_unjudged(_lines(out))) == 1
+        else:
+            assert code == 3 and f"backend error: {error}" in err and hint in err
 
 
 async def test_one_request_error_is_that_pairs_unjudged_record_with_its_error() -> None:
