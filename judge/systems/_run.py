@@ -271,7 +271,7 @@ async def run_comparison(
         adaptive=adaptive,
         scale=scale,
     )
-    if config.explain is None:  # reasons on request: the pairs the report shows
+    if config.explain is None and judged_config.explain:  # reasons on request: the pairs shown
         await explain_shown(comparison, backend, judged_config, store=store, run=run)
     return comparison
 
