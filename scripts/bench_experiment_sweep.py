@@ -5,9 +5,10 @@ of the embedded engine on the first 20 judged TREC DL 2019 queries (the 10,818 p
 
 Prints (and writes to ``WORK/result.json``) the wall time, the pooled pairs judged, the
 judge's calls, passages judged per second and the machine's load before and after
-(``os.getloadavg``). The command runs as a subprocess whose progress lines go to
-``WORK/experiment.log``; a run that stops with exit 3 is run again (it resumes: judged pairs
-are cached), at most ``--restarts`` times, and each attempt is listed. Validate the script
+(``os.getloadavg``). Judge flags go after ``--`` (``-- --no-explain``). The command runs as a
+subprocess whose progress lines go to ``WORK/experiment.log``; a run that stops with exit 3
+is run again (it resumes: judged pairs are cached), at most ``--restarts`` times, and each
+attempt is listed. Validate the script
 with the qrels-backed judge first (no model, seconds):
 
     python scripts/bench_experiment_sweep.py --work /tmp/jbench/sweep-qrels --backend qrels:QRELS:2
@@ -46,6 +47,7 @@ def main() -> int:
     ap.add_argument("--backend", default=None, help="judge backend spec (default: the embedded judge)")
     ap.add_argument("--restarts", type=int, default=3, help="re-runs after an exit 3 (default 3)")
     ap.add_argument("--keep", action="store_true", help="keep the cache and report of an earlier run")
+    ap.add_argument("flags", nargs="*", help="more judge experiment flags, after --, e.g. -- --no-explain")
     args = ap.parse_args()
     paths = prepare_dl19(args.work, limit=args.queries)
     ensure_index(paths, "en")
@@ -59,7 +61,7 @@ def main() -> int:
                 p.unlink()
     cmd = [sys.executable, "-m", "judge", "experiment", str(paths["queries"]), "--config", str(config),
            *(x for g in GRID for x in ("--grid", g)), "-o", str(out), "--cache", str(cache), "--json",
-           *(("--backend", args.backend) if args.backend else ())]  # fmt: skip
+           *(("--backend", args.backend) if args.backend else ()), *args.flags]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     attempts: list[dict[str, object]] = []
@@ -68,13 +70,16 @@ def main() -> int:
     stdout = ""
     with open(log, "a", encoding="utf-8") as err:
         for _ in range(args.restarts + 1):
-            t0 = time.perf_counter()
+            t0, started = time.perf_counter(), time.strftime("%H:%M:%S")
             done = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-            attempts.append({"exit": done.returncode, "seconds": round(time.perf_counter() - t0, 1)})
+            seconds = round(time.perf_counter() - t0, 1)
+            attempts.append({"started": started, "exit": done.returncode, "seconds": seconds})
+            attempts[-1]["load"] = _load()
             stdout = done.stdout
             if done.returncode != 3:
                 break
     wall = sum(float(str(a["seconds"])) for a in attempts)
+    calls_file = out / "calls.json"
     result: dict[str, object] = {
         "command": " ".join(cmd[1:]),
         "attempts": attempts,
@@ -83,6 +88,9 @@ def main() -> int:
         "load_after": _load(),
         "cpus": os.cpu_count(),
     }
+    if calls_file.exists():  # every call of every attempt (judge/systems/_call_ledger.py)
+        ledger = json.loads(calls_file.read_text(encoding="utf-8"))
+        result["calls_all_attempts"] = sum(int(e["calls"]) for e in ledger["experiments"].values())
     if attempts[-1]["exit"] == 0:
         report = json.loads(stdout)
         e, pool = report["experiment"], report["pool"]

@@ -141,7 +141,10 @@ async def test_report_gives_the_answer_first_with_rounded_figures(data: Bundled,
     assert ci is not None
     assert f"**{e.best}**, {e.best_value:.4f} (95% interval {ci[0]:.4f} to {ci[1]:.4f})" in lines[best]
     assert e.best != e.configurations[0].name
-    assert f"Against the baseline {e.configurations[0].name}: better by" in lines[best]
+    baseline = e.configurations[0]
+    assert baseline.objective is not None
+    diff = e.best_value - baseline.objective
+    assert f"Against the baseline: better by {diff:+.4f} than {baseline.name}" in lines[best]
     calls = next(i for i, line in enumerate(lines) if line.startswith("Pairs: "))
     table = lines.index("## Experiment")
     pairwise = next(i for i, line in enumerate(lines) if line.startswith("## Each configuration against"))
@@ -152,3 +155,20 @@ async def test_report_gives_the_answer_first_with_rounded_figures(data: Bundled,
     html = ComparisonReport.load(out).html()
     assert f"<h1>Search experiment: queries.zh.jsonl, {len(e.configurations)} configurations</h1>" in html
     assert html.index('id="best"') < html.index('id="experiment"') < html.index('id="pairwise"')
+
+
+def test_progress_lines_name_the_experiment(
+    data: Bundled, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from judge.cli import main
+
+    code = main(["experiment", str(data.queries), "--config", str(data.config), "--grid", "k1=0.6,1.2",
+                 "--backend", f"qrels:{data.qrels}", "--cache", str(tmp_path / "c.sqlite"),
+                 "--resamples", "200", "-o", str(tmp_path / "exp")])  # fmt: skip
+    assert code == 0
+    err = capsys.readouterr().err  # not a TTY: plain progress lines
+    progress = [line for line in err.splitlines() if " queries (" in line]
+    assert progress and all(line.startswith("judge experiment: ") for line in progress), err
+    assert "compare-systems" not in err
+    closing = err.splitlines()[-1]
+    assert re.search(r"best bm25-k1_\S+ \(ndcg_cut_10 \d\.\d{4}\)", closing), closing

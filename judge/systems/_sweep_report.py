@@ -169,7 +169,7 @@ def _best_sentence(r: SystemsReport, e: ExperimentSummary) -> str:
     if e.best == baseline:
         vs = " It is the baseline: no configuration scored higher."
     else:
-        vs = f" Against the baseline {baseline}: {e.best_vs_baseline}." if e.best_vs_baseline else ""
+        vs = f" Against the baseline: {e.best_vs_baseline}." if e.best_vs_baseline else ""
     return (
         f"Best on {e.objective}: **{e.best}**, {_f(e.best_value)} "
         f"({level} interval {_ci(r, e.best, e.objective)}).{vs}"
