@@ -57,9 +57,12 @@ def write_systems(folder: Path, n_queries: int, depth: int) -> dict[str, Path]:
         for line in (DL19 / f"{run}.run").read_text().splitlines():
             qid, _, docno, *_ = line.split()
             rankings.setdefault(run, {}).setdefault(qid, []).append(docno)
-    qids = [q for q in rankings[RUNS[0]] if all(q in rankings[r] for r in RUNS)][:n_queries]
-    wanted = {d for r in RUNS for q in qids for d in rankings[r][q][:depth]}
-    texts = dl19_texts(wanted)
+    # The collection holds the judged passages only: rank within what has a text.
+    texts = dl19_texts({d for r in RUNS for docs in rankings[r].values() for d in docs})
+    for run in RUNS:
+        rankings[run] = {q: [d for d in docs if d in texts] for q, docs in rankings[run].items()}
+    qids = [q for q in rankings[RUNS[0]] if all(len(rankings[r].get(q, [])) >= depth for r in RUNS)]
+    qids = qids[:n_queries]
     paths: dict[str, Path] = {}
     for run in RUNS:
         rows = [
