@@ -11,6 +11,7 @@ object, a deepeval ``DeepEvalBaseLLM`` or a LangChain ``BaseLanguageModel`` (``T
 """
 
 from judge.backends._base import (
+    PAIR_ERRORS,
     Backend,
     BackendError,
     ChatRequest,
@@ -20,6 +21,7 @@ from judge.backends._base import (
     Message,
     PermanentError,
     RateLimitError,
+    RequestError,
     Role,
     TransientError,
     UnsupportedError,
@@ -64,6 +66,7 @@ __all__ = [
     "EMBEDDED_CONCURRENCY",
     "EMBEDDED_MODEL_NAME",
     "LOCAL_TIMEOUT_S",
+    "PAIR_ERRORS",
     "REMOTE_TIMEOUT_S",
     "AdaptiveLimiter",
     "Backend",
@@ -85,6 +88,7 @@ __all__ = [
     "QrelsBackend",
     "QwenBackend",
     "RateLimitError",
+    "RequestError",
     "ResilientBackend",
     "Role",
     "RuleBackend",

@@ -12,6 +12,10 @@ Errors are classified so that the wrapper can decide what to do:
   slow the whole client down, try again.
 * :class:`TransientError` (timeouts, connection resets, HTTP 5xx): back off and retry.
 * :class:`PermanentError` (bad request, authentication, unknown model): never retried.
+  It stops a run: every other request would fail too.
+* :class:`RequestError`, a PermanentError about *one* request (a prompt longer than the
+  model's context, a reply refused by a content filter): never retried, and the run goes
+  on: that pair becomes unjudged with the error (``--retry-unjudged`` asks again).
 """
 
 from __future__ import annotations
@@ -158,13 +162,18 @@ class Backend(Protocol):
 
 class BackendError(Exception):
     """Base of every error a backend raises. Messages never contain API keys. ``status``:
-    the provider's HTTP status, when the error is an HTTP answer."""
+    the provider's HTTP status, when the error is an HTTP answer. ``resume_helps``: running
+    the same command again, as it is, may finish the work (a lost connection or cluster),
+    rather than only once the cause is fixed (a key, a model name)."""
 
     status: int | None = None
+    resume_helps: bool = False
 
 
 class TransientError(BackendError):
     """Timeouts, dropped connections, HTTP 5xx: worth retrying after a backoff."""
+
+    resume_helps = True
 
 
 class RateLimitError(TransientError):
@@ -181,6 +190,30 @@ class PermanentError(BackendError):
 
 class UnsupportedError(PermanentError):
     """The backend cannot do what the request asks (e.g. token probabilities)."""
+
+
+class RequestError(PermanentError):
+    """This one request cannot be answered (its prompt does not fit the model's context, a
+    content filter refused it); other requests can. Never retried; the judging core makes
+    the pair unjudged with this error instead of stopping the run."""
+
+
+#: Backend errors that end one pair's judgment (unjudged, with the error) but not the run.
+PAIR_ERRORS: tuple[type[BackendError], ...] = (TransientError, RequestError)
+
+#: Words of a 400/422 body that say the request itself is at fault, not the key or model:
+#: context-length overflows and content filters (OpenAI, Azure, DashScope spellings).
+_REQUEST_FAULTS = (
+    "context_length",
+    "context length",
+    "maximum context",
+    "too many tokens",
+    "content_filter",
+    "content management policy",
+    "datainspectionfailed",
+    "inappropriate content",
+    "range of input length",
+)
 
 
 class ConfigError(ValueError):
@@ -236,13 +269,17 @@ def error_for_status(
     status: int, message: str, *, headers: Mapping[str, str] | None = None, code: str | None = None
 ) -> BackendError:
     """The error class for an HTTP status: 429 (or a ``Throttling*`` code) → RateLimitError
-    with Retry-After; 408, 409, 5xx → TransientError; other 4xx → PermanentError.
-    ``message`` must already be redacted."""
+    with Retry-After; 408, 409, 5xx → TransientError; 413, and a 400/422 about the prompt
+    itself (too long for the context, refused by a content filter) → RequestError; other
+    4xx → PermanentError. ``message`` must already be redacted."""
     error: BackendError
+    said = f"{code or ''} {message}".lower()
     if status == 429 or (code or "").startswith("Throttling"):
         error = RateLimitError(message, retry_after=parse_retry_after(headers))
     elif status in (408, 409) or status >= 500:
         error = TransientError(message)
+    elif status == 413 or (status in (400, 422) and any(w in said for w in _REQUEST_FAULTS)):
+        error = RequestError(message)
     else:
         error = PermanentError(message)
     error.status = status

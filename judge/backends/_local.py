@@ -48,9 +48,11 @@ How a call runs
 * **Batched reasons** (``reason_batch`` > 1, default 4; ``max_concurrency`` is then
   ``reason_batch``, so the batch runner keeps that many passages in flight). Each
   probability pass keeps a copy of its sequence's KV cache (``llama_state_seq_get_data``).
-  A greedy generation whose prompt extends a kept prompt (the default job's reason: the
-  probability prompt plus the chosen answer) waits until every call in flight is such a
-  reason (or ``reason_batch`` of them wait), then all of them are decoded together in a
+  (A request whose ``meta`` says ``"reason": "none"``, as the judging core's do with
+  ``explain`` off, keeps no copy.) A greedy generation whose prompt extends a kept prompt
+  (the default job's reason: the probability prompt plus the chosen answer) waits until
+  every call in flight is such a reason (or ``reason_batch`` of them wait), then all of
+  them are decoded together in a
   second llama.cpp context over the same weights: each kept KV copied into its own
   sequence, the answer tokens evaluated, and one ``llama_decode`` per generated token for
   all sequences at once. Generating one token costs about as much for four sequences as
@@ -60,6 +62,13 @@ How a call runs
   differ slightly in wording from a sequential one (other float rounding in the batched
   kernels). A reason with no kept prompt, sampled (temperature > 0), or with a grammar
   runs the sequential way.
+* **How long a kept state lives.** It is held for the asyncio task that made the
+  probability pass (the judging core asks a passage's reason in the same task) until its
+  reason takes it (from then on it travels with the waiting reason, so nothing can evict it
+  while the reason waits for its batch or the batch waits for the model), the task asks
+  another probability (it has moved on) or the task ends (its caller is gone). So memory
+  holds one state per passage in flight, and no probability pass run between two batches
+  can take a waiting reason's state away.
 """
 
 from __future__ import annotations
@@ -74,7 +83,6 @@ import re
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -88,6 +96,7 @@ from judge.backends._base import (
     Completion,
     ConfigurationError,
     PermanentError,
+    RequestError,
     Usage,
 )
 from judge.backends._model_file import (
@@ -98,6 +107,7 @@ from judge.backends._model_file import (
     file_sha256,
     verify_model,
 )
+from judge.backends._model_turns import MachineTurns, default_threads
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -128,14 +138,6 @@ _CHATML_TEMPLATE = (
 )
 
 
-def default_threads() -> int:
-    """CPUs this process may run on (affinity mask when the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        with contextlib.suppress(OSError):
-            return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
 @dataclass(frozen=True, slots=True)
 class LocalCallStats:
     """What the last call cost: prompt tokens, how many came from the KV cache, seconds."""
@@ -154,6 +156,9 @@ class LocalBackend:
     it has the size of the official file, be exactly that file (checked at load). Default:
     the official file, assembled and verified in ``$JUDGE_HOME`` on first use.
     ``n_threads``: default :func:`default_threads`. Thread count does not change outputs.
+    ``machine_turns``: take turns with the other embedded judges of this machine (every
+    llama.cpp call holds :class:`~judge.backends._model_turns.MachineTurns`' lock), so two
+    judges side by side do not oversubscribe the cores; False runs regardless.
     """
 
     supports_probabilities: bool = True
@@ -177,6 +182,7 @@ class LocalBackend:
         verbose: bool = False,
         reuse_for_reason: bool = True,
         reason_batch: int = DEFAULT_REASON_BATCH,
+        machine_turns: bool = True,
     ) -> None:
         if n_ctx < 2 * EVAL_BLOCK:
             raise ConfigurationError(f"n_ctx must be at least {2 * EVAL_BLOCK}, got {n_ctx}")
@@ -205,9 +211,17 @@ class LocalBackend:
         self.reason_batch = reason_batch
         self.max_concurrency = reason_batch
         self.last_call: LocalCallStats | None = None
-        # Batched reasons: KV copies of recent probability prompts, the reasons waiting,
-        # the calls inside complete(), the second context (created on the first batch).
-        self._kept: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        self._turns = MachineTurns() if machine_turns else None
+        # Batched reasons: KV copies of probability prompts whose reason may follow, each
+        # held for the task that asked (``_owned``: its prompt), the reasons waiting, the
+        # calls inside complete(), the second context (created on the first batch).
+        # ``_kept``/``_owned`` change on the event loop only; ``_fresh`` hands the state
+        # of the call that just ran from its worker thread to the loop.
+        self._kept: dict[tuple[int, ...], bytes] = {}
+        self._owned: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[int, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._fresh: tuple[tuple[int, ...], bytes] | None = None
         self._pending: list[_PendingReason] = []
         self._inflight = 0
         self._flushing = False
@@ -275,12 +289,15 @@ class LocalBackend:
             lock = self._loop_lock()
             await lock.acquire()
             try:
-                work = asyncio.ensure_future(asyncio.to_thread(self._complete_blocking, request))
+                work = asyncio.ensure_future(asyncio.to_thread(self._run_call, request))
             except BaseException:
                 lock.release()
                 raise
             work.add_done_callback(partial(_release_after, lock))
-            return await asyncio.shield(work)
+            completion, fresh = await asyncio.shield(work)
+            if fresh is not None:
+                self._hold(*fresh)
+            return completion
         finally:
             self._inflight -= 1
             self._maybe_flush()
@@ -300,17 +317,19 @@ class LocalBackend:
             if self._llm is not None:
                 self._llm.close()
             self._free_reason_context()
+            if self._turns is not None:
+                self._turns.close()
             self._llm = None
             self._formatter = None
             self._cached_len = 0
             self._grammars.clear()
-            self._kept.clear()
+            self._drop_kept()
 
     def reset_cache(self) -> None:
         """Forget the KV cache: the next call evaluates its whole prompt (benchmarks, tests)."""
         with self._call_lock:
             self._cached_len = 0
-            self._kept.clear()
+            self._drop_kept()
             if self._llm is not None:
                 self._llm.reset()  # type: ignore[no-untyped-call]
 
@@ -374,6 +393,20 @@ class LocalBackend:
             self._llm = llm
             return llm
 
+    def _run_call(self, request: ChatRequest) -> tuple[Completion, tuple[tuple[int, ...], bytes] | None]:
+        """:meth:`_complete_blocking` in the worker thread, with the KV state it kept (one
+        call runs at a time: the loop lock is held until this returns)."""
+        self._fresh = None
+        try:
+            with self._turn():
+                return self._complete_blocking(request), self._fresh
+        finally:
+            self._fresh = None
+
+    def _turn(self) -> contextlib.AbstractContextManager[None]:
+        """This machine's turn for llama.cpp work (none without ``machine_turns``)."""
+        return self._turns.turn() if self._turns is not None else contextlib.nullcontext()
+
     def _complete_blocking(self, request: ChatRequest) -> Completion:
         llm = self._ensure_loaded()
         with self._call_lock:
@@ -420,8 +453,11 @@ class LocalBackend:
         reused = common - common % EVAL_BLOCK
         self._cached_len = 0  # until the new prompt is fully evaluated
         llm.n_tokens = reused  # eval() drops every cached entry from here on
-        for start in range(reused, len(tokens), EVAL_BLOCK):
-            llm.eval(tokens[start : start + EVAL_BLOCK])
+        try:
+            for start in range(reused, len(tokens), EVAL_BLOCK):
+                llm.eval(tokens[start : start + EVAL_BLOCK])
+        except RuntimeError as exc:  # llama_decode failed on this prompt (llama.cpp's code in exc)
+            raise RequestError(f"llama.cpp could not evaluate this prompt: {exc}") from exc
         self._cached_len = len(tokens)
         return reused
 
@@ -435,7 +471,7 @@ class LocalBackend:
 
     def _check_context(self, n_prompt: int, room: int) -> None:
         if n_prompt + room > self.n_ctx:
-            raise PermanentError(
+            raise RequestError(
                 f"the prompt has {n_prompt} tokens and needs room for {room} more, but the embedded "
                 f"model's context is {self.n_ctx} tokens: shorten the passage or raise n_ctx"
             )
@@ -451,7 +487,7 @@ class LocalBackend:
         reused = self._evaluate(llm, tokens)
         n_vocab = llm.n_vocab()
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
-        if self.reason_batch > 1:
+        if self.reason_batch > 1 and (request.meta or {}).get("reason") != "none":
             self._keep(llm, tokens)
         probs = softmax(logits.astype(np.float64))
         token_probs = {
@@ -472,7 +508,8 @@ class LocalBackend:
     # --- batched reasons ----------------------------------------------------------------
 
     def _keep(self, llm: Llama, tokens: list[int]) -> None:
-        """Copy sequence 0's KV cache (exactly ``tokens``, just evaluated) for a reason."""
+        """Copy sequence 0's KV cache (exactly ``tokens``, just evaluated) for a reason; the
+        loop holds it for the caller once the call returns (:meth:`_hold`)."""
         import llama_cpp
 
         size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
@@ -480,13 +517,32 @@ class LocalBackend:
         written = llama_cpp.llama_state_seq_get_data(llm.ctx, buffer, size, 0)
         if written != size:  # pragma: no cover - llama.cpp reports its own size
             return
-        key = tuple(tokens)
-        self._kept[key] = bytes(buffer)
-        self._kept.move_to_end(key)
-        waiting = {pending.kept for pending in self._pending}
-        excess = max(0, len(self._kept) - 2 * self.reason_batch)
-        for old in [k for k in self._kept if k not in waiting][:excess]:  # oldest first
-            del self._kept[old]
+        self._fresh = (tuple(tokens), bytes(buffer))
+
+    def _hold(self, key: tuple[int, ...], state: bytes) -> None:
+        """Keep ``state`` for the task that asked, until its reason takes it, the task asks
+        another probability (it has moved on) or the task ends (its caller is gone). Memory:
+        one state per task between its probability pass and its reason, so at most the
+        runner's window of passages in flight."""
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - complete() always runs in a task
+            return
+        previous = self._owned.get(task)
+        if previous is None:
+            task.add_done_callback(self._release_task)
+        elif previous != key:
+            self._kept.pop(previous, None)
+        self._kept[key] = state
+        self._owned[task] = key
+
+    def _release_task(self, task: asyncio.Task[Any]) -> None:
+        key = self._owned.pop(task, None)
+        if key is not None and key not in self._owned.values():  # another task's same prompt
+            self._kept.pop(key, None)
+
+    def _drop_kept(self) -> None:
+        self._kept.clear()
+        self._owned.clear()
 
     def _batchable(self, request: ChatRequest) -> _PendingReason | None:
         """A pending reason for ``request`` when it can join a batch: greedy, no grammar, a
@@ -503,12 +559,20 @@ class LocalBackend:
         ):
             return None
         tokens = self._prompt_tokens(llm, request)
-        for kept in reversed(self._kept):
-            if len(kept) < len(tokens) and tuple(tokens[: len(kept)]) == kept:
+        task = asyncio.current_task()
+        own = self._owned.get(task) if task is not None else None
+        for kept in ([own] if own is not None else []) + list(reversed(self._kept)):
+            if kept in self._kept and len(kept) < len(tokens) and tuple(tokens[: len(kept)]) == kept:
                 self._check_context(len(tokens), 1)
                 max_tokens = min(request.max_tokens or DEFAULT_MAX_TOKENS, self.n_ctx - len(tokens))
                 future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-                return _PendingReason(request, tokens, kept, future, max_tokens)
+                # The reason takes the state: nothing can evict it while the reason waits
+                # for its batch or its batch waits for the model; a cancelled caller's
+                # reason leaves the queue and the state goes with it.
+                state = self._kept.pop(kept)
+                if task is not None and own == kept:
+                    del self._owned[task]
+                return _PendingReason(request, tokens, kept, state, future, max_tokens)
         return None
 
     async def _await_batched(self, pending: _PendingReason) -> Completion:
@@ -545,7 +609,7 @@ class LocalBackend:
         try:
             await lock.acquire()
             try:
-                results = await asyncio.to_thread(self._reasons_blocking, batch)
+                results = await asyncio.to_thread(self._turned, self._reasons_blocking, batch)
             finally:
                 lock.release()
             for pending, result in zip(batch, results, strict=True):
@@ -561,6 +625,10 @@ class LocalBackend:
         finally:
             self._flushing = False
             self._maybe_flush()
+
+    def _turned(self, work: Any, *args: Any) -> Any:
+        with self._turn():
+            return work(*args)
 
     def _reason_context(self, llm: Llama) -> Any:
         """The second context (same weights, same settings as the model's own, one KV
@@ -600,9 +668,7 @@ class LocalBackend:
             handle = self._reason_batch_handle
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
             for seq, pending in enumerate(batch):
-                state = self._kept.pop(pending.kept, None)
-                if state is None:  # evicted meanwhile: evaluate the prompt again
-                    raise PermanentError("a kept prompt was evicted")  # pragma: no cover
+                state = pending.state
                 buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
                 if llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), seq) == 0:
                     raise PermanentError("llama.cpp refused a kept prompt's KV cache")
@@ -626,7 +692,7 @@ class LocalBackend:
                     rows.append((seq, n - 1))
                 handle.n_tokens = n
                 if llama_cpp.llama_decode(ctx, handle) != 0:
-                    raise PermanentError("llama.cpp could not decode the batched reasons")
+                    raise RequestError("llama.cpp could not decode the batched reasons")
                 feed = []
                 for seq, row in rows:
                     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
@@ -734,7 +800,7 @@ class LocalBackend:
                 stream=False,
             )
         except ValueError as exc:
-            raise PermanentError(f"llama.cpp rejected the request: {exc}") from exc
+            raise RequestError(f"llama.cpp rejected the request: {exc}") from exc
         finally:
             # Generated tokens were evaluated one at a time: only the prompt stays reusable
             # (continuing a held prompt, only that prompt: the rest was not block-aligned).
@@ -756,12 +822,14 @@ class LocalBackend:
 
 @dataclass(eq=False)
 class _PendingReason:
-    """A reason waiting for its batch: the request, its prompt tokens, the kept prompt
-    (a key of ``LocalBackend._kept``) it continues, and the future its caller awaits."""
+    """A reason waiting for its batch: the request, its prompt tokens, the kept prompt it
+    continues and that prompt's KV state (taken from ``LocalBackend._kept``: the reason owns
+    it now), and the future its caller awaits."""
 
     request: ChatRequest
     tokens: list[int]
     kept: tuple[int, ...]
+    state: bytes
     future: asyncio.Future[Completion]
     max_tokens: int = 0
     generated: list[int] = field(default_factory=list)

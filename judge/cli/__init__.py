@@ -4,7 +4,8 @@ Exit codes (documented in the README):
   0  success (for ``stability``/``nightly``: the run passed its threshold)
   1  the run completed but failed its check (stability breach; nightly search: a significant drop)
   2  bad input or bad usage (an error names the file, line and field); nothing was judged
-  3  the judge backend failed in a way retries could not mend (auth, unknown model)
+  3  the judge backend failed in a way that dooms every request (auth, unknown model, lost
+     cluster); a pair the backend cannot judge only becomes unjudged
   130 interrupted (Ctrl-C); work done so far is kept
 """
 
@@ -76,9 +77,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         if isinstance(exc, BackendError):
             print(f"judge: backend error: {redact(str(exc))}", file=sys.stderr)
+            if "same command again" not in str(exc) and not getattr(args, "no_cache", False):
+                print(f"judge: {_resume_hint(exc)}", file=sys.stderr)
             return EXIT_BACKEND
         raise
     return code
+
+
+def _resume_hint(exc: Exception) -> str:
+    """What to do after a backend error that stopped a run (every verdict judged before it
+    is in the verdict cache, so a re-run asks only for the rest)."""
+    if getattr(exc, "resume_helps", False):
+        return "the verdicts judged so far are kept: run the same command again to resume"
+    return (
+        "the verdicts judged so far are kept: fix the cause above, then run the same command again to resume"
+    )
 
 
 def run() -> None:

@@ -10,9 +10,11 @@ Flow for one passage (:func:`judge_passage`):
    invalid -> ``verdict="unjudged"`` with ``raw`` (the last reply) and ``error``.
    Probability mode makes one call with ``answer_prefix``/``candidates`` and reads the
    verdict from the token probabilities (see :class:`JudgeConfig`).
-3. A :class:`TransientError` that outlived the backend's own retries gives an unjudged
-   verdict (the run goes on; a later run asks again). A :class:`PermanentError` (bad key,
-   unknown model, unsupported request) propagates: every other call would fail too.
+3. A :class:`TransientError` that outlived the backend's own retries, or a
+   :class:`RequestError` (this prompt does not fit the model's context, a content filter
+   refused it), gives an unjudged verdict with the error (the run goes on; a later run, or
+   ``--retry-unjudged``, asks again). Any other :class:`PermanentError` (bad key, unknown
+   model, unsupported request) propagates: every other call would fail too.
 4. Only judged verdicts are stored, so a failure is never cached.
 
 Text between ``<passage>`` tags is data: any ``<passage>``/``</passage>`` tag (with or
@@ -35,7 +37,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any, Generic, TypeVar
 
-from judge.backends import Backend, ChatRequest, Completion, Message, TransientError, UnsupportedError, Usage
+from judge.backends import (
+    PAIR_ERRORS,
+    Backend,
+    ChatRequest,
+    Completion,
+    Message,
+    UnsupportedError,
+    Usage,
+)
 from judge.io import InputError
 from judge.judging._config import (
     JudgeConfig,
@@ -211,7 +221,7 @@ class _Asker:
         *,
         seed: int | None,
         max_reasks: int | None = None,
-        catch: tuple[type[Exception], ...] = (TransientError,),
+        catch: tuple[type[Exception], ...] = PAIR_ERRORS,
         **overrides: Any,
     ) -> _Exchange[R]:
         """Ask, ``parse`` the reply, re-ask on a :class:`VerdictParseError` (the error is
@@ -300,11 +310,13 @@ class _Asker:
             json_schema=None,
             answer_prefix=prefix,
             candidates=candidates,
-            meta={**(self.meta or {}), **threshold},
+            # A backend that keeps state for a reason (the embedded judge) keeps none when
+            # no reason follows (``explain`` off: verdicts-first pooled judging).
+            meta={**(self.meta or {}), **threshold, "reason": "follows" if cfg.explain else "none"},
         )
         try:
             completion = await self.backend.complete(request)
-        except TransientError as exc:
+        except PAIR_ERRORS as exc:
             out.error = f"backend error after retries: {type(exc).__name__}: {exc}"
             return out
         out.add_call(completion)
@@ -341,7 +353,7 @@ class _Asker:
         request = self.request(messages, json_schema=None, answer_prefix=forced)
         try:
             completion = await self.backend.complete(request)
-        except TransientError:
+        except PAIR_ERRORS:
             return
         out.add_call(completion)
         text = completion.text
@@ -572,7 +584,7 @@ async def generate_summary(
     )
     try:
         completion = await backend.complete(request)
-    except TransientError:
+    except PAIR_ERRORS:
         return fallback_reason(verdicts), Usage(), 0.0, 1
     text = completion.text.strip()
     return (text or fallback_reason(verdicts)), completion.usage, _call_cost(completion), 1

@@ -43,7 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from judge.backends import Backend, ChatRequest, Message, TransientError, Usage
+from judge.backends import PAIR_ERRORS, Backend, ChatRequest, Message, Usage
 from judge.io import InputError
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
 from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
@@ -175,7 +175,7 @@ async def extract_claims(
         )
         try:
             completion = await backend.complete(request)
-        except TransientError as exc:
+        except PAIR_ERRORS as exc:
             error = f"backend error after retries: {type(exc).__name__}: {exc}"
             break
         calls += 1

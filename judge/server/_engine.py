@@ -17,7 +17,7 @@ import json
 import math
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -497,11 +497,14 @@ async def run_compare(
         settings=dict(settings),
         executor=executor,
     )
+    # The review page shows any pooled pair's reason: the server still asks every one
+    # (the CLI and the Python API ask only the report's, judge.systems._reasons).
+    config = spec.config if spec.config.explain is not None else replace(spec.config, explain=True)
     comparison = await run_comparison(
         _systems_of(job_dir, options),
         job_dir,
         backend,
-        spec.config,
+        config,
         store=store,
         options=systems_options(job_dir, options),
         pool_run=run,

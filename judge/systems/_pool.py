@@ -7,7 +7,9 @@ passages that need a judge, each under its docno as ``id``) and judged by
 package touches the batch layer (:func:`judge_pool`), so the verdict cache, resume, fault
 handling, progress and rejects of ``judge score`` all apply: a re-run makes no call, a kill
 loses nothing (finished queries are in the output, judged passages in the cache), an
-unjudged passage stays unjudged (``retry_unjudged=True`` asks again).
+unjudged passage stays unjudged (``retry_unjudged=True`` asks again). Verdicts and P(yes)
+come first: a reason only when ``explain`` asks for every one, else afterwards for the pairs
+the report shows (:mod:`judge.systems._reasons`).
 
 Human labels (TREC qrels) fill the pool first: a labelled pair is never sent to the judge.
 """
@@ -170,6 +172,13 @@ class PoolVerdicts:
         return sum(1 for vs in self.verdicts.values() for v in vs.values() if not v.judged)
 
 
+def verdicts_first(config: JudgeConfig) -> JudgeConfig:
+    """The config a pool is judged with: no reasons unless ``explain`` was asked for
+    (``explain=None``, the automatic default, becomes False; True and False stay). The
+    reasons someone will read are asked afterwards (:mod:`judge.systems._reasons`)."""
+    return config if config.explain is not None else replace(config, explain=False)
+
+
 def _requests(backend: Backend) -> int:
     stats = getattr(backend, "stats", None)
     return int(getattr(stats, "requests", 0) or 0) if stats is not None else 0
@@ -216,8 +225,10 @@ async def judge_pool(
     """Write ``pool_input`` and judge it into ``pool_output`` with the batch engine.
 
     The one coupling of ``judge.systems`` to ``judge.batch``: everything ``judge score``
-    does for a dataset (cache, resume, faults, progress, summary) happens here.
+    does for a dataset (cache, resume, faults, progress, summary) happens here. Verdicts
+    first: without ``explain`` set, no reasons (:func:`verdicts_first`).
     """
+    config = verdicts_first(config)
     text = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines)
     atomic_write_text(pool_input, text)
     drop_stale_records(pool_output, lines)

@@ -53,6 +53,7 @@ from judge.systems._pool import (
 )
 from judge.systems._pooled_call import PooledKeywords, pooled_call
 from judge.systems._ppi_report import CHOICE, check_sample_pairs, system_ppi
+from judge.systems._reasons import explain_shown
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -260,7 +261,7 @@ async def run_comparison(
         )
         check_pool_complete(pool, verdicts)
     # CPU-bound (tests, resamples, files): off the event loop, so a server stays responsive.
-    return await asyncio.to_thread(
+    comparison = await asyncio.to_thread(
         score_and_report,
         inputs,
         pool,
@@ -273,6 +274,9 @@ async def run_comparison(
         adaptive=adaptive,
         scale=scale,
     )
+    if config.explain is None and judged_config.explain:  # reasons on request: the pairs shown
+        await explain_shown(comparison, backend, judged_config, store=store, run=run)
+    return comparison
 
 
 def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> AdaptiveSummary:
