@@ -32,10 +32,9 @@ Prints Markdown.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,7 +66,10 @@ WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def convert(out: Path) -> None:
-    with (DL19 / "dl2019_document.jsonl").open(encoding="utf-8") as src, out.open("w", encoding="utf-8") as dst:
+    with (
+        (DL19 / "dl2019_document.jsonl").open(encoding="utf-8") as src,
+        out.open("w", encoding="utf-8") as dst,
+    ):
         for line in src:
             obj = json.loads(line)
             dst.write(json.dumps({"id": obj["docid"], "text": obj["doc"]}) + "\n")
@@ -113,7 +115,9 @@ def effectiveness(index: Path, queries: list[Query], qrels: Path, work: Path, ti
     print("| configuration | nDCG@10 (pytrec_eval) | nDCG@10 (judge) | search s |")
     print("|---|---|---|---|")
     for name, params in configs(index, 100):
-        cfg = config_from_dict({"index": str(index), "depth": 100, "params": params}, name=name.replace(" ", "_"))
+        cfg = config_from_dict(
+            {"index": str(index), "depth": 100, "params": params}, name=name.replace(" ", "_")
+        )
         started = time.perf_counter()
         run = run_search(queries, cfg, work / f"{cfg.name}.jsonl", options=SearchOptions(concurrency=1))
         seconds = time.perf_counter() - started
@@ -196,47 +200,78 @@ def ann_recall(index: Path, queries: list[Query]) -> None:
     )
 
 
-def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+_SIDE = """
+import json, resource, sys, time
+import numpy as np
+sys.path.insert(0, {root!r})
+from judge.search._dense_index import DenseVectors
+from pathlib import Path
+folder, side, queries = Path({folder!r}), {side!r}, np.load({queries!r})
+def hwm():  # this process's peak RSS in KiB (ru_maxrss would carry the parent's peak over exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
+t = time.perf_counter()
+if side == "engine":
+    store = DenseVectors(folder, queries.shape[1])
+    found = [[r for r, _ in store.search(q, 10)] for q in queries]
+    load = 0.0
+else:
+    matrix = np.load(folder / "vectors.npy").astype(np.float32)
+    load = time.perf_counter() - t
+    t = time.perf_counter()
+    found = [np.argsort(-(matrix @ q), kind="stable")[:10].tolist() for q in queries]
+per_query = (time.perf_counter() - t) / len(queries)
+rss = (hwm() - base) / 1024
+print(json.dumps({{"per_query": per_query, "load": load, "rss": rss, "found": found}}))
+"""
+
+
+def _side(folder: Path, side: str, queries: Path) -> dict[str, Any]:
+    code = _SIDE.format(root=str(ROOT), folder=str(folder), side=side, queries=str(queries))
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def scale(work: Path, n: int, dim: int = 384, queries: int = 5) -> None:
-    from judge.search._dense_index import DenseVectors
-
+    """Each side in a fresh process (its own peak RSS), the engine first."""
     folder = work / "scale"
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
     vectors = np.lib.format.open_memmap(folder / "vectors.npy", mode="w+", dtype=np.float16, shape=(n, dim))
     for lo in range(0, n, 65536):
         block = rng.standard_normal((min(n, lo + 65536) - lo, dim)).astype(np.float32)
-        vectors[lo : lo + len(block)] = (block / np.linalg.norm(block, axis=1, keepdims=True)).astype(np.float16)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        vectors[lo : lo + len(block)] = block.astype(np.float16)
     vectors.flush()
     del vectors
-    gc.collect()
     qs = rng.standard_normal((queries, dim)).astype(np.float32)
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)
-    before = rss_mb()
-    store = DenseVectors(folder, dim)
-    t = time.perf_counter()
-    found = [store.search(q, 10) for q in qs]
-    engine_s = (time.perf_counter() - t) / queries
-    engine_rss = rss_mb() - before
-    before = rss_mb()
-    t = time.perf_counter()
-    matrix = np.load(folder / "vectors.npy").astype(np.float32)
-    load_s = time.perf_counter() - t
-    t = time.perf_counter()
-    plain = [np.argsort(-(matrix @ q), kind="stable")[:10] for q in qs]
-    plain_s = (time.perf_counter() - t) / queries
-    plain_rss = rss_mb() - before
-    same = all([r for r, _ in f] == list(p) for f, p in zip(found, plain, strict=True))
+    np.save(work / "queries.npy", qs)
+    wide = work / "scale32"
+    wide.mkdir(exist_ok=True)
+    source = np.load(folder / "vectors.npy", mmap_mode="r")
+    copy = np.lib.format.open_memmap(wide / "vectors.npy", mode="w+", dtype=np.float32, shape=(n, dim))
+    for lo in range(0, n, 65536):
+        copy[lo : lo + 65536] = source[lo : lo + 65536]
+    copy.flush()
+    del copy, source
+    engine = _side(folder, "engine", work / "queries.npy")
+    engine32 = _side(wide, "engine", work / "queries.npy")
+    plain = _side(folder, "plain", work / "queries.npy")
     size = (folder / "vectors.npy").stat().st_size / 2**20
     print(f"### Exact search over {n:,} synthetic vectors ({dim} dims, float16 on disk: {size:.0f} MiB)\n")
-    print(
-        f"- engine (memory-mapped, blocks of 16,384 rows): {engine_s:.3f} s per query, peak RSS "
-        f"+{engine_rss:.0f} MiB\n- plain numpy (whole matrix loaded as float32 in {load_s:.1f} s): "
-        f"{plain_s:.3f} s per query, peak RSS +{plain_rss:.0f} MiB\n- same top-10: {same}\n"
-    )
+    print("| search | s per query | peak RSS growth |\n|---|---|---|")
+    for name, side in (
+        ("engine, float16 memory-mapped", engine),
+        ("engine, float32 memory-mapped (--dense-dtype float32)", engine32),
+        (f"plain numpy, whole float32 matrix in memory (loaded in {plain['load']:.1f} s)", plain),
+    ):
+        print(f"| {name} | {side['per_query']:.3f} | +{side['rss']:.0f} MiB |")
+    same = engine["found"] == plain["found"] == engine32["found"]
+    print(f"\nSame top-10 for every query: {same}.\n")
 
 
 def bundled(work: Path) -> None:
@@ -246,7 +281,9 @@ def bundled(work: Path) -> None:
     info = build_dense(index, note=lambda _: None)
     seconds = time.perf_counter() - started
     print(f"Bundled Chinese corpus: {info.documents} passages encoded in {seconds:.1f} s.\n")
-    effectiveness(index, read_queries(BUNDLED / "queries.zh.jsonl"), BUNDLED / "queries.zh.qrels", work, "bundled zh")
+    effectiveness(
+        index, read_queries(BUNDLED / "queries.zh.jsonl"), BUNDLED / "queries.zh.qrels", work, "bundled zh"
+    )
 
 
 def main() -> None:
@@ -266,7 +303,9 @@ def main() -> None:
         if args.index is not None:
             queries = dl19_queries()
             if "dl19" not in args.skip:
-                effectiveness(args.index, queries, DL19 / "2019qrels-pass.txt", work, "TREC DL 2019 (43 queries)")
+                effectiveness(
+                    args.index, queries, DL19 / "2019qrels-pass.txt", work, "TREC DL 2019 (43 queries)"
+                )
             if "latency" not in args.skip:
                 latency(args.index, queries, args.rounds)
             if "ann" not in args.skip:

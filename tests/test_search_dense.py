@@ -100,7 +100,9 @@ def test_build_writes_vectors_and_the_encoders_identity(tmp_path: Path) -> None:
         "float16",
         7,
     )
-    probe = FakeEncoder().passages(["judge probe 探针 — the quick brown fox jumps over the lazy dog, 1234."])[0]
+    probe = FakeEncoder().passages(["judge probe 探针 — the quick brown fox jumps over the lazy dog, 1234."])[
+        0
+    ]
     rounded = np.round(probe.astype(np.float64), 3) + 0.0
     assert dense["probe_sha256"] == hashlib.sha256(rounded.tobytes()).hexdigest()
     vectors = np.load(index / "dense" / "vectors.npy", mmap_mode="r")
@@ -134,6 +136,7 @@ def test_exact_search_in_small_blocks_equals_one_block_ties_by_row(
     q = encoder.queries(["aa"])[0]
     whole = vectors.search(q, 4)
     monkeypatch.setattr(dense_index, "BLOCK_ROWS", 3)
+    monkeypatch.setattr(dense_index, "IN_MEMORY_BYTES", 0)
     assert vectors.search(q, 4) == whole
     assert [row for row, _ in whole] == [0, 2, 4, 7]  # four equal vectors: rows in corpus order
     assert vectors.search(q, 0) == [] and len(vectors.search(q, 100)) == 8
@@ -227,7 +230,9 @@ def test_hybrid_at_weights_0_and_1_is_bm25_and_dense(tmp_path: Path) -> None:
 
 
 def test_bm25_hashes_unchanged_and_string_knobs_sweep(tmp_path: Path) -> None:
-    path = toml(tmp_path, "bm25", 'engine = "embedded"\nindex = "idx"\ndepth = 10\n[params]\nk1 = 0.9\nb = 0.4\n')
+    path = toml(
+        tmp_path, "bm25", 'engine = "embedded"\nindex = "idx"\ndepth = 10\n[params]\nk1 = 0.9\nb = 0.4\n'
+    )
     cfg = load_config(path)
     content = {
         "engine": "embedded",

@@ -64,7 +64,10 @@ def test_opensearch_hybrid_query_with_a_normalization_pipeline(tmp_path: Path) -
 
 def test_elasticsearch_knn_and_rrf_retriever(tmp_path: Path) -> None:
     stub = SearchStub(
-        {"/passages/_search": recorded("elasticsearch_rrf_search.json"), "/": recorded("elasticsearch_root.json")}
+        {
+            "/passages/_search": recorded("elasticsearch_rrf_search.json"),
+            "/": recorded("elasticsearch_root.json"),
+        }
     )
     with serve(stub):
         cfg = load_config(configured(tmp_path, "elasticsearch_rrf.toml", stub.url)).with_params(

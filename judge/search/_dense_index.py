@@ -4,8 +4,8 @@
 (its stored text: the title and the text) with an encoder (:mod:`judge.search._encoder`)
 and writes, in ``INDEX``:
 
-* ``dense/vectors.npy``: one row per document, float16 (or int8 with ``dense/scales.npy``,
-  one float32 scale per row), read memory-mapped;
+* ``dense/vectors.npy``: one row per document, float16 (or float32; or int8 with
+  ``dense/scales.npy``, one float32 scale per row), read memory-mapped;
 * ``dense/encoder.json``: the encoder's identity with its probe embedding;
 * ``dense/faiss.index``: an HNSW graph (faiss-cpu) when asked for, for corpora too large for
   an exact scan;
@@ -18,8 +18,10 @@ chunk in progress: run it again and it encodes only the chunks missing. Chunks r
 another encoder, chunk size or corpus are discarded, never mixed. The finished vectors
 replace ``dense/`` whole.
 
-Exact search scores every row by a matrix product, a block of rows at a time (memory stays
-bounded whatever the corpus' size); ties are broken by document order.
+Exact search scores every row by a matrix product: over the whole matrix converted to float32
+once and kept in memory when that takes at most 256 MiB (about 170,000 passages of 384
+dimensions), else a block of rows at a time from the memory-mapped file (memory stays bounded
+whatever the corpus' size); ties are broken by document order.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from judge.search._bm25_index import BM25Index, read_documents
 from judge.search._encoder import DEFAULT_ENCODER, Encoder, as_matrix, check_identity, get_encoder, identity
 from judge.search._search_errors import SearchError
 
-DTYPES = ("float16", "int8")
+DTYPES = ("float16", "float32", "int8")
 DEFAULT_CHUNK = 64
 BLOCK_ROWS = 16384
+IN_MEMORY_BYTES = 256 * 2**20  # vectors up to this size as float32 are kept in memory
 HNSW_M = 32
 PARTIAL = "dense.partial"
 DENSE = "dense"
@@ -210,14 +213,14 @@ def _assemble(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        store = np.float16 if dtype == "float16" else np.int8
+        store = {"float16": np.float16, "float32": np.float32, "int8": np.int8}[dtype]
         vectors = np.lib.format.open_memmap(tmp / "vectors.npy", mode="w+", dtype=store, shape=(n, dim))
         scales = np.ones(n, dtype=np.float32)
         for c in range(math.ceil(n / chunk)):
             lo, hi = c * chunk, min(n, (c + 1) * chunk)
             block = np.load(partial / f"{c:06d}.npy")
-            if dtype == "float16":
-                vectors[lo:hi] = block.astype(np.float16)
+            if dtype != "int8":
+                vectors[lo:hi] = block.astype(store)
             else:
                 peak = np.abs(block).max(axis=1)
                 scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
@@ -278,6 +281,7 @@ class DenseVectors:
         self.rows = int(self.vectors.shape[0])
         self.dim = dim
         self._graph: Any = None
+        self._whole: npt.NDArray[np.float32] | None = None
 
     def block(self, lo: int, hi: int) -> npt.NDArray[np.float32]:
         rows = np.asarray(self.vectors[lo:hi], dtype=np.float32)
@@ -290,6 +294,13 @@ class DenseVectors:
         descending, then row order."""
         if self.rows == 0 or depth < 1:
             return []
+        if self.rows * self.dim * 4 <= IN_MEMORY_BYTES:  # small: float32 once, one product
+            if self._whole is None:
+                self._whole = self.block(0, self.rows)
+            scores = self._whole @ query
+            keep = _top_candidates(scores, depth)
+            order = np.lexsort((keep, -scores[keep]))[:depth]
+            return [(int(keep[i]), float(scores[keep[i]])) for i in order]
         idx_parts: list[npt.NDArray[np.int64]] = []
         score_parts: list[npt.NDArray[np.float32]] = []
         for lo in range(0, self.rows, BLOCK_ROWS):

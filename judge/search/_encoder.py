@@ -105,14 +105,17 @@ def as_matrix(vectors: Any, rows: int, dim: int, what: str) -> npt.NDArray[np.fl
     if out.ndim == 1 and rows == 1:
         out = out.reshape(1, -1)
     if out.shape != (rows, dim):
-        raise SearchError(f"the encoder returned shape {out.shape} for {rows} {what} of {dim}", field="encoder")
+        raise SearchError(
+            f"the encoder returned shape {out.shape} for {rows} {what} of {dim}", field="encoder"
+        )
     if not np.isfinite(out).all():
         raise SearchError(f"the encoder returned a value that is not finite for {what}", field="encoder")
     return out
 
 
 def probe_vector(encoder: Encoder) -> npt.NDArray[np.float32]:
-    return as_matrix(encoder.passages([PROBE]), 1, encoder.dim, "the probe")[0]
+    vector: npt.NDArray[np.float32] = as_matrix(encoder.passages([PROBE]), 1, encoder.dim, "the probe")[0]
+    return vector
 
 
 def probe_sha256(vector: npt.NDArray[np.float32]) -> str:

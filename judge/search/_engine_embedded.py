@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.search._bm25_index import BM25Index
-from judge.search._dense_index import open_dense
+from judge.search._dense_index import DenseVectors, open_dense
 from judge.search._fusion import DENSE_PARAMS, fuse
 from judge.search._hits import Hit
 from judge.search._search_config import SearchConfig
@@ -52,7 +52,7 @@ class EmbeddedEngine:
         }
         self.fusion_depth = int(d["fusion_depth"])  # type: ignore[call-overload]
         self.ann = bool(d["ann"])
-        self.dense: Any = None
+        self.dense: DenseVectors | None = None
         self.encoder: Any = None
         if self.retriever != "bm25":
             try:
@@ -66,6 +66,7 @@ class EmbeddedEngine:
             self.index.scorer(*self.knobs)
 
     def _dense(self, query: str, depth: int) -> list[tuple[int, float]]:
+        assert self.dense is not None
         vector = self.encoder.queries([query])[0]
         return self.dense.search_ann(vector, depth) if self.ann else self.dense.search(vector, depth)
 

@@ -63,7 +63,9 @@ class HybridEngine:
         return [(h.id, float(h.score or 0.0)) for h in hits]
 
     async def search(self, query: str, depth: int) -> list[Hit]:
-        results = await asyncio.gather(*(e.search(query, s.depth) for e, s in zip(self.engines, self.sources)))
+        results = await asyncio.gather(
+            *(e.search(query, s.depth) for e, s in zip(self.engines, self.sources, strict=True))
+        )
         texts: dict[str, str] = {}
         for hits in results:
             for h in hits:
