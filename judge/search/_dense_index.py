@@ -350,6 +350,28 @@ def _merge(
     return [idx[keep]], [scores[keep]]
 
 
+_QUERY_CACHE: dict[tuple[int, str], tuple[Encoder, npt.NDArray[np.float32]]] = {}
+QUERY_CACHE_SIZE = 4096
+
+
+def query_vector(encoder: Encoder, text: str) -> npt.NDArray[np.float32]:
+    """``text`` encoded as a query, remembered for the process (the configurations of a grid
+    share a query set: each query is encoded once; the oldest entries go past 4,096)."""
+    key = (id(encoder), text)
+    held = _QUERY_CACHE.get(key)
+    if held is not None and held[0] is encoder:  # the encoder is held: its id is not reused
+        return held[1]
+    vector: npt.NDArray[np.float32] = as_matrix(encoder.queries([text]), 1, encoder.dim, "the query")[0]
+    if len(_QUERY_CACHE) >= QUERY_CACHE_SIZE:
+        del _QUERY_CACHE[next(iter(_QUERY_CACHE))]
+    _QUERY_CACHE[key] = (encoder, vector)
+    return vector
+
+
+def clear_query_cache() -> None:
+    _QUERY_CACHE.clear()
+
+
 def open_dense(index: BM25Index, *, field: str = "params.retriever") -> tuple[DenseVectors, Encoder]:
     """The vectors of an opened index and the encoder that built them (checked: another
     encoder is refused). An index without vectors is a :class:`SearchError` naming ``field``."""

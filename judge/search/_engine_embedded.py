@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.search._bm25_index import BM25Index
-from judge.search._dense_index import DenseVectors, open_dense
+from judge.search._dense_index import DenseVectors, open_dense, query_vector
 from judge.search._fusion import DENSE_PARAMS, fuse
 from judge.search._hits import Hit
 from judge.search._search_config import SearchConfig
@@ -67,7 +67,7 @@ class EmbeddedEngine:
 
     def _dense(self, query: str, depth: int) -> list[tuple[int, float]]:
         assert self.dense is not None
-        vector = self.encoder.queries([query])[0]
+        vector = query_vector(self.encoder, query)
         return self.dense.search_ann(vector, depth) if self.ann else self.dense.search(vector, depth)
 
     async def search(self, query: str, depth: int) -> list[Hit]:
