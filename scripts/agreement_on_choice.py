@@ -19,6 +19,18 @@ Corpora (built at run time from ../shared/data, see scripts/experiment_data.py):
 
 ``--backend qrels`` uses the corpus's own labels as the judge (the orders must agree, tau
 1 up to ties). Re-running resumes: every judged pair is in the work directory's cache.
+
+``--ppi-share S`` (e.g. 0.10) adds the prediction-powered variant: a uniform sample of S of
+the pool's judged pairs (seed ``--seed``) is labelled from the corpus's qrels (relevant =
+grade >= ``--ppi-level``, default 2 on dl19, 1 on zh), and every configuration's nDCG@10 and
+P@10 are corrected by the labels on its pairs (:func:`judge.batch.ppi_block`, the label-free
+conventions of ``judge score``). ``ppi`` in the result: Kendall's tau of the order by the
+corrected nDCG@10 (and, beside it, by the judge's own label-free nDCG@10 on the same
+pairs), and by the corrected and the judge's P@10; each order against the labels' nDCG@10
+order; the corrected order's best and whether it is in the labels' tie group. With
+``--draws N`` the sample is drawn N times (seeds ``seed .. seed+N-1``) and tau averaged.
+``--examples N`` passes same-query demonstrations to the judge when the installed judge
+supports them (``aexperiment(examples=...)``); otherwise the script says so and stops.
 """
 
 from __future__ import annotations
@@ -33,7 +45,8 @@ import numpy as np
 from experiment_data import ensure_index, prepare_dl19, prepare_zh, write_config
 from scipy.stats import kendalltau
 
-from judge.io import join_run_qrels, read_qrels, read_run
+from judge.batch import SampleLabelOptions, ppi_block
+from judge.io import SampleLabel, SampleLabels, join_run_qrels, read_qrels, read_run
 from judge.judging import JudgeConfig
 from judge.metrics import compare_scores, evaluate, holm_adjust, parse_measure_args
 from judge.systems import aexperiment
@@ -82,6 +95,10 @@ def main() -> int:
     ap.add_argument(
         "--out", type=Path, default=None, help="result JSON (default WORK/agreement-BACKEND.json)"
     )
+    ap.add_argument("--ppi-share", type=float, default=None, help="prediction-powered variant: label share")
+    ap.add_argument("--ppi-level", type=int, default=None, help="labels: grade >= L is relevant")
+    ap.add_argument("--draws", type=int, default=1, help="--ppi-share: samples drawn (tau averaged)")
+    ap.add_argument("--examples", type=int, default=None, help="same-query demonstrations per query")
     args = ap.parse_args()
     grid = args.grid or ["k1=0.4,1.2,2.5", "b=0.3,0.9"]
     if args.corpus == "dl19":
@@ -91,7 +108,17 @@ def main() -> int:
         paths = prepare_zh(args.work, limit=args.queries)
         ensure_index(paths, "zh")
     config = write_config(args.work, args.depth)
+    if args.examples:
+        import inspect
+
+        if "examples" not in inspect.signature(aexperiment).parameters:
+            print(
+                "this judge has no same-query demonstrations yet (aexperiment(examples=...))", file=sys.stderr
+            )
+            return 2
     backend_name = "qrels" if args.backend == "qrels" else args.backend.replace(":", "_").replace("/", "_")
+    if args.examples:
+        backend_name += f"-examples{args.examples}"
     backend = f"qrels:{paths['qrels']}:2" if args.backend == "qrels" and args.corpus == "dl19" else (
         f"qrels:{paths['qrels']}" if args.backend == "qrels" else args.backend
     )  # fmt: skip
@@ -127,10 +154,98 @@ def main() -> int:
         "nominal_pairs": e.nominal_pairs,
         "seconds": round(elapsed, 1),
     }
-    out = args.out or args.work / f"agreement-{backend_name}.json"
+    if args.ppi_share is not None:
+        level = args.ppi_level if args.ppi_level is not None else (2 if args.corpus == "dl19" else 1)
+        result["ppi"] = ppi_variant(
+            out_dir, e.configurations, paths["qrels"], per_query, label_means, group, args, level
+        )
+    out = args.out or args.work / f"agreement-{backend_name}{'' if args.ppi_share is None else '-ppi'}.json"
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
+
+
+def _tau(a: dict[str, float], b: dict[str, float]) -> float | None:
+    names = list(a)
+    t = kendalltau([a[n] for n in names], [b[n] for n in names]).statistic
+    return None if np.isnan(t) else float(t)
+
+
+def ppi_variant(
+    out_dir: Path,
+    configurations: list,  # type: ignore[type-arg]
+    qrels_path: Path,
+    per_query: dict[str, dict[str, float]],
+    label_means: dict[str, float],
+    group: list[str],
+    args: argparse.Namespace,
+    level: int,
+) -> dict[str, object]:
+    """Each configuration's judge and prediction-powered nDCG@10 / P@10 from uniform samples of
+    the pool's judged pairs labelled from the qrels; tau of their orders against the labels'."""
+    pool: dict[tuple[str, str], dict[str, object]] = {}
+    for line in (out_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            for docno, v in zip(rec["docnos"], rec["verdicts"], strict=True):
+                pool[(str(rec["id"]), str(docno))] = v
+    qrels = read_qrels(qrels_path)
+    grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
+    records: dict[str, list[dict[str, object]]] = {}
+    for c in configurations:
+        ranked: dict[str, list[tuple[float, str]]] = {}
+        for line in Path(str(c.trec)).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                qid, _, docno, _, score, _ = line.split()
+                if (qid, docno) in pool:
+                    ranked.setdefault(qid, []).append((float(score), docno))
+        records[c.name] = [
+            {"id": q, "mode": "binary", "docnos": [d for _, d in sorted(r, key=lambda x: -x[0])],
+             "verdicts": [pool[(q, d)] for _, d in sorted(r, key=lambda x: -x[0])]}
+            for q, r in ranked.items()
+        ]  # fmt: skip
+    judged = sorted(k for k, v in pool.items() if v.get("verdict") in ("yes", "no"))
+    n = max(2, round(args.ppi_share * len(judged)))
+    draws = []
+    for draw in range(args.draws):
+        rng = np.random.default_rng(args.seed + draw)
+        chosen = [judged[i] for i in sorted(rng.choice(len(judged), size=n, replace=False))]
+        labels = tuple(SampleLabel(q, d, grades.get((q, d), 0), i + 1) for i, (q, d) in enumerate(chosen))
+        figures = {}
+        for name, recs in records.items():
+            mine = {(str(r["id"]), str(d)) for r in recs for d in r["docnos"]}  # type: ignore[attr-defined]
+            sample = SampleLabels("<drawn>", tuple(x for x in labels if (x.qid, x.docno) in mine))
+            figures[name] = ppi_block(recs, SampleLabelOptions(sample, level=level), (10,))
+        ppi_ndcg = {n_: float(f["ndcg"]["10"]["estimate"]) for n_, f in figures.items()}
+        judge_ndcg = {n_: float(f["ndcg"]["10"]["judge"]) for n_, f in figures.items()}
+        ppi_p10 = {n_: float(f["precision"]["10"]["estimate"]) for n_, f in figures.items()}
+        judge_p10 = {n_: float(f["precision"]["10"]["judge"]) for n_, f in figures.items()}
+        best = max(ppi_ndcg, key=lambda k: ppi_ndcg[k])
+        draws.append({
+            "seed": args.seed + draw,
+            "tau_ppi": _tau(ppi_ndcg, label_means),
+            "tau_judge_label_free": _tau(judge_ndcg, label_means),
+            "tau_ppi_p10": _tau(ppi_p10, label_means),
+            "tau_judge_p10": _tau(judge_p10, label_means),
+            "ppi_best": best,
+            "ppi_best_in_tie_group": best in group,
+            "configurations": {n_: {"judge": judge_ndcg[n_], "ppi": ppi_ndcg[n_],
+                                    "p10_ppi": f["precision"]["10"]} for n_, f in figures.items()},
+        })  # fmt: skip
+    taus = [d["tau_ppi"] for d in draws if d["tau_ppi"] is not None]
+    return {
+        "share": args.ppi_share,
+        "labels_per_draw": n,
+        "pool_judged_pairs": len(judged),
+        "level": level,
+        "measure": "nDCG@10, label-free conventions (ideal from the judged list), calibrated rectifier",
+        "mean_tau_ppi": float(np.mean(taus)) if taus else None,
+        "mean_tau_judge_label_free": float(np.mean([d["tau_judge_label_free"] or 0.0 for d in draws])),
+        "mean_tau_ppi_p10": float(np.mean([d["tau_ppi_p10"] or 0.0 for d in draws])),
+        "mean_tau_judge_p10": float(np.mean([d["tau_judge_p10"] or 0.0 for d in draws])),
+        "ppi_best_in_tie_group_share": float(np.mean([d["ppi_best_in_tie_group"] for d in draws])),
+        "draws": draws,
+    }
 
 
 def aexperiment_sync(
@@ -149,6 +264,7 @@ def aexperiment_sync(
             # verdicts only: no reason is generated (the decision is the same, the call shorter)
             config=JudgeConfig(explain=False),
             cache=args.work / f"cache-{out.name}.sqlite",
+            **({"examples": args.examples} if args.examples else {}),
             seed=args.seed,
             stability_resamples=0,
         )

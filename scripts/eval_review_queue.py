@@ -57,8 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.batch import apply_labels, job_review_queue, summarize_records
-from judge.store import Label, LabelSet, recover_output
-from judge.store._label_store import trec_token
+from judge.store import Label, LabelSet, recover_output, trec_token
 
 K = (5, 10)
 

@@ -145,7 +145,7 @@ def test_cli_import_of_a_bad_line_exits_2_and_stores_nothing(tmp_path: Path, cap
 
 
 def test_a_store_with_unchecked_rows_is_quarantined_by_the_migration(tmp_path: Path) -> None:
-    from judge.store._label_store import _m001_labels, _m002_calibrations
+    from judge.store._label_schema import _m001_labels, _m002_calibrations
 
     path = tmp_path / "labels.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)

@@ -35,17 +35,41 @@ def test_new_file_is_migrated_in_order_and_a_newer_file_is_refused(tmp_path: Pat
     with LabelStore(path) as store:
         assert store.schema_found == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 4
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"labels", "label_history", "calibrations"} <= tables
+    assert {"labels", "label_history", "calibrations", "sample_draws"} <= tables
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
     with LabelStore(path) as store:  # reopening finds the current version and keeps it
         assert store.schema_found == LABEL_SCHEMA_VERSION
 
 
+def test_version_three_file_gets_the_sample_draws(tmp_path: Path) -> None:
+    from judge.store._label_schema import _m001_labels, _m002_calibrations, _m003_checked
+
+    path = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(path)
+    for migration in (_m001_labels, _m002_calibrations, _m003_checked):
+        migration(conn)
+    conn.execute(
+        "INSERT INTO label_history (collection, qid, docno, reviewer, label, scale, created) "
+        "VALUES ('default', 'q1', 'd1', 'ann', 1, 'binary', 1.0)"
+    )
+    conn.execute("INSERT INTO labels VALUES ('default', 'q1', 'd1', 'ann', 1)")
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    with LabelStore(path) as store:
+        assert store.schema_found == 3
+        (old,) = store.latest()
+        assert old.label == 1 and old.inclusion is None  # drawn with no known probability
+        store.record_sample_draws("job", [("q1", "d2", 0.25)], design="uniform", collection="default")
+        assert store.put(Label("q1", "d2", 0, "ann")).inclusion == 0.25
+        assert store.sample_draws() == [("q1", "d2", 0.25, "uniform")]
+
+
 def test_version_one_file_gets_the_calibrations_table(tmp_path: Path) -> None:
-    from judge.store._label_store import _m001_labels
+    from judge.store._label_schema import _m001_labels
 
     path = tmp_path / "v1.sqlite"
     conn = sqlite3.connect(path)

@@ -21,6 +21,15 @@ from judge.batch._label_apply import (
     relabel_record,
 )
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
+from judge.batch._ppi_summary import (
+    SAMPLE_DESIGNS,
+    SampleItem,
+    SampleLabelOptions,
+    dataset_pairs,
+    ppi_block,
+    record_pairs,
+    sample_queue,
+)
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import (
     build_record,
@@ -72,6 +81,7 @@ __all__ = [
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
     "RUN_DEFAULTS",
+    "SAMPLE_DESIGNS",
     "BackendSpec",
     "BatchDriver",
     "BatchOptions",
@@ -95,6 +105,8 @@ __all__ = [
     "RetryItem",
     "RetryPlan",
     "RunSpec",
+    "SampleItem",
+    "SampleLabelOptions",
     "Snapshot",
     "agreement_items",
     "apply_labels",
@@ -102,6 +114,7 @@ __all__ = [
     "cache_keys",
     "check_labels",
     "comparison_review_queue",
+    "dataset_pairs",
     "default_output_path",
     "executor_for",
     "ground_truth_metrics",
@@ -111,7 +124,9 @@ __all__ = [
     "label_for_passage",
     "make_progress",
     "map_impacts",
+    "ppi_block",
     "qrels_of",
+    "record_pairs",
     "relabel_record",
     "retry_unjudged",
     "run_default",
@@ -120,6 +135,7 @@ __all__ = [
     "run_spec_from_args",
     "run_spec_from_job_options",
     "run_spec_from_kwargs",
+    "sample_queue",
     "score_dataset",
     "score_dataset_sync",
     "sidecar_path",

@@ -1,7 +1,7 @@
 """Human labels win: apply a :class:`judge.store.LabelSet` to ``judge score`` records.
 
 For every passage of every record with a label (matched by qid + docno, see
-:mod:`judge.store._label_store`), the verdict is replaced by :func:`judge.judging.apply_label`
+:mod:`judge.store._label_model`), the verdict is replaced by :func:`judge.judging.apply_label`
 (the label first put on the record's scale by the one stated mapping,
 :func:`judge.metrics.resolve_mapping`: graded labels on a binary job need ``level``, binary
 labels on a graded job ``yes_grade``; otherwise :class:`judge.metrics.ScaleError` names

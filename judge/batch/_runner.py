@@ -49,6 +49,7 @@ from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extra_fields import extras_record
 from judge.batch._label_apply import apply_labels
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
+from judge.batch._ppi_summary import SampleLabelOptions, dataset_pairs, ppi_block, record_pairs
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
 from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
 from judge.batch._run_spec import RunSpec
@@ -137,6 +138,8 @@ class BatchOptions:
     labels: LabelSet | None = None
     labels_level: int | None = None
     labels_yes_grade: int | None = None
+    # a random sample of human labels: the summary's prediction-powered figures (``ppi``)
+    sample_labels: SampleLabelOptions | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -430,6 +433,8 @@ class _Run:
             **_determinism_echo(records, self.config, self.backend, self.opts),
             **labels_echo,
         }
+        if self.opts.sample_labels is not None:
+            summary["ppi"] = ppi_block(records, self.opts.sample_labels, self.opts.k)
         atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
         return BatchOutcome(
             output_path=self.out,
@@ -484,6 +489,14 @@ def _apply_labels(
         }
     }
     return outcome.records, echo
+
+
+def _check_sample(inp: Path, opts: BatchOptions) -> None:
+    """Every pair of ``opts.sample_labels`` is a pair of the input's valid lines, else
+    InputError naming the sample file's line."""
+    assert opts.sample_labels is not None
+    pairs = dataset_pairs(inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars)
+    opts.sample_labels.labels.check_pairs(pairs)
 
 
 def _determinism_echo(
@@ -560,6 +573,8 @@ async def score_dataset(
             )
         scan = await asyncio.to_thread(scan_output, out)
         _check_modes(scan.modes, config, out)
+        if opts.sample_labels is not None:  # a pair not in the input: refused before any call
+            await asyncio.to_thread(_check_sample, inp, opts)
         total = await asyncio.to_thread(count_lines, inp)
         plan = InputPlan(
             inp,
@@ -623,6 +638,8 @@ async def retry_unjudged(
         raise InputError("no such file", path=str(out))
     scan = await asyncio.to_thread(scan_output, out)
     _check_modes(scan.modes, config, out)
+    if opts.sample_labels is not None:  # a pair not in the output: refused before any call
+        opts.sample_labels.labels.check_pairs(record_pairs(await asyncio.to_thread(recover_output, out)))
     summary_path, rejects_path = _paths(out, opts, "retry-rejects")
     reporter = RejectsReporter(rejects_path)
     tmp = out.with_name(out.name + ".retry.tmp")

@@ -180,9 +180,12 @@ def flag_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
 def run_spec_of(args: argparse.Namespace, *, mode: str | None = None) -> RunSpec:
     """The :class:`~judge.batch.RunSpec` of a command's judge, call and engine flags
     (:func:`judge.batch.run_spec_from_args`); ``mode`` decided by the caller (a resumed
-    output keeps its mode). A bad value names its flag (exit 2)."""
+    output keeps its mode). A bad value names its flag (exit 2), the engine flags' checks
+    (:func:`check_engine_flags`) included when the command has them."""
     from judge.batch import run_spec_from_args
 
+    if hasattr(args, "ray_address"):
+        check_engine_flags(args)
     with flag_errors():
         return run_spec_from_args(args, mode=mode)
 
@@ -251,13 +254,17 @@ def add_dataset_flags(p: argparse.ArgumentParser, *, strict_help: str, map_help:
     )
 
 
-def add_batch_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+def add_batch_flags(p: argparse.ArgumentParser, *, defaults: bool = True, engine: bool = False) -> None:
     """The flags of every batch command (``judge score``, ``judge compare-systems``,
     ``judge serve``): the judge flags (:func:`add_judge_flags`), the call flags
-    (:func:`add_call_flags`) and the cache flags (:func:`add_cache_flags`)."""
+    (:func:`add_call_flags`) and the cache flags (:func:`add_cache_flags`); ``engine``: the
+    engine flags too (:func:`add_engine_flags`, checked by :func:`run_spec_of`, shipped to
+    Ray workers by :func:`ray_ship`)."""
     add_judge_flags(p, defaults=defaults)
     add_call_flags(p)
     add_cache_flags(p)
+    if engine:
+        add_engine_flags(p)
 
 
 def cache_setting(args: argparse.Namespace) -> str | None:
@@ -310,3 +317,59 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
             if value is not None:
                 raise InputError("needs --engine ray", field=flag)
+
+
+def ray_ship(args: argparse.Namespace, spec: RunSpec) -> Any:
+    """What the Ray engine's workers build their backend from: ``--backend`` and
+    ``--base-url`` as a :class:`~judge.batch.BackendSpec` (never a pickled client); None for
+    the local engine, and for a backend that is no spec (``--backend-factory``,
+    ``--cascade``: shipped as it is, pickled)."""
+    if not spec.ray or getattr(args, "backend_factory", None) or getattr(args, "cascade", None):
+        return None
+    from judge.batch import BackendSpec
+
+    return BackendSpec(args.backend, args.base_url)
+
+
+def add_sample_label_flags(p: argparse.ArgumentParser, *, confidence: bool = False) -> None:
+    """``--sample-labels FILE`` and ``--sample-level L`` (prediction-powered figures from a
+    random sample of human labels); ``confidence=True`` also adds ``--confidence`` (for a
+    command that has none of its own)."""
+    p.add_argument(
+        "--sample-labels",
+        default=None,
+        metavar="FILE",
+        help="TREC qrels of pairs drawn uniformly at random from the run's pairs and labelled by "
+        "people (a 5th column: each pair's inclusion probability, for a weighted sample): the "
+        "summary/report gains 'ppi', the judge's figures corrected by them with intervals; a pair "
+        "not in the run is refused (exit 2) before any call",
+    )
+    p.add_argument(
+        "--sample-level",
+        type=int,
+        default=1,
+        metavar="L",
+        help="--sample-labels: a grade >= L is relevant (yes) (default 1; stated in the output)",
+    )
+    if confidence:
+        p.add_argument(
+            "--confidence",
+            type=float,
+            default=0.95,
+            help="--sample-labels: interval level (default 0.95)",
+        )
+
+
+def sample_label_options(args: argparse.Namespace) -> Any:
+    """The :class:`~judge.batch.SampleLabelOptions` of ``--sample-labels`` (None when not
+    given); the file is read and checked here (exit 2 naming its line)."""
+    if not getattr(args, "sample_labels", None):
+        return None
+    from judge.batch import SampleLabelOptions
+    from judge.io import read_sample_labels
+
+    return SampleLabelOptions(
+        read_sample_labels(args.sample_labels),
+        level=args.sample_level,
+        confidence=float(getattr(args, "confidence", 0.95)),
+    )

@@ -3,13 +3,14 @@
 
 Labels live in the label store (``$JUDGE_HOME/labels.sqlite``, or ``--labels-store PATH``);
 ``--labels store`` reads it, ``--labels FILE`` reads a TREC qrels file or a JSONL labels
-export instead (see :mod:`judge.store._label_store`).
+export instead (see :mod:`judge.store._label_model`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,6 +104,12 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("--level", type=int, default=None, help="qrels --scale binary: grade >= L is relevant")
     e.add_argument("--history", action="store_true", help="jsonl: every change, not only the latest labels")
+    e.add_argument(
+        "--sample",
+        action="store_true",
+        help="only labels of pairs the sample mode drew, as 'qid 0 docno label inclusion' (the "
+        "--sample-labels file; the latest label per pair)",
+    )
     e.set_defaults(func=run_export)
 
     i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
@@ -127,6 +134,22 @@ def register(subparsers: Any) -> None:
     c = sub.add_parser("conflicts", help="list passages whose reviewers disagree")
     common(c)
     c.set_defaults(func=run_conflicts)
+
+    sm = sub.add_parser(
+        "sample",
+        help="review queue, sample mode: draw a job's pairs with known inclusion probabilities",
+        description="Draw about N judged pairs of a judge score output for review, each independently "
+        "with a known probability (uniform, or proportional to the judge's uncertainty), and record "
+        "each draw with its probability in the label store: labels of those pairs then carry it, and "
+        "'judge labels export --sample' writes them for --sample-labels (weighted by 1/probability). "
+        "Prints one JSON object per drawn pair.",
+    )
+    common(sm)
+    sm.add_argument("output", metavar="OUTPUT.jsonl", help="a judge score output")
+    sm.add_argument("--n", type=float, required=True, help="expected number of pairs to draw")
+    sm.add_argument("--design", choices=("uniform", "uncertainty"), default="uniform")
+    sm.add_argument("--seed", type=int, default=0)
+    sm.set_defaults(func=run_sample)
 
     cal = subparsers.add_parser(
         "calibrate",
@@ -179,6 +202,8 @@ def run_export(args: argparse.Namespace) -> int:
     from judge.metrics import ScaleError
     from judge.store import LabelStore, labels_to_jsonl, labels_to_qrels
 
+    if args.sample:
+        return _export_sample(args)
     with LabelStore(args.store) as store:
         history = store.history(collection=args.collection) if args.history else []
         latest = store.latest(collection=args.collection)
@@ -193,7 +218,10 @@ def run_export(args: argparse.Namespace) -> int:
             raise InputError(exc.message, field="--level") from None
 
     if args.output != "-":
-        n = writer(args.output)
+        try:
+            n = writer(args.output)
+        except OSError as exc:  # a folder, a read-only place: bad usage, not a traceback
+            raise InputError(f"cannot write: {exc.strerror}", path=args.output, field="-o") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "labels"
@@ -256,11 +284,25 @@ def _judged_p_yes(paths: Sequence[str]) -> dict[tuple[str, str], tuple[float, st
     return out
 
 
+def _check_calibrate_flags(args: argparse.Namespace) -> None:
+    """``--folds``, ``--seed`` and ``--name`` as ``POST /v1/jobs/{id}/calibrate`` bounds them,
+    before any label is read (exit 2 naming the flag)."""
+    from judge.store import MAX_SQLITE_INT
+
+    if not 2 <= args.folds <= 20:
+        raise InputError(f"must be in 2..20, got {args.folds}", field="--folds")
+    if not 0 <= args.seed <= MAX_SQLITE_INT:
+        raise InputError(f"must be in 0..{MAX_SQLITE_INT}, got {args.seed}", field="--seed")
+    if args.name is not None and not re.fullmatch(r"[\w.\-]{1,100}", args.name):
+        raise InputError("1 to 100 letters, digits, '.', '_' or '-'", field="--name")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from judge.judging import TemplateError, load_template
     from judge.metrics import CalibrationError, ScaleError, calibrate_threshold, resolve_mapping
     from judge.store import Calibration, LabelStore
 
+    _check_calibrate_flags(args)
     try:
         template = load_template(args.template)
     except TemplateError as exc:
@@ -330,4 +372,51 @@ def run_calibrate(args: argparse.Namespace) -> int:
         f"({result.n} labels, {result.folds} stratified folds, seed {result.seed}); {result.verdict}{tail}",
         file=sys.stderr,
     )
+    return 0
+
+
+def run_sample(args: argparse.Namespace) -> int:
+    from judge.batch import sample_queue
+    from judge.store import LabelStore, recover_output
+
+    path = Path(args.output)
+    if not path.exists():
+        raise InputError("no such file", path=str(path))
+    items = sample_queue(recover_output(path), expected=args.n, design=args.design, seed=args.seed)
+    with LabelStore(args.store) as store:
+        added = store.record_sample_draws(
+            str(path),
+            [(i.qid, i.docno, i.inclusion) for i in items],
+            design=args.design,
+            collection=args.collection,
+        )
+    for i in items:
+        shown = {"qid": i.qid, "docno": i.docno, "inclusion": round(i.inclusion, 6), "query": i.query}
+        print(json.dumps(shown | {"verdict": i.verdict, "p_yes": i.p_yes}, ensure_ascii=False))
+    print(
+        f"judge labels sample: drew {len(items)} pair(s) ({added} new), design {args.design}", file=sys.stderr
+    )
+    return 0
+
+
+def _export_sample(args: argparse.Namespace) -> int:
+    """``export --sample``: the latest label of each drawn pair with its inclusion probability."""
+    from judge.store import LabelStore, qrels_escape
+
+    with LabelStore(args.store) as store:
+        latest = [lab for lab in store.latest(collection=args.collection) if lab.inclusion is not None]
+    by_pair = {}
+    for lab in latest:  # ordered by time: the last one wins
+        by_pair[lab.key] = lab
+    lines = [
+        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
+        for (q, d), lab in sorted(by_pair.items())
+    ]
+    out = _out(args.output)
+    try:
+        out.writelines(lines)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"judge labels: exported {len(lines)} sample label(s)", file=sys.stderr)
     return 0

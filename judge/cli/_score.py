@@ -20,11 +20,14 @@ from judge.cli._flags import (
     add_dataset_flags,
     add_engine_flags,
     add_measure_flag,
+    add_sample_label_flags,
     call_settings,
     check_engine_flags,
     checked_measures,
     open_backend,
+    ray_ship,
     run_spec_of,
+    sample_label_options,
 )
 from judge.cli._label_commands import add_label_flags, calibrated_threshold, label_set_of
 from judge.io import InputError
@@ -110,6 +113,7 @@ def register(subparsers: Any) -> None:
         "relevant (default 1; stated in every record and the summary)",
     )
     add_label_flags(p)
+    add_sample_label_flags(p, confidence=True)
     p.add_argument(
         "--calibration",
         default=None,
@@ -238,7 +242,6 @@ def _report(args: argparse.Namespace, outcome: Any) -> None:
 def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import (
-        BackendSpec,
         BatchOptions,
         check_labels,
         executor_for,
@@ -261,13 +264,14 @@ def run_score(args: argparse.Namespace) -> int:
         "labels": label_set_of(args),
         "labels_level": args.labels_level,
         "labels_yes_grade": args.labels_yes_grade,
+        "sample_labels": sample_label_options(args),
     }
     check_labels(BatchOptions(**labels), config)  # a scale mismatch: exit 2 before any call
 
     backend = open_backend(args.backend, args.base_url, spec.policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
-    executor = executor_for(spec, backend, BackendSpec(args.backend, args.base_url) if spec.ray else None)
+    executor = executor_for(spec, backend, ray_ship(args, spec))
     options = _options(args, spec, backend, executor, given | labels)
 
     async def go() -> Any:

@@ -13,14 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import (
-    add_batch_flags,
-    add_engine_flags,
-    call_settings,
-    check_engine_flags,
-    open_backend,
-    run_spec_of,
-)
+from judge.cli._flags import add_batch_flags, call_settings, open_backend, ray_ship, run_spec_of
 from judge.io import InputError
 
 
@@ -91,8 +84,7 @@ def register(subparsers: Any) -> None:
         help="close a connection that has not sent a whole request line and headers this long after "
         "it opened or began its next request (default 10)",
     )
-    add_batch_flags(p)
-    add_engine_flags(p)
+    add_batch_flags(p, engine=True)
     p.add_argument(
         "-k", type=int, nargs="+", default=[5, 10], metavar="K", help="default NDCG/P cutoffs (default 5 10)"
     )
@@ -148,8 +140,9 @@ def register(subparsers: Any) -> None:
 
 
 def _positive(value: float | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise InputError("must be > 0", field=flag)
+    """A finite number above 0 (NaN and infinity are not sizes or times)."""
+    if value is not None and not 0 < value < float("inf"):
+        raise InputError(f"must be a finite number > 0, got {value}", field=flag)
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -203,7 +196,7 @@ def _key_ring(args: argparse.Namespace, keys: list[str]) -> tuple[Any, frozenset
     import labels under other reviewers' names; each must be an accepted API key)."""
     from judge.server import KeyRing, load_keys
 
-    admin = load_keys("", keys_file=args.admin_keys) if args.admin_keys else []
+    admin = load_keys("", keys_file=args.admin_keys, flag="--admin-keys") if args.admin_keys else []
     ring = KeyRing(keys)
     admin_labels = frozenset(ring.label_for(k) or "" for k in admin)
     if "" in admin_labels:
@@ -235,6 +228,8 @@ def _checked_serve_flags(args: argparse.Namespace) -> float:
         _positive(value, flag)
     if any(k < 1 for k in args.k):
         raise InputError("cutoffs must be positive integers", field="-k")
+    if not 0 <= args.port <= 65535:  # the OS would take it modulo 65536: another port
+        raise InputError(f"must be a port in 0..65535, got {args.port}", field="--port")
     try:
         parse_allowed_hosts(args.allowed_hosts)
     except ValueError as exc:
@@ -267,7 +262,6 @@ def run_serve(args: argparse.Namespace) -> int:
     for key in keys:
         register_secret(key)  # redacted from every error text
     ring, admin_labels = _key_ring(args, keys)
-    check_engine_flags(args)
     spec = run_spec_of(args)  # the server's run spec: every job's options are laid over it
     session_ttl_s = _checked_serve_flags(args)
     from judge.server import header_timeout_protocol
@@ -312,7 +306,7 @@ def run_serve(args: argparse.Namespace) -> int:
         settings=call_settings(args, backend),
         spec=spec,
         # --engine ray: one set of actors for every job of the server (they die with it).
-        executor=executor_for(spec, backend, _ship(args) if spec.ray else None),
+        executor=executor_for(spec, backend, ray_ship(args, spec)),
     )
     from judge.server import SchemaError
 
@@ -364,13 +358,3 @@ def run_serve(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     return 0
-
-
-def _ship(args: argparse.Namespace) -> Any:
-    """The Ray workers build their backend from its spec and base URL (a factory's backend
-    is shipped as is, pickled)."""
-    if args.backend_factory:
-        return None
-    from judge.batch import BackendSpec
-
-    return BackendSpec(args.backend, args.base_url)

@@ -312,6 +312,8 @@ class _LineReader:
             obj: Any = json.loads(text)
         except json.JSONDecodeError as exc:
             raise self.error(f"not valid JSON ({exc.msg} at column {exc.colno})", line) from None
+        except ValueError:  # an integer of more digits than Python converts (4300)
+            raise self.error("not valid JSON (a number of more than 4300 digits)", line) from None
         except RecursionError:
             raise self.error(f"nested deeper than {MAX_JSON_DEPTH} levels", line, deep_field(text)) from None
         if not isinstance(obj, dict):

@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from judge.io import InputError
 from judge.server import _compare_routes, _job_routes, _review_routes, _service_routes, _viewer_routes
 from judge.server._app_state import AppState, ServerConfig, add_error_handlers
 from judge.server._bounds import ParsedBodyRoute
@@ -48,7 +49,13 @@ def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
         raise
     sessions = SessionStore(config.db_path)
     rt = config.runtime
-    rt.jobs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rt.jobs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        lock.release()
+        raise InputError(
+            f"cannot make the jobs folder: {exc.strerror}", path=str(rt.jobs_dir), field="--jobs-dir"
+        ) from None
     metrics = ServerMetrics(
         db.count_by_status, lambda: getattr(rt.backend, "stats", None), jobs_by_kind=db.count_by_kind
     )
@@ -105,7 +112,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(CsrfCheck, trust_forwarded_proto=config.trust_forwarded_proto)  # type: ignore[arg-type]  # inside Guard: after authentication
     app.add_middleware(Guard, auth=state.auth, metrics=state.metrics, max_body=config.max_body_bytes)  # type: ignore[arg-type]
     if not config.keys or config.allowed_hosts:  # before authentication and every route
-        app.add_middleware(HostCheck, allowed=parse_allowed_hosts(config.allowed_hosts))  # type: ignore[arg-type]
+        app.add_middleware(
+            HostCheck,  # type: ignore[arg-type]
+            allowed=parse_allowed_hosts(config.allowed_hosts),
+            keys=bool(config.keys),
+        )
     app.add_middleware(SecurityHeaders, csp=viewer_csp(SIGNIN_STYLE))  # type: ignore[arg-type]
     return app
 

@@ -20,9 +20,12 @@ from judge.server._db import sha256_hex
 COOKIE_NAME = "judge_session"
 
 
-def load_keys(env_value: str | None = None, keys_file: str | Path | None = None) -> list[str]:
+def load_keys(
+    env_value: str | None = None, keys_file: str | Path | None = None, *, flag: str = "--api-keys-file"
+) -> list[str]:
     """Keys from ``JUDGE_API_KEYS`` (comma-separated) and/or a file (one per line, ``#``
-    comments and blank lines ignored)."""
+    comments and blank lines ignored); a file that cannot be read is an :class:`InputError`
+    naming ``flag``, the option that gave it."""
     raw = env_value if env_value is not None else os.environ.get("JUDGE_API_KEYS", "")
     keys = [k.strip() for k in raw.split(",") if k.strip()]
     if keys_file is not None:
@@ -30,9 +33,7 @@ def load_keys(env_value: str | None = None, keys_file: str | Path | None = None)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise InputError(
-                f"cannot read: {exc.strerror}", path=str(path), field="--api-keys-file"
-            ) from None
+            raise InputError(f"cannot read: {exc.strerror}", path=str(path), field=flag) from None
         for line in text.splitlines():
             line = line.split("#", 1)[0].strip()
             if line:

@@ -10,6 +10,13 @@
 * **Hostile input** (a lone surrogate escape, JSON nested too deep, wrong types) in a job's
   line is a reject of that line (:mod:`judge.io._jsonl`); in a JSON body it is a 422
   naming the problem.
+* **Integers** a request gives (a page offset, a seed, a passage index) lie in
+  0..:data:`judge.store.MAX_SQLITE_INT`, declared once here (:data:`Offset` for a query
+  parameter, :data:`Seed` and :data:`Index` in a body, which also refuse ``true``/``false``
+  and ``1.0``): a larger one is a 422 naming it, never an overflow in SQLite (a 500). A
+  label cursor is bounded the same way where it is decoded (:func:`judge.store.decode_cursor`).
+  Every other integer or number option is a :data:`RequestInt` / :data:`RequestFloat`: JSON
+  ``true``/``false`` is refused (422 naming the field), never read as 1/0.
 * **Off the event loop**: a JSON body is parsed in a worker thread (:class:`ParsedBodyRoute`),
   and so are the checks of a job's input.
 """
@@ -21,21 +28,43 @@ import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Query
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
 from judge.io import MAX_JSON_DEPTH, DatasetLimits, dataset_limits, json_problem
 from judge.server import _engine
+from judge.store import MAX_SQLITE_INT
 
 DEFAULT_MAX_QUERY_CHARS = 4000
 DEFAULT_MAX_RECORD_PASSAGES = 1000
 DEFAULT_MAX_RECORDS = 100_000
 # JSON bodies up to this size are parsed on the event loop (well under a millisecond).
 INLINE_PARSE_BYTES = 64 * 1024
+
+
+def _not_a_boolean(value: object) -> object:
+    """JSON ``true``/``false`` is not a number (pydantic's lax mode would read it as 1/0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number")
+    return value
+
+
+RequestInt = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""An integer option of a body or query (its range is the field's); a boolean is refused."""
+RequestFloat = Annotated[float, BeforeValidator(_not_a_boolean)]
+"""A number option of a body or query (its range is the field's); a boolean is refused."""
+Offset = Annotated[int, Query(ge=0, le=MAX_SQLITE_INT, description="items to skip")]
+"""A page offset given as a query parameter (``?offset=``)."""
+Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SQLITE_INT)]
+"""A resampling seed in a JSON body (an integer, never a boolean or a float)."""
+Index = Annotated[int, Field(strict=True, ge=0, le=MAX_SQLITE_INT)]
+"""A 0-based position in a JSON body (an integer, never a boolean or a float)."""
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,10 @@ def _refusal(job_dir: Path, options: dict[str, Any], err: InputError) -> JSONRes
     where: dict[str, Any] = {"line": err.line}
     if err.path is not None and Path(err.path).name == _engine.HUMAN_QRELS:
         where["field"] = "options.qrels" + (f".{err.field}" if err.field else "")
+    elif err.path is not None and Path(err.path).name == _engine.SAMPLE_LABELS:
+        where["field"] = "options.sample_labels" + (
+            f".{err.field}" if err.field and "--" not in err.field else ""
+        )
     else:
         names = {str(_engine.system_path(job_dir, n)): n for n in options["systems"]}
         where["system"] = names.get(str(err.path))
@@ -106,6 +110,7 @@ async def _submit_compare(
     await asyncio.to_thread(_engine.write_systems, job_dir, body.systems)
     if body.options.qrels is not None:
         (job_dir / _engine.HUMAN_QRELS).write_text(body.options.qrels, encoding="utf-8")
+    await asyncio.to_thread(_engine.save_sample_labels, job_dir, options)
     try:
         check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, bounds)
     except InputError as err:

@@ -25,13 +25,22 @@ from judge.backends import Backend
 from judge.batch import (
     BatchOptions,
     RunSpec,
+    SampleLabelOptions,
+    dataset_pairs,
     retry_unjudged,
     score_dataset,
     truth_of,
     write_qrels,
     write_run,
 )
-from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, error_record, iter_dataset, read_qrels
+from judge.io import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    InputError,
+    error_record,
+    iter_dataset,
+    read_qrels,
+    read_sample_labels,
+)
 from judge.judging import JudgeConfig, VerdictStore
 from judge.systems import (
     ComparisonReport,
@@ -41,6 +50,7 @@ from judge.systems import (
     SystemsOptions,
     SystemsReport,
     build_pool,
+    check_sample_pairs,
     map_human,
     pool_dataset_lines,
     pool_scale,
@@ -100,6 +110,42 @@ def write_rejects(job_dir: Path, rejects: Sequence[Mapping[str, Any]]) -> None:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
+#: a job's or comparison's --sample-labels, saved beside its input
+SAMPLE_LABELS = "sample.qrels"
+
+
+def save_sample_labels(job_dir: Path, options: dict[str, Any]) -> None:
+    """Move ``options["sample_labels"]`` (the body's text) into the job's file; the options keep
+    its name only."""
+    text = options.get("sample_labels")
+    if text is None:
+        return
+    (job_dir / SAMPLE_LABELS).write_text(str(text), encoding="utf-8")
+    options["sample_labels"] = SAMPLE_LABELS
+
+
+def sample_label_options(job_dir: Path, options: Mapping[str, Any]) -> SampleLabelOptions | None:
+    """The job's sample labels (None without): InputError naming the file's line."""
+    if not options.get("sample_labels"):
+        return None
+    return SampleLabelOptions(
+        read_sample_labels(job_dir / SAMPLE_LABELS),
+        level=int(options.get("sample_level") or 1),
+        confidence=float(options.get("confidence") or 0.95),
+    )
+
+
+def check_job_sample(job_dir: Path, options: Mapping[str, Any], input_path: Path) -> None:
+    """A score job's sample labels read and matched with its input's pairs (InputError)."""
+    sample = sample_label_options(job_dir, options)
+    if sample is None:
+        return
+    pairs = dataset_pairs(
+        input_path, field_map=options.get("map") or {}, max_passage_chars=int(options["max_passage_chars"])
+    )
+    sample.labels.check_pairs(pairs, field="options.sample_labels")
+
+
 def batch_options(
     *,
     k: Sequence[int],
@@ -110,8 +156,10 @@ def batch_options(
     listwise_template: str | None,
     settings: Mapping[str, Any],
     executor: Any = None,
+    sample_labels: SampleLabelOptions | None = None,
 ) -> BatchOptions:
     return BatchOptions(
+        sample_labels=sample_labels,
         k=tuple(k),
         concurrency=concurrency,
         field_map=dict(field_map),
@@ -381,6 +429,9 @@ def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
         raise
     human = _on_pool_scale(job_dir, options, human)
     pool = build_pool(inputs, depth=options.get("depth"), human=human)
+    sample = sample_label_options(job_dir, options)
+    if sample is not None:
+        check_sample_pairs(sample, pool)
     lines = pool_dataset_lines(pool, inputs)
     with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in collect.records)
@@ -416,6 +467,7 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
         until_decided=bool(options.get("until_decided")),
         budget=options.get("budget"),
         adaptive_batch=options.get("batch"),
+        sample_labels=sample_label_options(job_dir, options),
     )
 
 

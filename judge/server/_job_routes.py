@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from judge.io import InputError
 from judge.server import _bounds, _engine
 from judge.server._app_state import (
     NDJSON,
@@ -129,6 +130,14 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     if check.queries == 0:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(422, "no valid record in the body", rejects=check.rejects[:100])
+    await asyncio.to_thread(_engine.save_sample_labels, job_dir, options)
+    try:
+        await asyncio.to_thread(_engine.check_job_sample, job_dir, options, input_path)
+    except InputError as err:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        return json_error(
+            422, _engine.public_message(job_dir, err), line=err.line, field="options.sample_labels"
+        )
     await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
     return state.accept_job(job_dir, intake, options, check)
 
@@ -138,7 +147,7 @@ async def list_jobs(
     state: State,
     status: str | None = Query(default=None, pattern="^(queued|running|done|failed|cancelled)$"),
     limit: int = Query(default=50, ge=1, le=1000),
-    offset: int = Query(default=0, ge=0),
+    offset: _bounds.Offset = 0,
 ) -> dict[str, Any]:
     """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
     rows = state.db.list_jobs(status=status, limit=limit, offset=offset)
@@ -213,7 +222,7 @@ async def _trec_file(state: AppState, job: dict[str, Any], fmt: str, tag: str) -
 async def results(
     job_id: str,
     state: State,
-    offset: int = Query(default=0, ge=0),
+    offset: _bounds.Offset = 0,
     limit: int = Query(default=1000, ge=1, le=100_000),
     format: str = Query(default="ndjson", pattern="^(ndjson|qrels|run)$"),
     tag: str = Query(default="judge", pattern=r"^\S{1,64}$"),

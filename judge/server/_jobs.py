@@ -104,6 +104,7 @@ async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Pat
         listwise_template=opts.get("listwise_template"),
         settings={**rt.settings, "job": job["id"]},
         executor=rt.executor,
+        sample_labels=_engine.sample_label_options(job_dir, opts),
     )
     if job["phase"] == "retry":
         return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)

@@ -47,7 +47,7 @@ from judge.batch import (
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
 from judge.judging import DEFAULT_BORDERLINE_MARGIN, QueueItem, borderline_verdicts, threshold_of
 from judge.metrics import ScaleError, calibrate_threshold
-from judge.server import _engine
+from judge.server import _bounds, _engine
 from judge.server._jobs import config_of
 from judge.store import (
     DEFAULT_COLLECTION,
@@ -67,8 +67,8 @@ class CalibrateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[\w.\-]+$")
-    folds: int | None = Field(default=None, ge=2, le=20)
-    seed: int = 0
+    folds: _bounds.RequestInt | None = Field(default=None, ge=2, le=20)
+    seed: _bounds.Seed = 0
     # dry_run: report only; force: store a refit that does not help (not better beyond noise)
     dry_run: bool = False
     force: bool = False

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.batch import (
     label_for_passage,
@@ -29,9 +29,11 @@ from judge.store import (
     Label,
     conflicts_of,
     decode_cursor,
+    label_type_problem,
     labels_to_qrels,
     read_label_lines,
 )
+from judge.store import parse_label as store_parse_label
 
 ANONYMOUS = "anonymous"
 
@@ -43,12 +45,22 @@ class LabelIn(BaseModel):
 
     query_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     docno: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
-    index: int | None = Field(default=None, ge=0)
+    index: _bounds.Index | None = None
     label: int | str
     comment: str | None = Field(default=None, max_length=4000)
     reviewer: str | None = Field(default=None, min_length=1, max_length=200)  # only without keys
     audit: bool | None = None  # ignored: an item is an audit item when the queue drew it
     scale: Literal["binary", "graded"] | None = None  # the label's scale (default: the job's)
+
+    @field_validator("label", mode="before")
+    @classmethod
+    def _a_label(cls, value: object) -> object:
+        """The label rule of every way in (:func:`judge.store.label_type_problem`): ``true``
+        is refused here as in an import, not read as 1."""
+        problem = label_type_problem(value, words=True)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 def keys_on(request: Request) -> bool:
@@ -68,32 +80,12 @@ def reviewer_of(request: Request, given: str | None) -> str:
 
 
 def parse_label(value: int | str, scale: str, job_scale: str | None = None) -> int:
-    """A label as given (``y``/``n``/``yes``/``no``/0/1 on the binary scale, 0-3 on the
-    graded one) as an integer on ``scale``; a label of the other scale is refused naming both
-    (``job_scale``: the job's, when the label states its own)."""
-    text = str(value).strip().lower()
-    job = job_scale or scale
-    if scale == "binary":
-        if text in ("y", "yes", "1"):
-            return 1
-        if text in ("n", "no", "0"):
-            return 0
-        if text in ("2", "3"):
-            raise field_error(
-                ("body", "label"),
-                f"label {value!r} is a graded (0-3) label but the job is {job} (y/n, 0/1); "
-                'send "scale": "graded" with it (mapped at the server\'s --labels-level)',
-            )
-        raise field_error(("body", "label"), f"label {value!r} is not on the binary scale (y/n, 0/1)")
-    if text in ("y", "yes", "n", "no"):
-        raise field_error(
-            ("body", "label"),
-            f"label {value!r} is a binary (y/n) label but the {'label' if job_scale else 'job'} is graded "
-            "(0-3); give a grade",
-        )
-    if text in ("0", "1", "2", "3"):
-        return int(text)
-    raise field_error(("body", "label"), f"label {value!r} is not on the graded scale (0-3)")
+    """The body's label on ``scale`` (:func:`judge.store.parse_label`, the rule every way a
+    label comes in shares); a 422 naming ``label`` otherwise."""
+    try:
+        return store_parse_label(value, check_scale(scale), check_scale(job_scale) if job_scale else None)
+    except InputError as err:
+        raise field_error(("body", "label"), err.message) from None
 
 
 def _check_mapping(review: Review, scale: str, job_scale: str) -> None:
@@ -122,7 +114,7 @@ async def queue(
     job_id: str,
     request: Request,
     state: State,
-    offset: int = Query(default=0, ge=0),
+    offset: _bounds.Offset = 0,
     limit: int = Query(default=50, ge=1, le=1000),
 ) -> dict[str, Any]:
     """The job's (or comparison's) verdicts nobody has labelled yet, in review order:

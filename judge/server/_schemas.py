@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from judge.batch import RUN_DEFAULTS
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+from judge.server._bounds import RequestFloat, RequestInt, Seed
 
 
 def builtin_template_ids() -> set[str]:
@@ -39,7 +40,7 @@ def _check_field_map(value: dict[str, str]) -> dict[str, str]:
 # The checks shared by every body that has such a field (each written once).
 TemplateId = Annotated[str | None, AfterValidator(_check_template)]
 """A built-in template id (None: the default)."""
-Cutoffs = Annotated[list[int], AfterValidator(_check_cutoffs)]
+Cutoffs = Annotated[list[RequestInt], AfterValidator(_check_cutoffs)]
 """Rank cutoffs in 1..10000, repeats dropped."""
 FieldMap = Annotated[dict[str, str], AfterValidator(_check_field_map)]
 """``{name: field}``: read a record's ``name`` from ``field`` (as ``judge score --map``)."""
@@ -60,7 +61,7 @@ class JudgeOptions(BaseModel):
     language: Literal["auto", "zh", "en"] | None = None
     template: TemplateId = None
     probability: bool | None = None
-    p_yes_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    p_yes_threshold: RequestFloat | None = Field(default=None, ge=0.0, le=1.0)
     explain: bool | None = None
 
 
@@ -74,10 +75,14 @@ class JobOptions(JudgeOptions):
     k: Cutoffs | None = Field(default=None, min_length=1, max_length=20)
     listwise: bool = False
     listwise_template: TemplateId = None
-    max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
+    max_passage_chars: RequestInt = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
     map: FieldMap = Field(default_factory=dict)
     # a named calibration of the label store (POST /v1/jobs/{id}/calibrate): its P(yes) threshold
     calibration: str | None = Field(default=None, min_length=1, max_length=200)
+    # --sample-labels: TREC qrels text of pairs drawn at random from the job's pairs (the summary's ppi)
+    sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
+    confidence: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class JobRequest(BaseModel):
@@ -120,26 +125,29 @@ class CompareOptions(JudgeOptions):
     """Options of a comparison of systems (``judge compare-systems``'s flags): pooling depth,
     measures, human labels (TREC qrels text), tests and how much the report shows."""
 
-    depth: int | None = Field(default=None, ge=1, le=100_000)
+    depth: RequestInt | None = Field(default=None, ge=1, le=100_000)
     measures: list[str] | None = Field(default=None, min_length=1, max_length=50)
-    relevance_level: int | None = Field(default=None, ge=0, le=100)
+    relevance_level: RequestInt | None = Field(default=None, ge=0, le=100)
     qrels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
-    qrels_level: int | None = Field(default=None, ge=1, le=3)
-    qrels_yes_grade: int | None = Field(default=None, ge=1, le=3)
-    seed: int = 0
-    resamples: int = Field(default=10_000, ge=1, le=1_000_000)
-    stability_resamples: int = Field(default=1000, ge=0, le=100_000)
-    confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
+    qrels_level: RequestInt | None = Field(default=None, ge=1, le=3)
+    qrels_yes_grade: RequestInt | None = Field(default=None, ge=1, le=3)
+    seed: Seed = 0
+    resamples: RequestInt = Field(default=10_000, ge=1, le=1_000_000)
+    stability_resamples: RequestInt = Field(default=1000, ge=0, le=100_000)
+    confidence: RequestFloat = Field(default=0.95, gt=0.0, lt=1.0)
     strict: bool = False
     listwise: bool = False
     listwise_template: TemplateId = None
-    max_passage_chars: int = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
+    max_passage_chars: RequestInt = Field(default=DEFAULT_MAX_PASSAGE_CHARS, ge=1, le=1_000_000)
     map: FieldMap = Field(default_factory=dict)
-    top_queries: int = Field(default=10, ge=0, le=1000)
-    top_passages: int = Field(default=5, ge=1, le=100)
+    top_queries: RequestInt = Field(default=10, ge=0, le=1000)
+    top_passages: RequestInt = Field(default=5, ge=1, le=100)
     until_decided: bool = False
-    budget: int | None = Field(default=None, ge=0, le=100_000_000)
-    batch: int | None = Field(default=None, ge=1, le=1_000_000)
+    budget: RequestInt | None = Field(default=None, ge=0, le=100_000_000)
+    batch: RequestInt | None = Field(default=None, ge=1, le=1_000_000)
+    # --sample-labels: TREC qrels text of pairs drawn at random from the pool (each system's ppi)
+    sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
+    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
 
     @model_validator(mode="after")
     def _adaptive(self) -> CompareOptions:

@@ -219,9 +219,13 @@ class HostCheck:
     """The host rule (module doc) as ASGI middleware, in front of authentication and every
     route: 421 for a ``Host`` that does not name this server."""
 
-    def __init__(self, app: ASGIApp, *, allowed: Sequence[tuple[str, int | None]] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, *, allowed: Sequence[tuple[str, int | None]] = (), keys: bool = False
+    ) -> None:
         self.app = app
         self.allowed = tuple(allowed)
+        # Without keys the rule is always on; with keys, because --allowed-hosts was given.
+        self.why = "this server" if keys else "a server without keys"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -233,8 +237,8 @@ class HostCheck:
                 await _json_refusal(
                     send,
                     421,
-                    f"Host {shown!r} is not this server; a server without keys answers only its own "
-                    "address and localhost (name more with judge serve --allowed-hosts)",
+                    f"Host {shown!r} is not this server; {self.why} answers only its own "
+                    "address, localhost and the names of judge serve --allowed-hosts",
                 )
                 return
         await self.app(scope, receive, send)

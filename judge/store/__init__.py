@@ -9,32 +9,38 @@ from judge.store._cache import (
     judge_home,
     migrate,
 )
-from judge.store._label_store import (
-    DEFAULT_COLLECTION,
+from judge.store._label_files import (
     LABEL_FORMATS,
-    LABEL_SCHEMA_VERSION,
-    MAX_PAGE,
+    LabelFormat,
+    calibrated_config,
+    labels_to_jsonl,
+    labels_to_qrels,
+    read_label_file,
+    read_label_lines,
+)
+from judge.store._label_model import (
+    DEFAULT_COLLECTION,
     Calibration,
     Label,
     LabelConflict,
-    LabelFormat,
-    LabelPage,
     LabelSet,
-    LabelStore,
     ResolvedLabel,
-    calibrated_config,
     check_label_fields,
     conflicts_of,
+    label_type_problem,
+    parse_label,
+    qrels_escape,
+    qrels_unescape,
+    trec_token,
+)
+from judge.store._label_schema import LABEL_SCHEMA_VERSION
+from judge.store._label_store import (
+    MAX_PAGE,
+    LabelPage,
+    LabelStore,
     decode_cursor,
     default_labels_path,
     encode_cursor,
-    labels_to_jsonl,
-    labels_to_qrels,
-    qrels_escape,
-    qrels_unescape,
-    read_label_file,
-    read_label_lines,
-    trec_token,
 )
 from judge.store._runstate import (
     OutputWriter,
@@ -45,13 +51,21 @@ from judge.store._runstate import (
     recover_output,
     scan_output,
 )
-from judge.store._sqlite import Migration, SQLiteHolder, open_sqlite, run_migrations, schema_version
+from judge.store._sqlite import (
+    MAX_SQLITE_INT,
+    Migration,
+    SQLiteHolder,
+    open_sqlite,
+    run_migrations,
+    schema_version,
+)
 
 __all__ = [
     "DEFAULT_COLLECTION",
     "LABEL_FORMATS",
     "LABEL_SCHEMA_VERSION",
     "MAX_PAGE",
+    "MAX_SQLITE_INT",
     "SCHEMA_VERSION",
     "CacheStats",
     "CacheVersionError",
@@ -79,10 +93,12 @@ __all__ = [
     "encode_cursor",
     "iter_output",
     "judge_home",
+    "label_type_problem",
     "labels_to_jsonl",
     "labels_to_qrels",
     "migrate",
     "open_sqlite",
+    "parse_label",
     "qrels_escape",
     "qrels_unescape",
     "read_label_file",

@@ -22,22 +22,43 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from judge.io import InputError
+
 Migration = Callable[[sqlite3.Connection], None] | str
 
 BUSY_TIMEOUT_S = 30.0
+
+MAX_SQLITE_INT = 2**63 - 1
+"""The largest integer SQLite stores (a signed 64-bit integer). An integer from outside (a
+request's offset, a page cursor, a seed) is checked against it before it reaches a
+statement, where a larger one is an ``OverflowError``."""
 
 
 def open_sqlite(path: str | Path) -> sqlite3.Connection:
     """A connection to ``path`` (its folder created) in autocommit mode, usable from any
     thread (callers serialise it with their own lock), WAL journal, ``synchronous=NORMAL``
-    and a 30 s busy timeout."""
+    and a 30 s busy timeout. A path that cannot be a database (a folder, a file that is not
+    SQLite, a place that cannot be written) is an :class:`InputError` naming it."""
     file = Path(path)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(file), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    if file.is_dir():
+        raise InputError("a folder, not a SQLite database file", path=file)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(file), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+    except (OSError, sqlite3.Error) as exc:
+        raise InputError(f"cannot open as a SQLite database: {exc}", path=file) from None
     try:
         _use_wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+        if busy:
+            raise
+        raise InputError(f"cannot open as a SQLite database: {exc}", path=file) from None
     except BaseException:
         conn.close()
         raise

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from judge.batch import SampleLabelOptions
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels, read_qrels
 from judge.judging import JudgeConfig
 from judge.metrics import ScaleError
@@ -61,6 +62,8 @@ class SystemsOptions:
     budget: int | None = None
     adaptive_batch: int | None = None
     adaptive_draws: int = 200
+    # a random sample of human labels: each system's prediction-powered figures (report ``ppi``)
+    sample_labels: SampleLabelOptions | None = None
 
     def check(self) -> None:
         if self.depth is not None and self.depth < 1:
