@@ -52,14 +52,14 @@ def test_readme_starts_with_the_install_and_test_commands_ci_runs() -> None:
     install = 'pip install -e ".[local]" && judge score datasets/sample.jsonl'
     assert first.code.strip().endswith(install)
     assert second.code.strip().endswith(
-        'pip install -e ".[local,dev,server,ray,plot,docs,search]" && python -m pytest'
+        'pip install -e ".[local,dev,server,ray,plot,docs,search,dense]" && python -m pytest'
     )
     amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     flags = f'export CFLAGS="{amx}" CXXFLAGS="{amx}"'
     assert flags in first.code and flags in second.code
     ci = CI.read_text(encoding="utf-8")
     assert flags in ci
-    assert 'python -m pip install -q -e ".[local,dev,server,ray,plot,docs,search]"' in ci
+    assert 'python -m pip install -q -e ".[local,dev,server,ray,plot,docs,search,dense]"' in ci
     assert "\npython -m pytest\n" in ci and "\nmkdocs build --strict" in ci
     assert "judge score datasets/sample.jsonl" in ci
     # Nothing before them but the title, the paragraph and the picture.

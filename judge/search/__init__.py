@@ -17,6 +17,8 @@ from typing import Any
 from judge.search._api import resolve_inputs
 from judge.search._api import search as _search
 from judge.search._bm25_index import BM25Index, IndexInfo, build_index
+from judge.search._dense_index import DenseInfo, build_dense, current_index
+from judge.search._encoder import Encoder, get_encoder, register_encoder
 from judge.search._engines import open_engine
 from judge.search._hits import Engine, Hit
 from judge.search._queries import Query, check_queries, read_queries
@@ -49,6 +51,8 @@ __all__ = [
     "EMBEDDED_PARAMS",
     "ENGINES",
     "BM25Index",
+    "DenseInfo",
+    "Encoder",
     "Engine",
     "Hit",
     "IndexInfo",
@@ -61,15 +65,19 @@ __all__ = [
     "Template",
     "TransientSearchError",
     "arun_search",
+    "build_dense",
     "build_index",
     "check_queries",
     "compile_template",
     "config_from_dict",
+    "current_index",
     "detect_language",
+    "get_encoder",
     "load_config",
     "open_engine",
     "parse_overrides",
     "read_queries",
+    "register_encoder",
     "replace_depth",
     "resolve_inputs",
     "run_search",

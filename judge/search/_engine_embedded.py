@@ -1,4 +1,7 @@
-"""The embedded engine: BM25 over an index built by ``judge index build`` (no server)."""
+"""The embedded engine: BM25, dense or hybrid retrieval over an index built by ``judge index
+build`` (no server). ``params.retriever`` picks: ``bm25`` (the default), ``dense`` (the
+index's vectors, ``judge index build --dense``) or ``hybrid`` (both, each to
+``fusion_depth``, combined by :func:`judge.search._fusion.fuse`)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from judge.search._bm25_index import BM25Index
+from judge.search._dense_index import DenseVectors, open_dense, query_vector
+from judge.search._fusion import DENSE_PARAMS, fuse
 from judge.search._hits import Hit
 from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError
@@ -37,24 +42,62 @@ class EmbeddedEngine:
             raise SearchError(f"{config.index}: {exc.message}", path=where, field="index") from None
         p = config.params
         self.knobs = (str(p["method"]), float(p["k1"]), float(p["b"]), float(p["delta"]))  # type: ignore[arg-type]
+        d = {**DENSE_PARAMS, **p}
+        self.retriever = str(d["retriever"])
+        self.fusion: dict[str, Any] = {
+            "weight": float(d["weight"]),  # type: ignore[arg-type]
+            "normalization": str(d["normalization"]),
+            "combination": str(d["combination"]),
+            "rrf_k": float(d["rrf_k"]),  # type: ignore[arg-type]
+        }
+        self.fusion_depth = int(d["fusion_depth"])  # type: ignore[call-overload]
+        self.ann = bool(d["ann"])
+        self.dense: DenseVectors | None = None
+        self.encoder: Any = None
+        if self.retriever != "bm25":
+            try:
+                self.dense, self.encoder = open_dense(self.index)
+            except SearchError as exc:
+                where = None if config.path is None else str(config.path)
+                raise SearchError(f"{config.index}: {exc.message}", path=where, field=exc.field) from None
 
     async def prepare(self) -> None:
-        self.index.scorer(*self.knobs)
+        if self.retriever != "dense":
+            self.index.scorer(*self.knobs)
+
+    def _dense(self, query: str, depth: int) -> list[tuple[int, float]]:
+        assert self.dense is not None
+        vector = query_vector(self.encoder, query)
+        return self.dense.search_ann(vector, depth) if self.ann else self.dense.search(vector, depth)
 
     async def search(self, query: str, depth: int) -> list[Hit]:
-        found = self.index.search(query, depth, *self.knobs)
+        if self.retriever == "bm25":
+            found = self.index.search(query, depth, *self.knobs)
+        elif self.retriever == "dense":
+            found = self._dense(query, depth)
+        else:
+            k = max(depth, self.fusion_depth)
+            lexical = self.index.search(query, k, *self.knobs)
+            found = fuse(lexical, self._dense(query, k), **self.fusion)[:depth]
         return [Hit(self.index.ids[i], self.index.text(i), score) for i, score in found]
 
     async def version(self) -> str | None:
         tools = self.index.meta.get("tools", {})
-        return f"bm25s {tools.get('bm25s', '?')}"
+        lexical = f"bm25s {tools.get('bm25s', '?')}"
+        if self.retriever == "bm25":
+            return lexical
+        dense = f"{self.encoder.name} {self.encoder.version}"
+        return dense if self.retriever == "dense" else f"{lexical} + {dense}"
 
     async def stats(self) -> dict[str, Any]:
-        return self.index.stats()
+        stats = self.index.stats()
+        if self.retriever != "bm25":
+            stats["dense"] = self.index.meta.get("dense")
+        return stats
 
     def describe_request(self, query: str, depth: int) -> dict[str, Any]:
         method, k1, b, delta = self.knobs
-        return {
+        out: dict[str, Any] = {
             "index": str(self.config.index),
             "query": query,
             "tokens": self.index.tokenize(query),
@@ -64,6 +107,12 @@ class EmbeddedEngine:
             "b": b,
             "delta": delta,
         }
+        if self.retriever == "bm25":
+            return out
+        dense = {"retriever": self.retriever, "encoder": self.encoder.name, "ann": self.ann}
+        if self.retriever == "dense":
+            return {"index": out["index"], "query": query, "depth": depth, **dense}
+        return {**out, **dense, **self.fusion, "fusion_depth": self.fusion_depth}
 
     async def close(self) -> None:
         return None

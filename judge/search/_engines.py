@@ -9,6 +9,10 @@ from judge.search._search_errors import SearchError
 
 def open_engine(config: SearchConfig, *, timeout_s: float = 30.0) -> Engine:
     """The engine of ``config`` (nothing is sent yet)."""
+    if config.engine == "hybrid":
+        from judge.search._engine_hybrid import HybridEngine
+
+        return HybridEngine(config, lambda source: open_engine(source, timeout_s=timeout_s))
     if config.engine == "embedded":
         from judge.search._engine_embedded import EmbeddedEngine
 

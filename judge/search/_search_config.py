@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from judge.io import number_problem
+from judge.search._fusion import DENSE_PARAMS, FUSION_PARAMS, check_fusion_params
 from judge.search._jsonpath import parse_path
 from judge.search._request_template import Template, Value, compile_template
 from judge.search._search_errors import SearchError
 
-ENGINES = ("embedded", "http", "opensearch", "elasticsearch", "solr", "postgres", "python")
+ENGINES = ("embedded", "http", "opensearch", "elasticsearch", "solr", "postgres", "python", "hybrid")
 DEFAULT_ENGINE = "embedded"
 DEFAULT_DEPTH = 10
 MAX_DEPTH = 10_000
@@ -78,7 +79,9 @@ _ENGINE_KEYS: dict[str, set[str]] = {
     "solr": {"url", "url_params", "headers", "response"},
     "postgres": {"dsn", "dsn_env", "sql"},
     "python": {"callable", "retriever", "pythonpath"},
+    "hybrid": {"sources"},
 }
+_LOADING: list[Path] = []  # the hybrid configurations being loaded (a loop of sources is refused)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class SearchConfig:
     callable: str | None = None
     retriever: str | None = None
     pythonpath: Path | None = None
+    sources: tuple[SearchConfig, ...] = ()
 
     @property
     def short_hash(self) -> str:
@@ -212,6 +216,8 @@ def _apply_overrides(
 ) -> dict[str, Value]:
     out = dict(params)
     for name, value in overrides.items():
+        if engine == "embedded" and name in DENSE_PARAMS and name not in out:
+            out[name] = DENSE_PARAMS[name]
         if name not in out:
             known = ", ".join(sorted(out)) or "none"
             raise SearchError(
@@ -220,6 +226,10 @@ def _apply_overrides(
                 field=f"params.{name}",
             )
         out[name] = _coerce(name, out[name], value, path)
+    if engine == "embedded":  # dense knobs at their defaults stay out (BM25 hashes unchanged)
+        for name, default in DENSE_PARAMS.items():
+            if name in out and type(out[name]) is type(default) and out[name] == default:
+                del out[name]
     return out
 
 
@@ -285,9 +295,20 @@ def _params(raw: Mapping[str, Any], path: Path | None, engine: str) -> dict[str,
     if engine == "embedded":
         params.update(EMBEDDED_PARAMS)
         for name in given:
-            if name not in EMBEDDED_PARAMS:
+            if name not in EMBEDDED_PARAMS and name not in DENSE_PARAMS:
+                known = ", ".join([*EMBEDDED_PARAMS, *DENSE_PARAMS])
                 raise SearchError(
-                    f"unknown knob {name!r} for the embedded engine (known: {', '.join(EMBEDDED_PARAMS)})",
+                    f"unknown knob {name!r} for the embedded engine (known: {known})",
+                    path=_where(path),
+                    field=f"params.{name}",
+                )
+        return _apply_overrides(params, given, path, engine)
+    if engine == "hybrid":
+        params.update(FUSION_PARAMS)
+        for name in given:
+            if name not in FUSION_PARAMS:
+                raise SearchError(
+                    f"unknown knob {name!r} for the hybrid engine (known: {', '.join(FUSION_PARAMS)})",
                     path=_where(path),
                     field=f"params.{name}",
                 )
@@ -313,6 +334,7 @@ def _check_embedded_params(params: Mapping[str, Value], path: Path | None) -> No
             path=where,
             field="params.method",
         )
+    check_fusion_params(params, where)
 
 
 def _relative(value: str, path: Path | None, base: Path | None = None) -> Path:
@@ -333,6 +355,9 @@ def _engine_fields(
         return out
     if engine in ("http", "opensearch", "elasticsearch", "solr"):
         return _http_fields(raw, engine, path, variables)
+    if engine == "hybrid":
+        out["sources"] = _sources(raw, path, base)
+        return out
     if engine == "postgres":
         out["sql"] = _string(raw, "sql", path, required=True)
         out["dsn"] = _string(raw, "dsn", path)
@@ -350,6 +375,36 @@ def _engine_fields(
     pythonpath = _string(raw, "pythonpath", path)
     out["pythonpath"] = None if pythonpath is None else _relative(pythonpath, path, base)
     return out
+
+
+def _sources(raw: Mapping[str, Any], path: Path | None, base: Path | None) -> tuple[SearchConfig, ...]:
+    """A hybrid configuration's two sources, each a configuration file (relative to this one)."""
+    where = _where(path)
+    given = raw.get("sources")
+    if not isinstance(given, list) or len(given) != 2 or not all(isinstance(s, str) and s for s in given):
+        raise SearchError(
+            'must be a list of two configuration files, e.g. ["bm25.toml", "dense.toml"]',
+            path=where,
+            field="sources",
+        )
+    out: list[SearchConfig] = []
+    for i, item in enumerate(given):
+        source = _relative(item, path, base).resolve()
+        if source in _LOADING:
+            raise SearchError(f"{item!r} is a source of itself (a loop)", path=where, field=f"sources[{i}]")
+        _LOADING.append(source)
+        try:
+            out.append(load_config(source))
+        except SearchError as exc:
+            raise SearchError(
+                f"{exc.message} (source {i} of {where or 'a hybrid configuration'})",
+                path=exc.path or where,
+                line=exc.line,
+                field=exc.field or f"sources[{i}]",
+            ) from None
+        finally:
+            _LOADING.pop()
+    return tuple(out)
 
 
 def _http_fields(raw: dict[str, Any], engine: str, path: Path | None, variables: set[str]) -> dict[str, Any]:
@@ -429,16 +484,21 @@ def _build(
     params = _params(raw, path, engine)
     if engine == "embedded":
         _check_embedded_params(params, path)
+    elif engine == "hybrid":
+        check_fusion_params(params, where)
     variables = {"query", "depth", *params}
     fields = _engine_fields(raw, engine, path, variables, base)
     content = {k: v for k, v in raw.items() if k not in ("name", "description")}
     content.update(engine=engine, depth=depth, params=params)
+    hashed = content
+    if engine == "hybrid":  # a source's file edited is another configuration
+        hashed = {**content, "source_hashes": [s.hash for s in fields["sources"]]}
     return SearchConfig(
         name=name,
         engine=engine,
         depth=depth,
         params=params,
-        hash=_canonical_hash(content),
+        hash=_canonical_hash(hashed),
         path=path,
         content={**content, "name": name} if "name" in raw else content,
         **fields,

@@ -1,0 +1,189 @@
+"""Hybrid retrieval's arithmetic: score normalisation and the combination of two ranked
+lists, as pure functions, with the knobs that choose them.
+
+Two lists of (key, score), each best first, are combined into one. ``weight`` is the share
+of the *second* list (the dense side of the embedded engine, the second source of a hybrid
+configuration), ``1 - weight`` the first's.
+
+Normalisation (each list on its own, over the hits it returned):
+
+* ``min_max``: ``(s - min) / (max - min)``; a list whose scores are all equal (one hit,
+  or ties) gives 1.0 to each;
+* ``l2``: ``s / sqrt(sum(s**2))``; all zero gives 0.0;
+* ``z_score``: ``(s - mean) / std`` (population standard deviation); no spread gives 0.0.
+
+A key one list did not return counts as that list's floor: 0.0 for ``min_max`` and ``l2``,
+the lowest normalised score of the list for ``z_score``.
+
+Combination of the normalised scores ``a`` (first) and ``b`` (second), ``w`` the weight:
+
+* ``arithmetic``: ``(1 - w) * a + w * b``;
+* ``geometric``: ``a**(1-w) * b**w``, and ``harmonic``: ``1 / ((1-w)/a + w/b)``, both as
+  OpenSearch's normalization processor computes them: over the sides where the key scored
+  above 0 and whose weight is above 0, the weights renormalised to sum 1 (a key only one
+  side returned keeps that side's score); no such side gives 0.0. ``z_score`` (negative
+  scores) works with ``arithmetic`` only;
+* ``rrf``: reciprocal rank fusion, ``(1 - w) / (rrf_k + rank_a) + w / (rrf_k + rank_b)``
+  over the lists that hold the key (rank from 1; scores and normalisation unused).
+
+The result is ordered by combined score, then by rank in the list of the larger weight (the
+second at 0.5), then by rank in the other: at weight 0 the first list comes back in its own
+order, at weight 1 the second, each followed by the keys only the other returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
+
+from judge.search._request_template import Value
+from judge.search._search_errors import SearchError
+
+RETRIEVERS = ("bm25", "dense", "hybrid")
+NORMALIZATIONS = ("min_max", "l2", "z_score")
+COMBINATIONS = ("arithmetic", "geometric", "harmonic", "rrf")
+MAX_FUSION_DEPTH = 10_000
+
+#: The knobs of a combination of two lists and their defaults (the ``hybrid`` engine's [params]).
+FUSION_PARAMS: dict[str, Value] = {
+    "weight": 0.5,
+    "normalization": "min_max",
+    "combination": "arithmetic",
+    "rrf_k": 60,
+    "fusion_depth": 100,
+}
+#: The embedded engine's retrieval knobs beyond BM25's (left out of a configuration's hash
+#: at their defaults, so every BM25 configuration keeps its hash).
+DENSE_PARAMS: dict[str, Value] = {"retriever": "bm25", **FUSION_PARAMS, "ann": False}
+
+K = TypeVar("K", bound=Hashable)
+
+
+def normalize(scores: Sequence[float], method: str) -> list[float]:
+    """``scores`` normalised by ``method`` (see the module docstring); empty stays empty."""
+    values = [float(s) for s in scores]
+    if not values:
+        return []
+    if method == "min_max":
+        low, high = min(values), max(values)
+        if high == low:
+            return [1.0] * len(values)
+        return [(v - low) / (high - low) for v in values]
+    if method == "l2":
+        norm = math.sqrt(math.fsum(v * v for v in values))
+        return [v / norm for v in values] if norm > 0 else [0.0] * len(values)
+    if method == "z_score":
+        mean = math.fsum(values) / len(values)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+        return [(v - mean) / std for v in values] if std > 0 else [0.0] * len(values)
+    raise SearchError(f"unknown normalization {method!r} (known: {', '.join(NORMALIZATIONS)})")
+
+
+def _mean(pairs: Sequence[tuple[float, float]], combination: str) -> float:
+    """The weighted geometric or harmonic mean of (score, weight) over positive ones."""
+    used = [(s, w) for s, w in pairs if s > 0 and w > 0]
+    total = math.fsum(w for _, w in used)
+    if not used or total <= 0:
+        return 0.0
+    if combination == "geometric":
+        return math.exp(math.fsum(w * math.log(s) for s, w in used) / total)
+    return total / math.fsum(w / s for s, w in used)
+
+
+def fuse(
+    first: Sequence[tuple[K, float]],
+    second: Sequence[tuple[K, float]],
+    *,
+    weight: float,
+    normalization: str = "min_max",
+    combination: str = "arithmetic",
+    rrf_k: float = 60,
+) -> list[tuple[K, float]]:
+    """The two ranked lists combined (see the module docstring): (key, combined score), best
+    first. A key repeated within one list counts at its first place."""
+    if not 0 <= weight <= 1:
+        raise SearchError(f"must be a number from 0 to 1, got {weight!r}", field="params.weight")
+    if combination not in COMBINATIONS:
+        raise SearchError(f"unknown combination {combination!r}", field="params.combination")
+    sides = [_dedupe(first), _dedupe(second)]
+    weights = (1.0 - weight, weight)
+    ranks: list[dict[K, int]] = [{k: r for r, (k, _) in enumerate(side, start=1)} for side in sides]
+    keys: dict[K, None] = {}
+    for side in sides if weight >= 0.5 else sides[::-1]:
+        keys.update((k, None) for k, _ in side)
+    combined: dict[K, float] = {}
+    if combination == "rrf":
+        for k in keys:
+            combined[k] = math.fsum(
+                w / (rrf_k + rank[k]) for rank, w in zip(ranks, weights, strict=True) if k in rank
+            )
+    else:
+        normal: list[dict[K, float]] = []
+        floors: list[float] = []
+        for side in sides:
+            values = normalize([s for _, s in side], normalization)
+            normal.append({k: v for (k, _), v in zip(side, values, strict=True)})
+            floors.append(min(values) if normalization == "z_score" and values else 0.0)
+        for k in keys:
+            a, b = (n.get(k, floor) for n, floor in zip(normal, floors, strict=True))
+            if combination == "arithmetic":
+                combined[k] = weights[0] * a + weights[1] * b
+            else:
+                combined[k] = _mean([(a, weights[0]), (b, weights[1])], combination)
+    major, minor = (ranks[1], ranks[0]) if weight >= 0.5 else (ranks[0], ranks[1])
+    missing = len(keys) + 1
+    order = sorted(keys, key=lambda k: (-combined[k], major.get(k, missing), minor.get(k, missing)))
+    return [(k, combined[k]) for k in order]
+
+
+def _dedupe(side: Sequence[tuple[K, float]]) -> list[tuple[K, float]]:
+    seen: set[K] = set()
+    out: list[tuple[K, float]] = []
+    for k, s in side:
+        if k not in seen:
+            seen.add(k)
+            out.append((k, float(s)))
+    return out
+
+
+def check_fusion_params(params: Mapping[str, Value], where: str | None) -> None:
+    """The fusion knobs of ``params`` (defaults for those missing) checked: a SearchError
+    naming ``params.<knob>``."""
+    p = {**DENSE_PARAMS, **params}
+    weight = p["weight"]
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, int | float)
+        or not math.isfinite(weight)
+        or not 0 <= weight <= 1
+    ):
+        raise SearchError(f"must be a number from 0 to 1, got {weight!r}", path=where, field="params.weight")
+    for name, known in (
+        ("retriever", RETRIEVERS),
+        ("normalization", NORMALIZATIONS),
+        ("combination", COMBINATIONS),
+    ):
+        if p[name] not in known:
+            raise SearchError(
+                f"unknown {name} {p[name]!r} (known: {', '.join(known)})", path=where, field=f"params.{name}"
+            )
+    rrf_k = p["rrf_k"]
+    if isinstance(rrf_k, bool) or not isinstance(rrf_k, int | float) or not 0 <= rrf_k < math.inf:
+        raise SearchError(f"must be a number >= 0, got {rrf_k!r}", path=where, field="params.rrf_k")
+    depth = p["fusion_depth"]
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_FUSION_DEPTH:
+        raise SearchError(
+            f"must be an integer from 1 to {MAX_FUSION_DEPTH}, got {depth!r}",
+            path=where,
+            field="params.fusion_depth",
+        )
+    if not isinstance(p["ann"], bool):
+        raise SearchError(f"must be true or false, got {p['ann']!r}", path=where, field="params.ann")
+    if p["normalization"] == "z_score" and p["combination"] in ("geometric", "harmonic"):
+        raise SearchError(
+            f"z_score gives negative scores, which a {p['combination']} mean cannot take: use "
+            "arithmetic or rrf, or normalization min_max or l2",
+            path=where,
+            field="params.normalization",
+        )
