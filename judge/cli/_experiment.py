@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_batch_flags, call_settings, open_backend, run_spec_of
+from judge.cli._flags import add_batch_flags, add_example_flags, call_settings, open_backend, run_spec_of
 from judge.io import InputError
 
 
@@ -115,6 +115,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
     add_batch_flags(p, defaults=False)
+    add_example_flags(p)
     p.set_defaults(func=run_experiment_cli)
 
 
@@ -136,7 +137,14 @@ def _search_options(args: argparse.Namespace) -> Any:
 def run_experiment_cli(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.store import SQLiteVerdictStore
-    from judge.systems import ExperimentOptions, PoolRun, ReportFolder, SystemsOptions, run_experiment
+    from judge.systems import (
+        ExperimentOptions,
+        PoolRun,
+        ReportFolder,
+        SystemsOptions,
+        check_pool_examples,
+        run_experiment,
+    )
 
     out = Path(args.output)
     experiment = ExperimentOptions(
@@ -166,6 +174,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     )
     options.check()
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
+    check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
     backend_spec: Any = args.backend
     if args.cascade:
         from judge.backends import resolve_cascade
@@ -230,8 +239,10 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
     from judge.systems import PoolRun, load_search_nightly, run_search_nightly
 
     cfg = load_search_nightly(args.config)
-    with flag_errors({"mode": "mode"}):
-        spec = run_spec(None, mode=cfg.mode)
+    with flag_errors(
+        {"mode": "mode", "examples": "search.examples", "examples_from": "search.examples_from"}
+    ):
+        spec = run_spec(None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from)
     backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
     if not args.quiet:
         print(f"judge: using judge {backend.name}", file=sys.stderr)

@@ -18,6 +18,7 @@ from judge.cli._flags import (
     add_batch_flags,
     add_dataset_flags,
     add_engine_flags,
+    add_example_flags,
     call_settings,
     check_engine_flags,
     open_backend,
@@ -154,6 +155,7 @@ def register(subparsers: Any) -> None:
     from judge.cli._label_commands import add_label_flags
 
     add_label_flags(p)
+    add_example_flags(p)
     p.set_defaults(func=run_compare_systems_cli)
 
 
@@ -166,6 +168,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         PoolRun,
         ReportFolder,
         SystemsOptions,
+        check_pool_examples,
         parse_system_args,
         read_human_labels,
         run_comparison,
@@ -204,6 +207,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config)
+    check_pool_examples(
+        PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, config
+    )
 
     backend_spec: Any = args.backend
     if args.cascade:

@@ -32,6 +32,7 @@ from judge.metrics import Evaluation
 from judge.store import atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
+from judge.systems._example_bank import check_pool_examples, pool_example_bank
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._label_scale import PoolScale
 from judge.systems._model import (
@@ -162,6 +163,7 @@ async def run_comparison(
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
     opts.check()
+    check_pool_examples(run, opts, config)
     measures = parse_measures(opts.measures)
     paths = {check_name(name): Path(path) for name, path in systems.items()}
     check_paths(paths)
@@ -183,6 +185,7 @@ async def run_comparison(
     finally:
         reporter.close()
     pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
+    run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -576,6 +579,8 @@ async def acompare_systems(
     draws: int = 200,
     cascade: str | None = None,
     margin: float = 0.1,
+    examples: int | None = None,
+    examples_from: str | None = None,
 ) -> SystemsReport:
     """Judge the pooled passages of several retrieval systems once and compare them.
 
@@ -594,8 +599,10 @@ async def acompare_systems(
     holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
     ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
     judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
-    threshold, or with ``until_decided`` the pairs the decisions still need). Re-running
-    resumes: judged pairs cost nothing.
+    threshold, or with ``until_decided`` the pairs the decisions still need);
+    ``examples=N`` (0-16) shows each pooled passage up to N labelled passages of ``qrels``
+    as worked examples (``examples_from="nearest"``: of the most similar labelled queries
+    too). Re-running resumes: judged pairs cost nothing.
     """
     from judge.backends import make_backend, resolve_cascade
     from judge.batch import run_spec_from_kwargs
@@ -605,7 +612,9 @@ async def acompare_systems(
             raise InputError("give either backend or cascade, not both", field="cascade")
         backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
 
-    spec = run_spec_from_kwargs(config=config, mode=mode, concurrency=concurrency)
+    spec = run_spec_from_kwargs(
+        config=config, mode=mode, concurrency=concurrency, examples=examples, examples_from=examples_from
+    )
     options = SystemsOptions(
         depth=depth,
         measures=tuple(measures) if measures is not None else None,

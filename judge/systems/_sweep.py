@@ -34,6 +34,7 @@ from judge.judging import JudgeConfig, VerdictStore
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
 from judge.systems._comparison import ComparisonReport
+from judge.systems._example_bank import check_pool_examples, pool_example_bank
 from judge.systems._inputs import read_systems
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
@@ -159,6 +160,7 @@ async def _judge_trial(planned: Planned, j: _Judging) -> float | None:
         at_least=1,
     )
     pool = build_pool(inputs, depth=j.options.depth, human=j.human)
+    bank = pool_example_bank(j.run.spec.examples, pool, inputs, j.config)
     where = j.out / "trials" / planned.name
     where.mkdir(parents=True, exist_ok=True)
     verdicts = await judge_pool(
@@ -168,7 +170,7 @@ async def _judge_trial(planned: Planned, j: _Judging) -> float | None:
         j.backend,
         j.config,
         store=j.store,
-        run=replace(j.run, max_passage_chars=j.options.max_passage_chars),
+        run=replace(j.run, max_passage_chars=j.options.max_passage_chars, examples=bank),
     )
     j.calls += verdicts.calls
     mode = _pooled_config(j.config, j.backend, j.run.listwise).mode
@@ -343,6 +345,7 @@ async def run_experiment(
     objective = measures[0]
     run = pool_run or PoolRun()
     knobs = experiment.check()
+    check_pool_examples(run, opts, config)
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
@@ -437,6 +440,8 @@ async def aexperiment(
     cascade: str | None = None,
     margin: float = 0.1,
     search_options: SearchOptions | None = None,
+    examples: int | None = None,
+    examples_from: str | None = None,
 ) -> SystemsReport:
     """Run the query set ``queries`` through several search configurations and compare them
     on one judged pool (``judge experiment``).
@@ -451,7 +456,8 @@ async def aexperiment(
     (``report.json`` with its ``experiment`` section, ``report.md``, ``report.html``), the
     runs (``runs/NAME.jsonl``: reused when the configuration's hash matches) and
     ``heatmap.png`` (two knobs vary) into ``output_dir``; returns the report. Every earlier
-    judgment in the verdict cache is reused.
+    judgment in the verdict cache is reused. ``examples``/``examples_from``: worked
+    examples from ``qrels``, as :func:`compare_systems`'s.
     """
     from judge.backends import make_backend, resolve_cascade
     from judge.batch import run_spec_from_kwargs
@@ -471,7 +477,9 @@ async def aexperiment(
         search=search_options,
     )
     exp.check()
-    spec = run_spec_from_kwargs(config=config, mode=mode, concurrency=concurrency)
+    spec = run_spec_from_kwargs(
+        config=config, mode=mode, concurrency=concurrency, examples=examples, examples_from=examples_from
+    )
     options = SystemsOptions(
         depth=depth,
         measures=tuple(measures) if measures is not None else None,
