@@ -94,7 +94,7 @@ def test_examples_sit_after_the_fixed_instructions_and_before_the_passage() -> N
     for tid in ("binary.en.v2", "binary.en.v1", "graded.zh.v1"):
         t = load_template(tid)
         block = render_examples(t, ex)
-        system, user = t.render(query="what is rust", passage="PASSAGE", examples=block)
+        _system, user = t.render(query="what is rust", passage="PASSAGE", examples=block)
         assert "Rust is a language." in user.content and "Iron oxide." in user.content
         at = user.content.index("<passage>\nPASSAGE")
         assert user.content.index("Rust is a language.") < at  # examples before the passage
