@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # document this checkout, not another installed copy
     sys.path.insert(0, str(ROOT))
 
-HELP_WIDTH = "100"
+#: argparse wraps every help at this many columns: the width of a code block on the page.
+HELP_WIDTH = "80"
 
 
 # --- the CLI ---------------------------------------------------------------------------------

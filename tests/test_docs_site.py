@@ -77,7 +77,7 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[list
 def test_cli_reference_has_every_command_help(site: Path) -> None:
     from judge.cli import build_parser
 
-    html = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    html = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     commands = [" ".join(path) for path in _commands(build_parser(), ["judge"])]
     assert {"judge score", "judge compare-systems", "judge serve", "judge labels import"} <= set(commands)
     for command in commands:
@@ -91,7 +91,7 @@ def test_http_reference_has_every_route(site: Path) -> None:
         from gen_cli_reference import openapi_document
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    html = (site / "reference" / "http-api" / "index.html").read_text(encoding="utf-8")
+    html = (site / "reference" / "http-api.html").read_text(encoding="utf-8")
     paths = openapi_document()["paths"]
     assert "/v1/jobs/{job_id}/labels" in paths and "/healthz" in paths
     for route, methods in paths.items():
@@ -100,8 +100,39 @@ def test_http_reference_has_every_route(site: Path) -> None:
 
 
 def test_python_reference_and_getting_started_are_rendered(site: Path) -> None:
-    api = (site / "reference" / "python-api" / "index.html").read_text(encoding="utf-8")
+    api = (site / "reference" / "python-api.html").read_text(encoding="utf-8")
     assert "Judge every passage of" in api  # judge.evaluate's docstring
     assert "make_backend" in api and "RunSpec" in api
-    started = (site / "getting-started" / "index.html").read_text(encoding="utf-8")
+    started = (site / "getting-started.html").read_text(encoding="utf-8")
     assert "judge compare-systems" in started and "judge-overview.svg" in started
+
+
+def test_the_home_page_lists_every_guide() -> None:
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    guides = sorted(p.name for p in (ROOT / "docs" / "guides").glob("*.md"))
+    assert guides and [g for g in guides if f"(guides/{g})" not in home] == []
+
+
+def test_the_cli_reference_wraps_at_the_page_width() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gen_cli_reference import cli_markdown
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    inside, longest = False, ""
+    for line in cli_markdown().splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif inside and len(line) > len(longest):
+            longest = line
+    assert 0 < len(longest) <= 80, longest
+
+
+def test_the_site_works_from_disk(site: Path) -> None:
+    # file:// has no directory index and no fetch: pages are NAME.html and link to NAME.html,
+    # and the search index ships as a script (Material's offline plugin).
+    assert (site / "guides" / "experiments.html").is_file()
+    assert not (site / "guides" / "experiments").exists()
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="guides/experiments.html"' in home
+    assert (site / "search" / "search_index.js").is_file()

@@ -87,8 +87,9 @@ def test_pooled_calls_best_significance_coverage_heatmap(data: Bundled, tmp_path
     assert report["pool"]["unique_pairs"] == len(union)
     assert report["pool"]["pairs"] == nominal
     assert e["calls"] == len(union) == report["pool"]["calls"]
-    assert e["nominal_pairs"] == 4 * 12 * 10
-    assert e["calls_ratio"] == pytest.approx(len(union) / 480, abs=1e-6)
+    assert e["nominal_pairs"] == 4 * 16 * 10
+    assert e["calls_ratio"] == pytest.approx(len(union) / 640, abs=1e-6)
+    assert e["pairs"] == len(union) and e["calls_per_pair"] == 1.0
     # every pooled pair is judged: coverage 1 at every k
     assert all(v == 1.0 for c in e["configurations"] for v in c["coverage"].values())
     assert set(e["configurations"][0]["coverage"]) == {"5", "10"}
@@ -154,9 +155,11 @@ def test_a_later_experiment_reuses_every_judgment(data: Bundled, tmp_path: Path)
     cache = tmp_path / "cache.sqlite"
     first = _run(data, tmp_path / "one", "--grid", "b=0.75,1.0", cache=cache)
     assert first["experiment"]["calls"] == first["pool"]["unique_pairs"]
-    # the same experiment again: nothing searched, nothing judged
+    # the same experiment again: nothing searched, nothing judged; the experiment's calls
+    # are still those of its first run (kept in calls.json), none of them this run
     again = _run(data, tmp_path / "one", "--grid", "b=0.75,1.0", cache=cache)
-    assert again["experiment"]["calls"] == 0
+    assert again["experiment"]["calls_this_run"] == 0
+    assert again["experiment"]["calls"] == first["experiment"]["calls"]
     assert all(c["queries_searched"] == 0 for c in again["experiment"]["configurations"])
     # a new experiment elsewhere with one more configuration: calls only for its new pairs
     second = _run(data, tmp_path / "two", "--grid", "b=0.75,1.0,0.0", cache=cache)
@@ -242,3 +245,19 @@ def test_another_query_set_in_the_same_folder_gets_its_own_runs(data: Bundled, t
     assert report["experiment"]["queries"] == 3 and report["pool"]["queries"] == 3
     assert all(c["queries_searched"] == 3 for c in report["experiment"]["configurations"])
     assert report["experiment"]["calls"] == 0  # every pair was judged by the first experiment
+
+
+def test_the_bundled_data_responds_to_bm25s_knobs(data: Bundled, tmp_path: Path) -> None:
+    # The README's data and judge: a 3 x 3 grid of k1 and b (the file's own values first, the
+    # baseline) gives distinct objectives, and the best is not the baseline.
+    readme_qrels = data.queries.with_name("queries.zh.qrels")
+    assert sorted(readme_qrels.read_text(encoding="utf-8").split("\n")) == sorted(
+        data.qrels.read_text(encoding="utf-8").split("\n")
+    )
+    report = _run(data, tmp_path / "exp", "--grid", "k1=1.2,0.6,1.8", "--grid", "b=0.75,0.3,0.9")
+    e = report["experiment"]
+    objectives = [c["objective"] for c in e["configurations"]]
+    assert len(objectives) == 9 and len({round(v, 6) for v in objectives}) >= 3
+    assert e["configurations"][0]["name"] == "bm25-k1_1.2-b_0.75"
+    assert e["best"] != "bm25-k1_1.2-b_0.75"
+    assert e["best_value"] == max(objectives) > objectives[0]

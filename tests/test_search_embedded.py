@@ -123,7 +123,7 @@ def test_jieba_tokenises_a_chinese_query() -> None:
 
 def test_index_build_detects_the_language_and_refuses_bad_lines(tmp_path: Path) -> None:
     info = build_index(BUNDLED / "corpus.zh.jsonl", tmp_path / "zh")
-    assert (info.language, info.documents) == ("zh", 60)
+    assert (info.language, info.documents) == ("zh", 65)
     gz = tmp_path / "docs.jsonl.gz"
     gz.write_bytes(gzip.compress(b'{"id": 1, "title": "Dogs", "text": "Anemia shows as pale gums"}\n'))
     info = build_index(gz, tmp_path / "en")
@@ -162,7 +162,7 @@ def test_run_writes_dataset_trec_and_meta_that_judge_reads(
     queries = read_queries(BUNDLED / "queries.zh.jsonl")
     out = tmp_path / "runs" / "bm25.jsonl"
     run = run_search(queries, config, out, options=SearchOptions(concurrency=3))
-    assert (run.queries_searched, run.queries_reused, run.no_hits) == (12, 0, ())
+    assert (run.queries_searched, run.queries_reused, run.no_hits) == (16, 0, ())
     assert run.trec_path == tmp_path / "runs" / "bm25.trec"
     assert run.meta_path == tmp_path / "runs" / "bm25.meta.json"
     records = read_dataset(out)
@@ -173,11 +173,11 @@ def test_run_writes_dataset_trec_and_meta_that_judge_reads(
     assert first.passages[0].id in {"dog01", "dog02", "dog03"}
     trec = read_run(run.trec_path)
     assert trec.run_id == "bm25"
-    assert len(trec.query_ids) == 12
+    assert len(trec.query_ids) == 16
     meta = json.loads(run.meta_path.read_text(encoding="utf-8"))
     assert meta["config"]["hash"] == config.hash and meta["status"] == "complete"
     assert meta["engine"]["version"].startswith("bm25s ")
-    assert meta["engine"]["stats"]["documents"] == 60
+    assert meta["engine"]["stats"]["documents"] == 65
     assert meta["first_request"]["query_id"] == "q01"
     assert meta["first_request"]["tokens"] == ["小狗", "贫血", "表现"]
     assert set(meta["latency_ms"]) == {q.id for q in queries}
@@ -188,7 +188,7 @@ def test_run_writes_dataset_trec_and_meta_that_judge_reads(
     )
     scored = tmp_path / "scored.jsonl"
     assert main(["score", str(out), "--backend", f"qrels:{qrels}", "-o", str(scored)]) == 0
-    assert len(scored.read_text(encoding="utf-8").splitlines()) == 12
+    assert len(scored.read_text(encoding="utf-8").splitlines()) == 16
     # compare-systems too
     report = tmp_path / "report"
     code = main(
@@ -266,14 +266,14 @@ def test_callable_package_and_api(tmp_path: Path) -> None:
 def test_cli_index_build_and_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     idx = tmp_path / "index.zh"
     assert main(["index", "build", str(BUNDLED / "corpus.zh.jsonl"), "-o", str(idx)]) == 0
-    assert "60 documents" in capsys.readouterr().out
+    assert "65 documents" in capsys.readouterr().out
     cfg = tmp_path / "bm25.toml"
     cfg.write_text((BUNDLED / "bm25.toml").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "run.jsonl"
     args = ["search", str(BUNDLED / "queries.zh.jsonl"), "--config", str(cfg), "-o", str(out)]
     assert main([*args, "--set", "k1=0.9", "--set", "b=0.4", "--concurrency", "2"]) == 0
     line = capsys.readouterr().out
-    assert line.startswith("judge search: bm25 (") and "12 searched, 0 reused" in line
+    assert line.startswith("judge search: bm25 (") and "16 searched, 0 reused" in line
     meta = json.loads(out.with_name("run.meta.json").read_text(encoding="utf-8"))
     assert meta["config"]["content"]["params"]["k1"] == 0.9
     # Exit 2 naming the configuration and the field, nothing written.

@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_batch_flags, add_example_flags, call_settings, open_backend, run_spec_of
+from judge.cli._flags import open_backend, run_spec_of
+from judge.cli._pooled_flags import (
+    add_pooled_flags,
+    open_pooled_backend,
+    pooled_options,
+    pooled_run,
+    run_pooled,
+)
 from judge.io import InputError
 
 
@@ -66,56 +73,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--query-qrels", default=None, metavar="FILE", help="a qrels file beside the query set")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for runs and the report")
-    p.add_argument(
-        "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
+    add_pooled_flags(
+        p,
+        default_measures="ndcg_cut_10, map, P_5, recall_10, recip_rank",
+        stability_resamples=0,
+        seed_help="seed of the TPE sampler and of every test and resample (default 0)",
     )
-    p.add_argument(
-        "--qrels-level", type=int, default=None, metavar="L", help="as compare-systems --qrels-level"
-    )
-    p.add_argument("--qrels-yes-grade", type=int, default=None, metavar="G", help="as compare-systems")
-    p.add_argument("--depth", type=int, default=None, metavar="N", help="pool only each run's top N passages")
-    p.add_argument(
-        "-m",
-        "--measure",
-        dest="measures",
-        action="append",
-        metavar="MEASURE",
-        help="registry measure(s); the first is the objective (default: ndcg_cut_10, map, P_5, recall_10, "
-        "recip_rank)",
-    )
-    p.add_argument("-l", dest="level", type=int, default=None, help="minimum grade counted relevant")
-    p.add_argument(
-        "--seed",
-        dest="resample_seed",
-        type=int,
-        default=0,
-        help="seed of the TPE sampler and of every test and resample (default 0)",
-    )
-    p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
-    p.add_argument(
-        "--stability-resamples", type=int, default=0, help="order_stability redraws (default 0: skip)"
-    )
-    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--until-decided", action="store_true", help="judge adaptively, as compare-systems")
-    p.add_argument(
-        "--budget", type=int, default=None, metavar="N", help="with --until-decided: at most N pairs"
-    )
-    p.add_argument(
-        "--batch", type=int, default=None, metavar="N", help="with --until-decided: pairs per round"
-    )
-    p.add_argument("--cascade", default=None, metavar="CHEAP,EXPENSIVE", help="as compare-systems --cascade")
-    p.add_argument("--margin", type=float, default=0.1, help="with --cascade: the cheap judge's unsure band")
     p.add_argument(
         "--search-concurrency", type=int, default=None, metavar="N", help="queries in flight per engine"
     )
     p.add_argument(
         "--search-timeout", type=float, default=None, metavar="S", help="seconds per search request"
     )
-    p.add_argument("--retry-unjudged", action="store_true", help="ask again for pairs left unjudged")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
-    add_batch_flags(p, defaults=False)
-    add_example_flags(p)
     p.set_defaults(func=run_experiment_cli)
 
 
@@ -135,13 +105,11 @@ def _search_options(args: argparse.Namespace) -> Any:
 
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
-    from judge.backends import describe_backend
-    from judge.store import SQLiteVerdictStore
     from judge.systems import (
+        EXPERIMENT_COMMAND,
         ExperimentOptions,
         PoolRun,
         ReportFolder,
-        SystemsOptions,
         check_pool_examples,
         run_experiment,
     )
@@ -157,73 +125,36 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
         search=_search_options(args),
     )
     experiment.check()  # a bad --grid or --trials is exit 2 before anything opens
-    options = SystemsOptions(
-        depth=args.depth,
-        measures=tuple(args.measures) if args.measures else None,
-        relevance_level=args.level,
-        qrels=Path(args.qrels) if args.qrels else None,
-        qrels_level=args.qrels_level,
-        qrels_yes_grade=args.qrels_yes_grade,
-        seed=args.resample_seed,
-        resamples=args.resamples,
-        stability_resamples=args.stability_resamples,
-        confidence=args.confidence,
-        until_decided=bool(args.until_decided),
-        budget=args.budget,
-        adaptive_batch=args.batch,
-    )
-    options.check()
+    options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
-    backend_spec: Any = args.backend
-    if args.cascade:
-        from judge.backends import resolve_cascade
-        from judge.cli._flags import flag_errors
-
-        if args.backend:
-            raise InputError("give either --backend or --cascade, not both", field="--cascade")
-        with flag_errors({"cascade": "--cascade", "margin": "--margin", "backend": "--cascade"}):
-            backend_spec = resolve_cascade(args.cascade, margin=args.margin, base_url=args.base_url)
-    backend = open_backend(backend_spec, args.base_url, spec.policy)
-    if not args.quiet:
-        print(describe_backend(backend), file=sys.stderr)
-    run = PoolRun(
-        spec=spec,
-        progress="quiet" if args.quiet else "auto",
-        retry_unjudged=bool(args.retry_unjudged),
-        settings=call_settings(args, backend),
+    backend = open_pooled_backend(args, spec)
+    run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
+    comparison = run_pooled(
+        args,
+        backend,
+        lambda store: run_experiment(
+            args.queries,
+            out,
+            backend,
+            spec.config,
+            experiment=experiment,
+            store=store,
+            options=options,
+            pool_run=run,
+        ),
     )
-
-    async def go() -> Any:
-        store = None if args.no_cache else SQLiteVerdictStore(args.cache)
-        try:
-            return await run_experiment(
-                args.queries,
-                out,
-                backend,
-                spec.config,
-                experiment=experiment,
-                store=store,
-                options=options,
-                pool_run=run,
-            )
-        finally:
-            if store is not None:
-                await store.aclose()
-            await backend.aclose()
-
-    comparison = asyncio.run(go())
     report = comparison.report
     print(comparison.json_text() if args.json else comparison.markdown(), end="")
     e = report.experiment
     if not args.quiet and e is not None:
-        ratio = "—" if e.calls_ratio is None else f"{e.calls_ratio:.1%}"
         searched = sum(c.queries_searched for c in e.configurations)
+        best = "—" if e.best_value is None else f"{e.best_value:.4f}"
         print(
             f"judge experiment: {len(e.configurations)} configurations, {e.queries} queries, "
-            f"{searched} searches this run; {e.calls} judge calls of {e.nominal_pairs} nominal pairs "
-            f"({ratio}); "
-            f"best {e.best} ({e.objective} {e.best_value}); report {comparison.folder.html_path}",
+            f"{searched} searches this run; {e.pairs} pairs judged of {e.nominal_pairs} nominal, "
+            f"{e.calls} judge calls over the experiment ({e.calls_this_run} this run); "
+            f"best {e.best} ({e.objective} {best}); report {comparison.folder.html_path}",
             file=sys.stderr,
         )
     return 0

@@ -29,6 +29,7 @@ from judge.systems._model import (
 )
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
+from judge.systems._pooled_call import PooledKeywords, systems_options_of
 from judge.systems._run import (
     DEFAULT_REPORT_DIR,
     acompare_systems,
@@ -39,6 +40,7 @@ from judge.systems._run import (
 from judge.systems._scoring import DEFAULT_MEASURES, parse_measures
 from judge.systems._sweep import (
     DEFAULT_EXPERIMENT_DIR,
+    EXPERIMENT_COMMAND,
     EXPERIMENT_MEASURES,
     ExperimentOptions,
     aexperiment,
@@ -52,6 +54,7 @@ __all__ = [
     "DEFAULT_EXPERIMENT_DIR",
     "DEFAULT_MEASURES",
     "DEFAULT_REPORT_DIR",
+    "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
@@ -63,6 +66,7 @@ __all__ = [
     "Knob",
     "PoolRun",
     "PoolSummary",
+    "PooledKeywords",
     "ReportFolder",
     "SearchNightlyConfig",
     "SearchNightlyOutcome",
@@ -93,5 +97,6 @@ __all__ = [
     "run_comparison",
     "run_experiment",
     "run_search_nightly",
+    "systems_options_of",
     "with_neighbours",
 ]

@@ -154,9 +154,14 @@ class ExperimentSummary(_Model):
     (``best_vs_baseline``: the decision of its paired test against the baseline, the first
     configuration), every configuration, the ``knobs`` that vary, ``heatmap`` (PNG file in
     the report folder; None: fewer or more than two knobs vary, or no matplotlib), the
-    judge's ``calls`` over the whole experiment against ``nominal_pairs`` (configurations x
-    queries x depth: what judging every result of every configuration would ask) and their
-    ratio ``calls_ratio``."""
+    pairs and calls apart: ``nominal_pairs`` (configurations x queries x the depth pooled,
+    ``min(configuration depth, --depth)``: what judging every result of every configuration
+    separately would ask), ``pairs`` (the unique pooled pairs sent to the judge, human labels
+    aside) and ``pairs_ratio`` (pairs / nominal); ``calls``: the judge's provider calls over
+    the whole experiment, every run of it in this folder (``calls.json`` keeps the count across
+    interruptions and resumes; a verdict from the cache costs none; with reasons a pair costs
+    two), ``calls_this_run`` and ``calls_per_pair`` (calls / pairs). ``calls_ratio``: calls /
+    nominal pairs (kept for older readers; it mixes calls with pairs)."""
 
     query_set: str
     queries: int
@@ -173,6 +178,11 @@ class ExperimentSummary(_Model):
     calls: int
     nominal_pairs: int
     calls_ratio: float | None
+    pairs: int | None = None
+    pairs_ratio: float | None = None
+    calls_this_run: int | None = None
+    calls_per_pair: float | None = None
+    depth: int | None = None
 
 
 class SystemsReport(_Model):

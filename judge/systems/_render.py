@@ -26,7 +26,12 @@ from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._model import SystemComparison, SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
 from judge.systems._scoring import Paired, system_verdicts
-from judge.systems._sweep_report import experiment_html, experiment_markdown
+from judge.systems._sweep_report import (
+    experiment_head,
+    experiment_html,
+    experiment_markdown,
+    experiment_title,
+)
 
 _PALETTE = ("#3366aa", "#dd7733", "#339966", "#aa3377", "#7766bb", "#999933", "#44aaaa", "#bb5555")
 _WIN, _LOSS, _TIE = "#2a9d63", "#d1495b", "#999999"
@@ -220,20 +225,21 @@ def _adaptive_html(r: SystemsReport) -> list[str]:
 def render_markdown(data: ReportData) -> str:
     r = data.report
     measure_names = [m.trec_name for m in data.measures]
-    title = (
-        "Search experiment (judge experiment)"
-        if r.experiment
-        else "Systems comparison (judge compare-systems)"
-    )
+    title = experiment_title(r.experiment) if r.experiment else "Systems comparison (judge compare-systems)"
     lines = [f"# {title}", ""]
     primary = data.primary
     alpha = _alpha(r)
-    for c in r.comparisons:
-        if c.measure == primary:
-            lines.append(f"- {_verdict_sentence(c, alpha, len(r.comparisons))}")
-    if r.comparisons:
-        lines.append("")
-    lines += experiment_markdown(r)
+    sentences = [
+        f"- {_verdict_sentence(c, alpha, len(r.comparisons))}" for c in r.comparisons if c.measure == primary
+    ]
+    if r.experiment:
+        # The answer first: the best, its test, the calls, the table and the heat map; then
+        # each configuration's sentence.
+        lines += experiment_head(r) + experiment_markdown(r)
+        if sentences:
+            lines += [f"## Each configuration against the baseline ({primary})", "", *sentences, ""]
+    elif sentences:
+        lines += [*sentences, ""]
     p = r.pool
     lines += [
         "## Pool",
@@ -568,7 +574,7 @@ def render_html(data: ReportData) -> str:
     measure_names = [m.trec_name for m in data.measures]
     primary = data.primary
     parts: list[str] = []
-    title = ("Search experiment: " if r.experiment else "Systems comparison: ") + ", ".join(r.systems)
+    title = experiment_title(r.experiment) if r.experiment else "Systems comparison: " + ", ".join(r.systems)
     parts.append(f"<h1>{escape(title)}</h1>")
     alpha = _alpha(r)
     level = f"{(1 - alpha) * 100:g}%"
@@ -577,9 +583,14 @@ def render_html(data: ReportData) -> str:
         for c in r.comparisons
         if c.measure == primary
     ]
-    if sentences:
-        parts.append(f'<ul class="summary" id="summary">{"".join(sentences)}</ul>')
-    parts.extend(experiment_html(r))
+    summary = f'<ul class="summary" id="summary">{"".join(sentences)}</ul>' if sentences else ""
+    if r.experiment:
+        parts.extend(experiment_html(r))
+        if summary:
+            head = f"Each configuration against the baseline ({primary})"
+            parts += [f'<h2 id="pairwise">{escape(head)}</h2>', summary]
+    elif summary:
+        parts.append(summary)
     p = r.pool
     parts.append(
         '<h2 id="pool">Pool</h2>'

@@ -13,14 +13,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from judge.backends import Backend, synchronous
 from judge.io import InputError, RejectsReporter
 from judge.judging import (
     LANGUAGE_RULE,
     JudgeConfig,
-    Mode,
     PassageVerdict,
     VerdictStore,
     bind_language,
@@ -53,6 +52,7 @@ from judge.systems._pool import (
     judge_pool,
     pool_dataset_lines,
 )
+from judge.systems._pooled_call import PooledKeywords, pooled_call
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -173,7 +173,7 @@ async def run_comparison(
         raise InputError("the report directory is a file", path=str(out))
     human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
-    reporter = RejectsReporter(folder.input_rejects, command="judge compare-systems")
+    reporter = RejectsReporter(folder.input_rejects, command=run.command)
     try:
         inputs = read_systems(
             paths,
@@ -538,49 +538,10 @@ def score_and_report(
 
 
 # ---------------------------------------------------------------------------- public API
-def _store_of(cache: VerdictStore | str | os.PathLike[str] | bool) -> tuple[VerdictStore | None, bool]:
-    """``(store, ours)``: True -> the default cache file, a path -> that file, False -> none."""
-    from judge.store import SQLiteVerdictStore
-
-    if cache is True:
-        return SQLiteVerdictStore(None), True
-    if cache is False or cache is None:
-        return None, False
-    if isinstance(cache, str | os.PathLike):
-        return SQLiteVerdictStore(Path(cache)), True
-    return cache, False
-
-
 async def acompare_systems(
     systems: Mapping[str, str | os.PathLike[str]],
     output_dir: str | os.PathLike[str] = DEFAULT_REPORT_DIR,
-    *,
-    backend: Any = None,
-    mode: Mode | None = None,
-    config: JudgeConfig | None = None,
-    qrels: str | os.PathLike[str] | None = None,
-    depth: int | None = None,
-    measures: Sequence[str] | None = None,
-    relevance_level: int | None = None,
-    qrels_level: int | None = None,
-    qrels_yes_grade: int | None = None,
-    cache: VerdictStore | str | os.PathLike[str] | bool = True,
-    seed: int = 0,
-    resamples: int = 10_000,
-    stability_resamples: int = 1000,
-    confidence: float = 0.95,
-    strict: bool = False,
-    concurrency: int | None = None,
-    retry_unjudged: bool = False,
-    base_url: str | None = None,
-    until_decided: bool = False,
-    budget: int | None = None,
-    batch: int | None = None,
-    draws: int = 200,
-    cascade: str | None = None,
-    margin: float = 0.1,
-    examples: int | None = None,
-    examples_from: str | None = None,
+    **keywords: Unpack[PooledKeywords],
 ) -> SystemsReport:
     """Judge the pooled passages of several retrieval systems once and compare them.
 
@@ -588,67 +549,31 @@ async def acompare_systems(
     first is the baseline. Writes ``report.json`` (schema ``judge.systems/1``),
     ``report.md``, ``report.html``, ``pool.judged.jsonl``, ``pool.qrels`` and
     ``runs/NAME.run`` into ``output_dir`` (default ``./systems-report``) and returns the
-    report. Keywords: ``backend``, ``mode``, ``config``, ``qrels`` (human labels fill the
-    pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is relevant;
-    default an explicit ``relevance_level``, else refused), ``qrels_yes_grade`` (0/1 labels
-    with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
-    ``relevance_level``, ``cache`` (True: the default
-    verdict cache; a path; a VerdictStore; False: none), ``seed``, ``resamples``,
-    ``stability_resamples``, ``confidence``, ``strict``, ``concurrency``,
+    report. The keywords (:class:`~judge.systems.PooledKeywords`, shared with
+    :func:`judge.experiment`): ``backend``, ``mode``, ``config``, ``qrels`` (human labels
+    fill the pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is
+    relevant; default an explicit ``relevance_level``, else refused), ``qrels_yes_grade``
+    (0/1 labels with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    ``relevance_level``, ``cache`` (True: the default verdict cache; a path; a
+    VerdictStore; False: none), ``seed`` (0), ``resamples`` (10000),
+    ``stability_resamples`` (1000), ``confidence`` (0.95), ``strict``, ``concurrency``,
     ``retry_unjudged``, ``base_url``; ``until_decided`` (judge only until every decision
     holds with ``confidence``; ``budget``: most pairs judged, ``batch``: pairs per round,
-    ``draws``: Monte Carlo draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap
-    judge first, the expensive one where the cheap P(yes) is within ``margin`` of the
-    threshold, or with ``until_decided`` the pairs the decisions still need);
-    ``examples=N`` (0-16) shows each pooled passage up to N labelled passages of ``qrels``
-    as worked examples (``examples_from="nearest"``: of the most similar labelled queries
-    too). Re-running resumes: judged pairs cost nothing.
+    ``draws``: Monte Carlo draws, 200); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (0.1:
+    the cheap judge first, the expensive one where the cheap P(yes) is within ``margin`` of
+    the threshold, or with ``until_decided`` the pairs the decisions still need).
+    Re-running resumes: judged pairs cost nothing.
     """
-    from judge.backends import make_backend, resolve_cascade
-    from judge.batch import run_spec_from_kwargs
-
-    if cascade is not None:
-        if backend is not None:
-            raise InputError("give either backend or cascade, not both", field="cascade")
-        backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
-
-    spec = run_spec_from_kwargs(
-        config=config, mode=mode, concurrency=concurrency, examples=examples, examples_from=examples_from
-    )
-    options = SystemsOptions(
-        depth=depth,
-        measures=tuple(measures) if measures is not None else None,
-        relevance_level=relevance_level,
-        qrels=Path(qrels) if qrels is not None else None,
-        qrels_level=qrels_level,
-        qrels_yes_grade=qrels_yes_grade,
-        seed=seed,
-        resamples=resamples,
-        stability_resamples=stability_resamples,
-        confidence=confidence,
-        strict=strict,
-        until_decided=until_decided,
-        budget=budget,
-        adaptive_batch=batch,
-        adaptive_draws=draws,
-    )
-    resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
-    store, own_store = _store_of(cache)
-    try:
+    async with pooled_call(keywords, name="compare_systems") as call:
         return await run_compare_systems(
             systems,
             output_dir,
-            resolved,
-            spec.config,
-            store=store,
-            options=options,
-            pool_run=PoolRun(spec=spec, retry_unjudged=retry_unjudged),
+            call.backend,
+            call.config,
+            store=call.store,
+            options=call.options,
+            pool_run=call.run,
         )
-    finally:
-        if own_store and store is not None:
-            await store.aclose()  # type: ignore[attr-defined]
-        if backend is None or isinstance(backend, str) or cascade is not None:
-            await resolved.aclose()
 
 
 compare_systems = synchronous(acompare_systems, "compare_systems")

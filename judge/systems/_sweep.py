@@ -26,26 +26,30 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from judge.backends import Backend, synchronous
 from judge.io import InputError, Qrels
 from judge.judging import JudgeConfig, VerdictStore
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
+from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
 from judge.systems._inputs import read_systems
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, judge_pool, pool_dataset_lines
-from judge.systems._run import _pooled_config, _store_of, run_comparison
+from judge.systems._pooled_call import PooledKeywords, pooled_call
+from judge.systems._run import _pooled_config, run_comparison
 from judge.systems._scoring import evaluate_files, parse_measures, pool_qrels, write_pool_files
 from judge.systems._sweep_report import HEATMAP_FILE, coverage_keys, heatmap_png
 from judge.systems._sweep_space import Knob, grid_points, parse_grid, point_name, unique_names, varying_knobs
 
 EXPERIMENT_MEASURES = ("ndcg_cut_10", "map", "P_5", "recall_10", "recip_rank")
 DEFAULT_EXPERIMENT_DIR = "experiment"
+#: The label of an experiment's progress lines and messages.
+EXPERIMENT_COMMAND = "judge experiment"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,19 @@ def query_set_digest(queries: Sequence[Any]) -> str:
     for q in queries:
         h.update(json.dumps([q.id, q.query], ensure_ascii=False).encode("utf-8") + b"\n")
     return h.hexdigest()[:8]
+
+
+def experiment_key(
+    queries: Sequence[Any], exp: ExperimentOptions, overrides: Mapping[str, Any] | None, depth: int | None
+) -> str:
+    """12 hex digits naming an experiment in its folder (the call ledger's key): the query
+    set, the configuration files' contents, the grid, trials, seed, ``--set`` and pool depth."""
+    h = hashlib.sha256()
+    parts: list[Any] = [query_set_digest(queries), exp.grid, exp.trials, exp.seed, exp.overrides, depth]
+    for path in map(Path, exp.configs):
+        parts.append(hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else str(path))
+    h.update(json.dumps([list(p) if isinstance(p, tuple) else p for p in parts], default=str).encode())
+    return h.hexdigest()[:12]
 
 
 def run_path(out: Path, planned: Planned, queries: Sequence[Any]) -> Path:
@@ -250,6 +267,13 @@ def _best(report: SystemsReport, objective: str) -> tuple[str | None, float | No
     return best
 
 
+def _p(x: float | None) -> str:
+    """A p-value as the reports print it (4 decimals, or 1e-5 style below 0.0001)."""
+    if x is None:
+        return "–"
+    return f"{x:.4f}" if x >= 0.0001 else f"{x:.1e}"
+
+
 def _versus_baseline(report: SystemsReport, best: str | None, objective: str) -> str | None:
     if best is None:
         return None
@@ -263,7 +287,7 @@ def _versus_baseline(report: SystemsReport, best: str | None, objective: str) ->
             word = "better" if c.diff > 0 else "worse" if c.diff < 0 else "equal"
             return (
                 f"{word} by {c.diff:+.4f} than {baseline}, "
-                f"{'significant' if sig else 'not significant'} (Holm p {c.p_holm:.4g})"
+                f"{'significant' if sig else 'not significant'} (Holm p {_p(c.p_holm)})"
             )
     return None
 
@@ -277,8 +301,11 @@ def summarize_experiment(
     exp: ExperimentOptions,
     objective: str,
     calls: int,
+    calls_this_run: int | None = None,
+    depth: int | None = None,
 ) -> ExperimentSummary:
-    """The experiment section for the comparison of ``planned``'s runs."""
+    """The experiment section for the comparison of ``planned``'s runs. ``calls``: over
+    the whole experiment (every run in the folder); ``depth``: the pool's ``--depth``."""
     report = comparison.report
     ks = coverage_keys([p.config.depth for p in planned])
     configurations = []
@@ -303,7 +330,8 @@ def summarize_experiment(
             )
         )
     best, best_value = _best(report, objective)
-    nominal = sum(queries * p.config.depth for p in planned)
+    nominal = sum(queries * min(p.config.depth, depth or p.config.depth) for p in planned)
+    pairs = report.pool.judged + report.pool.unjudged
     strategy = "trials" if exp.trials is not None else "grid" if exp.grid else "configs"
     return ExperimentSummary(
         query_set=query_set,
@@ -321,6 +349,11 @@ def summarize_experiment(
         calls=calls,
         nominal_pairs=nominal,
         calls_ratio=round(calls / nominal, 6) if nominal else None,
+        pairs=pairs,
+        pairs_ratio=round(pairs / nominal, 6) if nominal else None,
+        calls_this_run=calls_this_run,
+        calls_per_pair=round(calls / pairs, 6) if pairs else None,
+        depth=depth,
     )
 
 
@@ -344,6 +377,8 @@ async def run_experiment(
     measures = parse_measures(opts.measures)
     objective = measures[0]
     run = pool_run or PoolRun()
+    if run.command == PoolRun.command:  # the default label: progress lines name the experiment
+        run = replace(run, command=EXPERIMENT_COMMAND)
     knobs = experiment.check()
     check_pool_examples(run, opts, config)
     out = Path(report_dir)
@@ -363,26 +398,30 @@ async def run_experiment(
     trial_calls = 0
     created: Any = None
     try:
-        if experiment.trials is not None:
-            base = _load(Path(experiment.configs[0]), overrides)
-            if store is None:
-                # Trials judge as they go and the comparison reads those verdicts back: keep them.
-                from judge.store import SQLiteVerdictStore
+        key = experiment_key(queries, experiment, overrides, opts.depth)
+        async with CallLedger(out, lambda: backend_calls(backend), key=key) as ledger:
+            if experiment.trials is not None:
+                base = _load(Path(experiment.configs[0]), overrides)
+                if store is None:
+                    # Trials judge as they go and the comparison reads those verdicts back: keep them.
+                    from judge.store import SQLiteVerdictStore
 
-                store = created = SQLiteVerdictStore(out / "verdicts.sqlite")
-            judging = _Judging(out, backend, config, store, run, opts, human, scale.level, objective)
-            planned = await _run_trials(queries, base, knobs, experiment, judging)
-            trial_calls = judging.calls
-        else:
-            planned = plan_configurations(experiment.configs, knobs, overrides)
-            for p in planned:
-                p.run = await arun_search(
-                    queries, p.config, run_path(out, p, queries), options=experiment.search
-                )
-        systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
-        comparison = await run_comparison(
-            systems, out, backend, config, store=store, options=opts, pool_run=run
-        )
+                    store = created = SQLiteVerdictStore(out / "verdicts.sqlite")
+                judging = _Judging(out, backend, config, store, run, opts, human, scale.level, objective)
+                planned = await _run_trials(queries, base, knobs, experiment, judging)
+                trial_calls = judging.calls
+            else:
+                planned = plan_configurations(experiment.configs, knobs, overrides)
+                for p in planned:
+                    p.run = await arun_search(
+                        queries, p.config, run_path(out, p, queries), options=experiment.search
+                    )
+            systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
+            comparison = await run_comparison(
+                systems, out, backend, config, store=store, options=opts, pool_run=run
+            )
+            # A Ray engine's workers call their own backends: count what the pools reported.
+            ledger.extra = max(0, trial_calls + comparison.report.pool.calls - ledger.this_run)
     finally:
         if created is not None:
             await created.aclose()
@@ -393,7 +432,9 @@ async def run_experiment(
         queries=len(queries),
         exp=experiment,
         objective=objective.trec_name,
-        calls=trial_calls + comparison.report.pool.calls,
+        calls=ledger.total,
+        calls_this_run=ledger.this_run,
+        depth=opts.depth,
     )
     png = await asyncio.to_thread(heatmap_png, summary)
     if png is not None:
@@ -416,32 +457,8 @@ async def aexperiment(
     trials: int | None = None,
     set: Sequence[str] | None = None,  # the CLI's --set
     query_qrels: str | os.PathLike[str] | None = None,
-    backend: Any = None,
-    mode: Any = None,
-    config: JudgeConfig | None = None,
-    qrels: str | os.PathLike[str] | None = None,
-    depth: int | None = None,
-    measures: Sequence[str] | None = None,
-    relevance_level: int | None = None,
-    qrels_level: int | None = None,
-    qrels_yes_grade: int | None = None,
-    cache: VerdictStore | str | os.PathLike[str] | bool = True,
-    seed: int = 0,
-    resamples: int = 10_000,
-    stability_resamples: int = 0,
-    confidence: float = 0.95,
-    concurrency: int | None = None,
-    retry_unjudged: bool = False,
-    base_url: str | None = None,
-    until_decided: bool = False,
-    budget: int | None = None,
-    batch: int | None = None,
-    draws: int = 200,
-    cascade: str | None = None,
-    margin: float = 0.1,
     search_options: SearchOptions | None = None,
-    examples: int | None = None,
-    examples_from: str | None = None,
+    **keywords: Unpack[PooledKeywords],
 ) -> SystemsReport:
     """Run the query set ``queries`` through several search configurations and compare them
     on one judged pool (``judge experiment``).
@@ -451,70 +468,39 @@ async def aexperiment(
     applied to the first; ``trials``: that many TPE trials over the grid's space, where a
     ``(low, high)`` tuple is a range (``seed`` seeds the sampler and every test); ``set``:
     ``["k1=0.9"]`` params on every configuration; ``query_qrels``: a qrels file beside the
-    query set. The other keywords are :func:`compare_systems`'s (``stability_resamples``
-    defaults to 0 here, as on the command line: a sweep compares many configurations). Writes the report
+    query set. The other keywords are :func:`compare_systems`'s
+    (:class:`~judge.systems.PooledKeywords`; ``stability_resamples`` defaults to 0 here, as
+    on the command line: a sweep compares many configurations). Writes the report
     (``report.json`` with its ``experiment`` section, ``report.md``, ``report.html``), the
     runs (``runs/NAME.jsonl``: reused when the configuration's hash matches) and
     ``heatmap.png`` (two knobs vary) into ``output_dir``; returns the report. Every earlier
-    judgment in the verdict cache is reused. ``examples``/``examples_from``: worked
-    examples from ``qrels``, as :func:`compare_systems`'s.
+    judgment in the verdict cache is reused.
     """
-    from judge.backends import make_backend, resolve_cascade
-    from judge.batch import run_spec_from_kwargs
-
-    if cascade is not None:
-        if backend is not None:
-            raise InputError("give either backend or cascade, not both", field="cascade")
-        backend = resolve_cascade(cascade, margin=margin, base_url=base_url)
     paths = (configs,) if isinstance(configs, str | os.PathLike) else tuple(configs)
     exp = ExperimentOptions(
         configs=tuple(Path(p) for p in paths),
         grid=parse_grid_items(grid) if grid is not None else (),
         trials=trials,
-        seed=seed,
+        seed=int(keywords.get("seed", 0)),
         overrides=tuple(set or ()),
         query_qrels=Path(query_qrels) if query_qrels is not None else None,
         search=search_options,
     )
     exp.check()
-    spec = run_spec_from_kwargs(
-        config=config, mode=mode, concurrency=concurrency, examples=examples, examples_from=examples_from
-    )
-    options = SystemsOptions(
-        depth=depth,
-        measures=tuple(measures) if measures is not None else None,
-        relevance_level=relevance_level,
-        qrels=Path(qrels) if qrels is not None else None,
-        qrels_level=qrels_level,
-        qrels_yes_grade=qrels_yes_grade,
-        seed=seed,
-        resamples=resamples,
-        stability_resamples=stability_resamples,
-        confidence=confidence,
-        until_decided=until_decided,
-        budget=budget,
-        adaptive_batch=batch,
-        adaptive_draws=draws,
-    )
-    resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
-    store, own_store = _store_of(cache)
-    try:
+    async with pooled_call(
+        keywords, name="experiment", stability_resamples=0, command=EXPERIMENT_COMMAND
+    ) as call:
         comparison = await run_experiment(
             queries,
             output_dir,
-            resolved,
-            spec.config,
+            call.backend,
+            call.config,
             experiment=exp,
-            store=store,
-            options=options,
-            pool_run=PoolRun(spec=spec, retry_unjudged=retry_unjudged),
+            store=call.store,
+            options=call.options,
+            pool_run=call.run,
         )
         return comparison.report
-    finally:
-        if own_store and store is not None:
-            await store.aclose()  # type: ignore[attr-defined]
-        if backend is None or isinstance(backend, str) or cascade is not None:
-            await resolved.aclose()
 
 
 def parse_grid_items(grid: Mapping[str, Any] | Sequence[str]) -> tuple[str, ...]:
@@ -532,6 +518,7 @@ experiment = synchronous(aexperiment, "experiment")
 
 __all__ = [
     "DEFAULT_EXPERIMENT_DIR",
+    "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
     "ExperimentOptions",
     "Planned",

@@ -11,6 +11,7 @@ import io
 import math
 from collections.abc import Sequence
 from html import escape
+from pathlib import PurePath
 from typing import Any
 
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
@@ -33,7 +34,8 @@ def _comparison(r: SystemsReport, name: str, measure: str) -> tuple[str, str]:
     """(diff, Holm p) of ``name`` against the baseline on ``measure`` ("—" for the baseline)."""
     for c in r.comparisons:
         if c.system == name and c.measure == measure:
-            return f"{c.diff:+.4f}", "—" if c.p_holm is None else f"{c.p_holm:.4g}"
+            p = "—" if c.p_holm is None else f"{c.p_holm:.4f}" if c.p_holm >= 0.0001 else f"{c.p_holm:.1e}"
+            return f"{c.diff:+.4f}", p
     return "—", "—"
 
 
@@ -131,24 +133,60 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return out
 
 
+def experiment_title(e: ExperimentSummary) -> str:
+    """``Search experiment: QUERY SET, N configurations`` (the query set's file name)."""
+    return f"Search experiment: {PurePath(e.query_set).name}, {len(e.configurations)} configurations"
+
+
 def _calls_sentence(e: ExperimentSummary) -> str:
-    ratio = "—" if e.calls_ratio is None else f"{e.calls_ratio:.1%}"
+    depths = {c.depth for c in e.configurations}
+    depth = (
+        f"depth {e.depth}"
+        if e.depth is not None
+        else f"depth {depths.pop()}"
+        if len(depths) == 1
+        else "depth"
+    )
+    if e.pairs is None:  # a report written before pairs and calls were told apart
+        return f"Judge calls over the whole experiment: {e.calls} ({e.nominal_pairs} nominal pairs)."
+    share = "—" if e.pairs_ratio is None else f"{e.pairs_ratio:.1%}"
+    per_pair = "—" if e.calls_per_pair is None else f"{e.calls_per_pair:.2f}"
+    this_run = "" if e.calls_this_run is None else f", {e.calls_this_run} of them this run"
     return (
-        f"Judge calls over the whole experiment: {e.calls} of {e.nominal_pairs} nominal pairs "
-        f"({len(e.configurations)} configurations x {e.queries} queries x depth) = {ratio}; "
-        "every other pair was pooled (several configurations found it), in the verdict cache "
-        "from an earlier run, or a human label."
+        f"Pairs: the judge was asked about {e.pairs} unique pairs of {e.nominal_pairs} nominal "
+        f"({len(e.configurations)} configurations x {e.queries} queries x {depth}) = {share}; every other "
+        "pair was pooled (several configurations found it) or a human label. "
+        f"Calls: {e.calls} over the whole experiment{this_run} ({per_pair} per pair; a verdict from the "
+        "cache costs none, a reason is a call of its own)."
     )
 
 
-def _best_sentence(e: ExperimentSummary) -> str:
+def _best_sentence(r: SystemsReport, e: ExperimentSummary) -> str:
     if e.best is None:
         return f"No configuration could be scored on {e.objective}."
-    vs = f" Against the baseline: {e.best_vs_baseline}." if e.best_vs_baseline else ""
-    return f"Best on {e.objective}: **{e.best}** ({_f(e.best_value)}).{vs}"
+    level = f"{float(r.conventions.get('confidence') or 0.95) * 100:g}%"
+    baseline = e.configurations[0].name if e.configurations else "—"
+    if e.best == baseline:
+        vs = " It is the baseline: no configuration scored higher."
+    else:
+        vs = f" Against the baseline: {e.best_vs_baseline}." if e.best_vs_baseline else ""
+    return (
+        f"Best on {e.objective}: **{e.best}**, {_f(e.best_value)} "
+        f"({level} interval {_ci(r, e.best, e.objective)}).{vs}"
+    )
+
+
+def experiment_head(r: SystemsReport) -> list[str]:
+    """The answer first: the best with its interval and its test against the baseline,
+    then the pairs and calls (markdown paragraphs)."""
+    e = r.experiment
+    if e is None:
+        return []
+    return [_best_sentence(r, e), "", _calls_sentence(e), ""]
 
 
 def experiment_markdown(r: SystemsReport) -> list[str]:
+    """The configurations' table and the heat map (after :func:`experiment_head`)."""
     e = r.experiment
     if e is None:
         return []
@@ -160,10 +198,6 @@ def experiment_markdown(r: SystemsReport) -> list[str]:
         f"({e.strategy}{': ' + ' '.join(e.space) if e.space else ''}"
         f"{f', seed {e.seed}' if e.strategy == 'trials' else ''}); baseline "
         f"`{e.configurations[0].name if e.configurations else '—'}`.",
-        "",
-        _best_sentence(e),
-        "",
-        _calls_sentence(e),
         "",
         *_md_table(header, rows),
         "",
@@ -203,14 +237,14 @@ def experiment_html(r: SystemsReport) -> list[str]:
     if e is None:
         return []
     header, rows = _rows(r, e)
-    best = escape(_best_sentence(e)).replace("**", "")
+    best = escape(_best_sentence(r, e)).replace("**", "")
     parts = [
+        f'<p class="summary" id="best"><b>{best}</b></p>',
+        f"<p>{escape(_calls_sentence(e))}</p>",
         '<h2 id="experiment">Experiment</h2>',
         f"<p>Query set <code>{escape(e.query_set)}</code> ({e.queries} queries); "
         f"{len(e.configurations)} configurations ({escape(e.strategy)}"
         f"{': ' + escape(' '.join(e.space)) if e.space else ''}).</p>",
-        f"<p><b>{best}</b></p>",
-        f"<p>{escape(_calls_sentence(e))}</p>",
         _html_table([escape(h) for h in header], [[escape(c) for c in row] for row in rows]),
         '<p class="muted">judged@k: the share of a configuration\'s top k passages with a verdict or a '
         "human label (unjudged ones count as not relevant).</p>",
@@ -252,8 +286,10 @@ __all__ = [
     "HEATMAP_FILE",
     "ExperimentConfiguration",
     "coverage_keys",
+    "experiment_head",
     "experiment_html",
     "experiment_markdown",
+    "experiment_title",
     "heatmap_grid",
     "heatmap_png",
 ]
