@@ -506,3 +506,31 @@ def test_the_bank_describes_itself() -> None:
     bank = ExampleBank(ExampleSpec(2), {"q": [_ex("q", "a", 3, 1)]}, skipped=1)
     d = bank.describe()
     assert d["labelled_queries"] == 1 and d["labels_without_text"] == 1 and d["source"] == "same"
+
+
+def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path: Path) -> None:
+    import asyncio
+
+    from judge.server import _engine
+    from judge.store import Label, LabelSet
+
+    data, _ = _write_inputs(tmp_path)
+    (tmp_path / _engine.INPUT_NAME).write_bytes(data.read_bytes())
+    asked: list[set[str]] = []
+
+    def labels(ids: set[str]) -> tuple[LabelSet, int | None, int | None]:
+        asked.append(set(ids))
+        found = [
+            Label(qid=q, docno=d, label=g, reviewer="ann", scale="graded") for (q, d), g in LABELS.items()
+        ]
+        return LabelSet(found, source="the label store"), 2, None
+
+    spec = run_spec(None, examples=2)
+    bank = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, labels))
+    assert asked == [{"q1", "q2"}]
+    assert bank is not None and bank.labelled_passages == 4
+    assert [e.id for e in bank.for_passage("q1", "d3", "D1")] == ["d0", "d1"]
+    # without a label store: a bank without labels, every passage zero-shot
+    empty = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, None))
+    assert empty is not None and empty.labelled_passages == 0
+    assert asyncio.run(_engine.job_example_bank(tmp_path, run_spec(None), {}, labels)) is None
