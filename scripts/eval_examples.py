@@ -300,9 +300,8 @@ async def judge_cases(
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
         count += 1
-        if count % 10 == 0 or count == todo:
-            rate = (time.perf_counter() - started) / count
-            print(f"  {c.dataset} {shots}-shot: {count}/{todo} ({rate:.1f} s each)", file=sys.stderr)
+        rate = (time.perf_counter() - started) / count
+        print(f"  {c.dataset} {c.query_id} {shots}-shot: {count}/{todo} ({rate:.1f} s each)", file=sys.stderr)
 
 
 def build_cases(args: argparse.Namespace) -> dict[str, dict[int, list[Case]]]:
@@ -335,8 +334,15 @@ async def cmd_run(args: argparse.Namespace) -> int:
     done = {_key(r) for r in read_records(out / "verdicts.jsonl") if r.get("verdict") != "unjudged"}
     try:
         for per in cases.values():
+            # query by query, each example count's passages one after another (one examples
+            # block, one prefix), so whatever finishes is paired per query
+            by_query: dict[tuple[int, str], list[tuple[int, Case]]] = defaultdict(list)
             for shots, cs in per.items():
-                await judge_cases(backend, cs, shots, out, done)
+                for c in cs:
+                    by_query[(c.seed, c.query_id)].append((shots, c))
+            for items in by_query.values():
+                for shots in sorted({k for k, _ in items}):
+                    await judge_cases(backend, [c for k, c in items if k == shots], shots, out, done)
     finally:
         await backend.aclose()
     meta |= {
@@ -389,6 +395,16 @@ def _k(rows: Sequence[dict[str, Any]]) -> float:
     return _kappa(
         np.array([r["relevant"] for r in rows]), np.array([1 if r["verdict"] == "yes" else 0 for r in rows])
     )
+
+
+def _auc(rows: Sequence[dict[str, Any]]) -> float:
+    from judge.metrics._agreement import AgreementUndefinedError, roc_auc
+
+    rs = [r for r in rows if r.get("p_yes") is not None]
+    try:
+        return float(roc_auc(np.array([r["relevant"] for r in rs]), np.array([r["p_yes"] for r in rs])))
+    except (AgreementUndefinedError, ValueError):
+        return math.nan
 
 
 def _fmt(v: float, lo: float = math.nan, hi: float = math.nan) -> str:
@@ -444,6 +460,7 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "seeds": len({r["seed"] for r in rs}),
                 "kappa": kappa,
                 "delta": delta,
+                "auc": _auc(rs),
                 "yes_rate": sum(r["verdict"] == "yes" for r in rs) / len(rs),
                 "human_yes": sum(r["relevant"] for r in rs) / len(rs),
                 "shown": sum(len(r["examples"]) for r in rs) / len(rs),
@@ -456,15 +473,16 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def print_report(rows: Sequence[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
-        "| set | protocol | examples | passages (queries) | κ [95% CI] | Δκ vs 0 [95% CI] | judge yes "
+        "| set | protocol | examples | passages (queries) | κ [95% CI] | Δκ vs 0 [95% CI] | AUC | judge yes "
         "| people yes | examples shown | prompt tokens | s / passage |",
         file=file,
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|", file=file)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
     for r in rows:
         print(
             f"| {r['dataset']} | {r['protocol']} | {r['shots']} | {r['passages']} ({r['queries']}) | "
-            f"{_fmt(*r['kappa'])} | {_fmt(*r['delta']) if r['shots'] else '—'} | {r['yes_rate']:.2f} | "
+            f"{_fmt(*r['kappa'])} | {_fmt(*r['delta']) if r['shots'] else '—'} | {_fmt(r['auc'])} | "
+            f"{r['yes_rate']:.2f} | "
             f"{r['human_yes']:.2f} | {r['shown']:.1f} | {r['tokens']:.0f} | {r['seconds']:.2f} |",
             file=file,
         )

@@ -436,6 +436,9 @@ def test_compare_systems_takes_examples_from_the_qrels_and_never_judges_a_labell
         "A2 shakespeare wrote hamlet",
         "B2 hamlet is a play",
     }
+    report = json.loads((tmp_path / "rep" / "report.json").read_text(encoding="utf-8"))
+    assert report["conventions"]["examples"]["n"] == 4
+    assert report["conventions"]["examples"]["labelled_passages"] == 4
     for passage, shown, qid in recorder.seen:
         want = {
             "q1": {"A1 water boils at 100 C", "B1 water is wet"},

@@ -470,6 +470,8 @@ def score_and_report(
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
         "review_labels": options.labels.source if options.labels is not None else None,
+        # --examples: how many, from where, the labels found and (nearest) which queries lent them
+        "examples": (verdicts.summary or {}).get("examples"),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
