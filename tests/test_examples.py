@@ -537,3 +537,17 @@ def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path:
     empty = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, None))
     assert empty is not None and empty.labelled_passages == 0
     assert asyncio.run(_engine.job_example_bank(tmp_path, run_spec(None), {}, labels)) is None
+
+
+def test_a_search_nightly_config_takes_examples(tmp_path: Path) -> None:
+    from judge.io import InputError
+    from judge.systems import load_search_nightly
+
+    cfg = tmp_path / "n.toml"
+    cfg.write_text('[search]\nqueries = "q.jsonl"\nconfig = "c.toml"\nqrels = "l.qrels"\nexamples = 4\n')
+    loaded = load_search_nightly(cfg)
+    assert (loaded.examples, loaded.examples_from) == (4, None)
+    cfg.write_text('[search]\nqueries = "q.jsonl"\nconfig = "c.toml"\nexamples = "many"\n')
+    with pytest.raises(InputError) as err:
+        load_search_nightly(cfg)
+    assert err.value.field == "search.examples"
