@@ -142,7 +142,8 @@ def same_query_cases(
             n_yes = min(len(yes) - 1, max(1, n_test // 2))  # keep one of each kind for the pool
             n_no = min(len(no) - 1, n_test - n_yes)
             test = yes[:n_yes] + no[:n_no]
-            rest = [p for p in ps if p not in test][:pool]
+            # the example pool: the query's other labels, both kinds (at most pool // 2 each)
+            rest = yes[n_yes:][: pool // 2] + no[n_no:][: pool - pool // 2]
             query = ps[0].query
             for k in shots:
                 bank = bank_of(
@@ -227,6 +228,7 @@ def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
         rec["pair_id"],
         rec["backend"],
         rec["template_hash"],
+        tuple(rec["examples"]),
     )
 
 
@@ -267,6 +269,7 @@ async def judge_cases(
         config = JudgeConfig(language=language, probability=True, explain=False)
         template = load_template(f"binary.{language}.v2")
         key = (c.dataset, c.protocol, c.seed, shots, c.pair_id, backend.name, template.hash)
+        key += (tuple(e.id for e in c.examples),)
         if key in done:
             todo -= 1
             continue
