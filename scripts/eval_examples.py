@@ -27,8 +27,9 @@ the agreement measured.
 
 Intervals: 95% percentile bootstrap over queries (same: the (seed, query) clusters; nearest:
 the pairs), 1000 resamples, seed 0; the difference to zero-shot is paired on the same test
-passages. Cost: the mean prompt tokens and seconds per judged passage (as the backend
-reports them; the load average at the start and the end of the run is recorded).
+passages. Cost: the mean prompt tokens and the median seconds per judged passage (as the
+backend reports them; the median leaves out the model's load on the first call; the load
+average at the start and the end of each run is recorded in OUT/runs.jsonl).
 
 Commands::
 
@@ -468,7 +469,7 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "human_yes": sum(r["relevant"] for r in rs) / len(rs),
                 "shown": sum(len(r["examples"]) for r in rs) / len(rs),
                 "tokens": sum(r["prompt_tokens"] for r in rs) / len(rs),
-                "seconds": sum(r["latency_s"] for r in rs) / len(rs),
+                "seconds": float(np.median([r["latency_s"] for r in rs])),
             }
         )
     return rows
@@ -477,7 +478,7 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def print_report(rows: Sequence[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
         "| set | protocol | examples | passages (queries) | κ [95% CI] | Δκ vs 0 [95% CI] | AUC | judge yes "
-        "| people yes | examples shown | prompt tokens | s / passage |",
+        "| people yes | examples shown | prompt tokens | median s / passage |",
         file=file,
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)

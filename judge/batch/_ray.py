@@ -779,8 +779,11 @@ class RayExecutor(FanOutExecutor):
 
     async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
         shipped = self._template(config.template)
+        # the examples only when there are some: a zero-shot call is the same call as before
+        # they existed (a worker of an older judge on the cluster still answers it)
+        extra = (job.examples,) if job.examples else ()
         verdict: PassageVerdict = await self._call(
-            "judge_one", query, job.index, job.passage, config, shipped, job.examples
+            "judge_one", query, job.index, job.passage, config, shipped, *extra
         )
         return verdict
 
