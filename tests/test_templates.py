@@ -65,8 +65,8 @@ def test_builtin_templates_found_in_repo_prompts() -> None:
 def test_verdict_templates_shape(template_id: str) -> None:
     t = load_template(template_id)
     assert t.hash == hashlib.sha256((REPO / "prompts" / f"{template_id}.toml").read_bytes()).hexdigest()
-    assert t.variables == ("query", "passage")
-    assert t.supports_probability
+    assert t.variables == ("query", "passage", "examples")  # the ${examples} slot: empty zero-shot
+    assert t.supports_examples and t.supports_probability
     assert t.json_schema is not None and t.json_schema["additionalProperties"] is False
     if t.mode == "binary":
         assert t.answer_prefix == '{"verdict": "' and t.candidates == ("yes", "no")

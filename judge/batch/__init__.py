@@ -20,6 +20,7 @@ from judge.batch._label_apply import (
     map_impacts,
     relabel_record,
 )
+from judge.batch._label_examples import dataset_example_bank
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._ppi_summary import (
     SAMPLE_DESIGNS,
@@ -41,6 +42,7 @@ from judge.batch._records import (
 from judge.batch._run_spec import (
     DEFAULT_WORKER_CPUS,
     DEFAULT_WORKERS,
+    EXAMPLE_FIELDS,
     RUN_DEFAULTS,
     Engine,
     RunSpec,
@@ -53,6 +55,7 @@ from judge.batch._run_spec import (
 from judge.batch._runner import (
     BatchOptions,
     BatchOutcome,
+    check_examples,
     check_labels,
     default_output_path,
     executor_for,
@@ -80,6 +83,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
+    "EXAMPLE_FIELDS",
     "RUN_DEFAULTS",
     "SAMPLE_DESIGNS",
     "BackendSpec",
@@ -112,8 +116,10 @@ __all__ = [
     "apply_labels",
     "build_record",
     "cache_keys",
+    "check_examples",
     "check_labels",
     "comparison_review_queue",
+    "dataset_example_bank",
     "dataset_pairs",
     "default_output_path",
     "executor_for",

@@ -33,12 +33,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from judge.backends import Backend, PermanentError
 from judge.batch._executor import Executor, PassageJob
 from judge.judging import (
+    Example,
+    ExampleBank,
     JudgeConfig,
     Passage,
     PassageVerdict,
@@ -51,10 +53,13 @@ from judge.judging import (
 
 
 class KeyFn(Protocol):
-    """``(query, passage_text, config=None) -> store key``; ``config``: the query's bound
-    config (``language="auto"`` made concrete) when it differs from the run's."""
+    """``(query, passage_text, config=None, examples=()) -> store key``; ``config``: the
+    query's bound config (``language="auto"`` made concrete) when it differs from the
+    run's; ``examples``: the worked examples the passage's prompt shows."""
 
-    def __call__(self, query: str, text: str, config: JudgeConfig | None = None) -> str: ...
+    def __call__(
+        self, query: str, text: str, config: JudgeConfig | None = None, examples: Sequence[Example] = ()
+    ) -> str: ...
 
 
 @dataclass
@@ -115,10 +120,12 @@ def cache_keys(
     :func:`judge.judging.verdict_cache_key`, with the listwise template when ``listwise``."""
     run_config = config
 
-    def key(query: str, text: str, config: JudgeConfig | None = None) -> str:
+    def key(
+        query: str, text: str, config: JudgeConfig | None = None, examples: Sequence[Example] = ()
+    ) -> str:
         cfg = config if config is not None else bind_language(run_config, query, [text])
         template = load_listwise_template(cfg, listwise_template) if listwise else None
-        return verdict_cache_key(backend, cfg, query, text, template=template)
+        return verdict_cache_key(backend, cfg, query, text, template=template, examples=examples)
 
     return key
 
@@ -145,7 +152,11 @@ class BatchDriver:
     the verdict store and its key function (both or neither). ``listwise``: each query's
     misses are judged in one call (``listwise_template`` or the default for the mode).
     ``max_queries``: queries between plan and commit. ``on_commit``: called after each
-    commit (progress).
+    commit (progress). ``examples``: the run's labelled passages; each job gets the worked
+    examples :meth:`~judge.judging.ExampleBank.for_passage` chooses for it (by its
+    passage's ``query_id``), before the store lookup (its key includes them). A query's
+    jobs go to the executor together, in rank order, so their calls (one examples block
+    each) follow one another and an embedded model's prefix cache serves them.
     """
 
     def __init__(
@@ -159,6 +170,7 @@ class BatchDriver:
         listwise_template: str | None = None,
         max_queries: int = 32,
         on_commit: Callable[[QueryWork, list[PassageVerdict]], None] | None = None,
+        examples: ExampleBank | None = None,
     ) -> None:
         if store is not None and keys is None:
             raise ValueError("a store needs its key function (cache_keys)")
@@ -170,6 +182,7 @@ class BatchDriver:
         self.listwise_template = listwise_template
         self.max_queries = max(1, max_queries)
         self.on_commit = on_commit
+        self.examples = examples
         self.stats = DriverStats()
 
     async def run(
@@ -252,6 +265,16 @@ class BatchDriver:
             work.language = config.language
         return config
 
+    def _with_examples(self, jobs: Sequence[PassageJob]) -> list[PassageJob]:
+        """``jobs`` with the worked examples of each (none without a bank)."""
+        bank = self.examples
+        if bank is None or not bank.spec.active:
+            return list(jobs)
+        return [
+            replace(job, examples=bank.for_passage(job.passage.query_id, job.passage.id, job.passage.text))
+            for job in jobs
+        ]
+
     async def judge(self, work: QueryWork) -> list[PassageVerdict]:
         """The verdicts of one work (store hits, then the executor for the misses), in
         rank order; judged verdicts of the misses are stored as they arrive."""
@@ -261,10 +284,10 @@ class BatchDriver:
         stats = self.stats
         config = self.config_of(work)
         bound = config if config is not self.config else None
-        for job in work.jobs:
+        for job in self._with_examples(work.jobs):
             stats.passages += 1
             if self.store is not None and self.keys is not None:
-                key = self.keys(work.query, job.passage.text, bound)
+                key = self.keys(work.query, job.passage.text, bound, job.examples)
                 hit = await self.store.get(key)
                 if hit is not None:
                     found[job.index] = cached_verdict(hit, job.index, job.passage)

@@ -29,17 +29,20 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from judge.backends import Backend
-from judge.judging import JudgeConfig, Passage, PassageVerdict, judge_listwise, judge_passage
+from judge.judging import Example, JudgeConfig, Passage, PassageVerdict, judge_listwise, judge_passage
 
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class PassageJob:
-    """One passage to judge: ``index`` is its rank position in the query's list."""
+    """One passage to judge: ``index`` is its rank position in the query's list;
+    ``examples``: the worked examples its prompt shows (``--examples``; the driver
+    chooses them)."""
 
     index: int
     passage: Passage
+    examples: tuple[Example, ...] = ()
 
 
 OnVerdict = Callable[[PassageJob, PassageVerdict], Awaitable[None]]
@@ -171,7 +174,9 @@ class LocalExecutor(FanOutExecutor):
             return await call()
 
     async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
-        return await self._slot(lambda: judge_passage(self.backend, query, job.passage, job.index, config))
+        return await self._slot(
+            lambda: judge_passage(self.backend, query, job.passage, job.index, config, examples=job.examples)
+        )
 
     async def judge_list(
         self, query: str, passages: list[Passage], config: JudgeConfig, template: str | None

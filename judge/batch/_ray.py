@@ -61,7 +61,7 @@ from judge.backends import (
 )
 from judge.batch._executor import FanOutExecutor, PassageJob
 from judge.batch._run_spec import RunSpec, run_spec
-from judge.judging import JudgeConfig, Passage, PassageVerdict
+from judge.judging import Example, JudgeConfig, Passage, PassageVerdict
 
 __all__ = ["BackendSpec", "RayExecutor", "WorkerLostError", "ray_available"]
 
@@ -372,13 +372,14 @@ class _Worker:
         passage: Passage,
         config: JudgeConfig,
         template: ShippedTemplate | None = None,
+        examples: tuple[Example, ...] = (),
     ) -> tuple[PassageVerdict | BaseException, BackendStats]:
         from judge.judging import judge_passage
 
         try:
             config = _with_local_template(config, template)
             verdict: PassageVerdict | BaseException = await judge_passage(
-                self.backend, query, passage, index, config
+                self.backend, query, passage, index, config, examples=examples
             )
         except Exception as exc:  # returned, re-raised by the driver as itself
             verdict = exc
@@ -778,8 +779,11 @@ class RayExecutor(FanOutExecutor):
 
     async def judge_one(self, query: str, job: PassageJob, config: JudgeConfig) -> PassageVerdict:
         shipped = self._template(config.template)
+        # the examples only when there are some: a zero-shot call is the same call as before
+        # they existed (a worker of an older judge on the cluster still answers it)
+        extra = (job.examples,) if job.examples else ()
         verdict: PassageVerdict = await self._call(
-            "judge_one", query, job.index, job.passage, config, shipped
+            "judge_one", query, job.index, job.passage, config, shipped, *extra
         )
         return verdict
 

@@ -37,7 +37,7 @@ from judge.backends import (
     CallPolicy,
     ConfigError,
 )
-from judge.judging import JudgeConfig
+from judge.judging import ExampleSpec, JudgeConfig
 
 if TYPE_CHECKING:
     from judge.backends import Backend
@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
     "ENGINE_FIELDS",
+    "EXAMPLE_FIELDS",
     "POLICY_FIELDS",
     "RUN_DEFAULTS",
     "Engine",
@@ -70,6 +71,13 @@ DEFAULT_WORKER_CPUS = 1.0
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JudgeConfig))
 POLICY_FIELDS: tuple[str, ...] = ("concurrency", "timeout_s", "max_retries", "rpm", "tpm", "prices")
 ENGINE_FIELDS: tuple[str, ...] = ("engine", "workers", "worker_cpus", "window", "address")
+#: Worked examples from the run's labels (``--examples N``, ``--examples-from``): one
+#: setting name per :class:`~judge.judging.ExampleSpec` field, all held by ``RunSpec.examples``.
+EXAMPLE_FIELDS: Mapping[str, str] = {
+    "examples": "n",
+    "examples_from": "source",
+    "examples_budget": "budget_tokens",
+}
 
 
 def _config_default(name: str) -> Any:
@@ -112,8 +120,9 @@ class RunSpec:
     ``None`` until :func:`~judge.judging.resolve_config` meets the backend). ``policy``: the
     call policy. ``engine``: ``local`` (this process) or ``ray``; ``workers``,
     ``worker_cpus`` and ``address`` are the Ray engine's. ``window``: passages handed out at
-    once (None: twice the run's concurrency). Invalid values raise
-    :class:`~judge.backends.ConfigError` naming the field.
+    once (None: twice the run's concurrency). ``examples``: worked examples from the run's
+    labels shown before each passage (:class:`~judge.judging.ExampleSpec`; none by
+    default). Invalid values raise :class:`~judge.backends.ConfigError` naming the field.
     """
 
     config: JudgeConfig = field(default_factory=JudgeConfig)
@@ -123,6 +132,7 @@ class RunSpec:
     worker_cpus: float = DEFAULT_WORKER_CPUS
     window: int | None = None
     address: str | None = None
+    examples: ExampleSpec = field(default_factory=ExampleSpec)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -171,14 +181,19 @@ class RunSpec:
         return echo
 
 
-def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _split(
+    settings: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     config: dict[str, Any] = {}
     policy: dict[str, Any] = {}
     engine: dict[str, Any] = {}
+    examples: dict[str, Any] = {}
     for key, value in settings.items():
         if value is None:
             continue  # not given: the base's value, else the default
-        if key in CONFIG_FIELDS:
+        if key in EXAMPLE_FIELDS:
+            examples[EXAMPLE_FIELDS[key]] = value
+        elif key in CONFIG_FIELDS:
             config[key] = value
         elif key in POLICY_FIELDS:
             policy[key] = value
@@ -186,7 +201,7 @@ def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
             engine[key] = value
         else:
             raise ConfigError("is not a run setting", field=key)
-    return config, policy, engine
+    return config, policy, engine, examples
 
 
 def run_spec(base: RunSpec | None = None, /, **settings: Any) -> RunSpec:
@@ -194,11 +209,12 @@ def run_spec(base: RunSpec | None = None, /, **settings: Any) -> RunSpec:
     :class:`CallPolicy` or the engine) laid over ``base`` (default: every default). A
     setting that is ``None`` is not given. Errors: :class:`ConfigError` naming the field."""
     spec = base if base is not None else RunSpec()
-    config, policy, engine = _split(settings)
+    config, policy, engine, examples = _split(settings)
     return replace(
         spec,
         config=replace(spec.config, **config) if config else spec.config,
         policy=replace(spec.policy, **policy) if policy else spec.policy,
+        examples=replace(spec.examples, **examples) if examples else spec.examples,
         **engine,
     )
 
@@ -215,7 +231,7 @@ def run_spec_from_args(args: Any, *, mode: str | None = None, base: RunSpec | No
     settings: dict[str, Any] = {}
     for name, value in vars(args).items():
         key = _ARG_NAMES.get(name, name)
-        if key in CONFIG_FIELDS or key in POLICY_FIELDS or key in ENGINE_FIELDS:
+        if key in CONFIG_FIELDS or key in POLICY_FIELDS or key in ENGINE_FIELDS or key in EXAMPLE_FIELDS:
             settings[key] = value
     if mode is not None:
         settings["mode"] = mode
@@ -229,8 +245,10 @@ def run_spec_from_args(args: Any, *, mode: str | None = None, base: RunSpec | No
 def run_spec_from_job_options(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
     """The spec of a server job: its judging options (the ``JudgeConfig`` fields among
     ``options``; others, such as ``k`` or ``map``, are the job's own) over ``base``, the
-    server's spec (its call policy and engine serve every job)."""
-    return run_spec(base, **{k: options.get(k) for k in CONFIG_FIELDS if k in options})
+    server's spec (its call policy and engine serve every job); ``examples`` and
+    ``examples_from`` are the job's own too."""
+    names = (*CONFIG_FIELDS, *EXAMPLE_FIELDS)
+    return run_spec(base, **{k: options.get(k) for k in names if k in options})
 
 
 def run_spec_from_kwargs(

@@ -64,12 +64,14 @@ from judge.io import (
 from judge.judging import (
     DEFAULT_BORDERLINE_MARGIN,
     LANGUAGE_RULE,
+    ExampleBank,
     ExtraOptions,
     JudgeConfig,
     PassageVerdict,
     VerdictStore,
     bind_language,
     borderline_verdicts,
+    check_examples_config,
     resolve_config,
     summarize,
 )
@@ -108,7 +110,10 @@ class BatchOptions:
     default for the mode and language, or ``listwise_template``); generation only, so
     probability mode does not apply. ``executor``: who judges the passages the store does
     not have (default a :class:`~judge.batch._executor.LocalExecutor` over ``backend``
-    with ``window``); the caller owns it (closes it).
+    with ``window``); the caller owns it (closes it). ``examples``: the run's labelled
+    passages (:class:`~judge.judging.ExampleBank`, built by the caller from its labels and
+    its passages' texts, with its ``--examples`` setting): each passage's prompt shows the
+    worked examples it chooses; the summary's ``examples`` describes them.
     """
 
     k: tuple[int, ...] = (5, 10)
@@ -140,6 +145,7 @@ class BatchOptions:
     labels_yes_grade: int | None = None
     # a random sample of human labels: the summary's prediction-powered figures (``ppi``)
     sample_labels: SampleLabelOptions | None = None
+    examples: ExampleBank | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -343,6 +349,7 @@ class _Run:
             listwise_template=opts.listwise_template,
             max_queries=opts.passage_window() + 1,
             on_commit=self._committed,
+            examples=opts.examples,
         )
 
     def _committed(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
@@ -432,6 +439,7 @@ class _Run:
             "config": _config_echo(self.config, self.backend.name, self.opts),
             **_determinism_echo(records, self.config, self.backend, self.opts),
             **labels_echo,
+            **_examples_echo(self.opts),
         }
         if self.opts.sample_labels is not None:
             summary["ppi"] = ppi_block(records, self.opts.sample_labels, self.opts.k)
@@ -445,6 +453,21 @@ class _Run:
             skipped_done=skipped,
             rejected=self.reporter.rejected,
         )
+
+
+def _examples_echo(opts: BatchOptions) -> dict[str, Any]:
+    """The summary's ``examples`` (absent for a run without them)."""
+    bank = opts.examples
+    if bank is None or not bank.spec.active:
+        return {}
+    return {"examples": bank.describe()}
+
+
+def check_examples(opts: BatchOptions, config: JudgeConfig) -> None:
+    """``--examples`` before any call: templates with the slot, pointwise judging (a
+    :class:`~judge.judging.TemplateError` naming the template or the flag: exit 2)."""
+    if opts.examples is not None:
+        check_examples_config(config, opts.examples.spec, listwise=opts.listwise)
 
 
 def check_labels(opts: BatchOptions, config: JudgeConfig) -> None:
@@ -552,6 +575,7 @@ async def score_dataset(
     opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
     check_labels(opts, config)
+    check_examples(opts, config)
     inp = Path(input_path)
     out = Path(output_path)
     if not inp.exists():
@@ -633,6 +657,7 @@ async def retry_unjudged(
     opts = kw.get("options") or BatchOptions()
     config = _batch_config(config, backend, opts)
     check_labels(opts, config)
+    check_examples(opts, config)
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))

@@ -107,7 +107,14 @@ def _search_options(args: argparse.Namespace) -> Any:
 
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
-    from judge.systems import EXPERIMENT_COMMAND, ExperimentOptions, ReportFolder, run_experiment
+    from judge.systems import (
+        EXPERIMENT_COMMAND,
+        ExperimentOptions,
+        PoolRun,
+        ReportFolder,
+        check_pool_examples,
+        run_experiment,
+    )
 
     out = Path(args.output)
     experiment = ExperimentOptions(
@@ -122,6 +129,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     experiment.check()  # a bad --grid or --trials is exit 2 before anything opens
     options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
+    check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
     backend = open_pooled_backend(args, spec)
     run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(
@@ -164,8 +172,10 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
     from judge.systems import PoolRun, load_search_nightly, run_search_nightly
 
     cfg = load_search_nightly(args.config)
-    with flag_errors({"mode": "mode"}):
-        spec = run_spec(None, mode=cfg.mode)
+    with flag_errors(
+        {"mode": "mode", "examples": "search.examples", "examples_from": "search.examples_from"}
+    ):
+        spec = run_spec(None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from)
     backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
     if not args.quiet:
         print(f"judge: using judge {backend.name}", file=sys.stderr)

@@ -72,6 +72,31 @@ def add_judge_flags(p: argparse.ArgumentParser, *, defaults: bool = True) -> Non
     add_decision_flags(p)
 
 
+def add_example_flags(p: argparse.ArgumentParser) -> None:
+    """``--examples N`` and ``--examples-from same|nearest``: worked examples from the run's
+    labels in each passage's prompt (None when not given: :class:`~judge.batch.RunSpec`
+    holds the default, none)."""
+    from judge.judging import MAX_EXAMPLES
+
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"show up to N (0..{MAX_EXAMPLES}) labelled passages of the same query as worked examples "
+        "before each passage (balanced yes/no, shortest first within a token budget; a labelled passage "
+        "is never its own example); labels from the run's labels (--labels, --qrels), texts from the run's "
+        "passages; needs a template with an ${examples} slot (every shipped one). Default 0",
+    )
+    p.add_argument(
+        "--examples-from",
+        choices=("same", "nearest"),
+        default=None,
+        help="same: the query's own labelled passages (default); nearest: those, then the labelled passages "
+        "of the most similar labelled queries by the embedded BM25 (the summary says which)",
+    )
+
+
 def add_call_flags(p: argparse.ArgumentParser) -> None:
     """The call policy's flags: ``--concurrency``, ``--timeout``, ``--max-retries``, ``--rpm``,
     ``--tpm`` (None when not given: :class:`~judge.backends.CallPolicy` holds the defaults)."""
@@ -152,6 +177,9 @@ FLAG_FOR_FIELD: dict[str, str] = {
     "workers": "--workers",
     "worker_cpus": "--worker-cpus",
     "address": "--ray-address",
+    # RunSpec (worked examples)
+    "examples": "--examples",
+    "examples_from": "--examples-from",
 }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from judge.cli._flags import (
     add_batch_flags,
+    add_example_flags,
     add_sample_label_flags,
     call_settings,
     flag_errors,
@@ -38,7 +39,8 @@ def add_pooled_flags(
 ) -> None:
     """Human labels, pool depth, measures, tests, adaptive judging, the cascade, the judge's
     batch flags (:func:`~judge.cli._flags.add_batch_flags`), ``--retry-unjudged``,
-    ``--top-queries`` and ``--json``."""
+    ``--top-queries``, ``--json`` and the worked examples
+    (:func:`~judge.cli._flags.add_example_flags`: run settings, read by ``run_spec_of``)."""
     p.add_argument(
         "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
     )
@@ -133,6 +135,7 @@ def add_pooled_flags(
     p.add_argument("--json", action="store_true", help="print report.json instead of report.md")
     add_batch_flags(p, defaults=False)
     add_sample_label_flags(p)
+    add_example_flags(p)
 
 
 def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from judge.cli._flags import (
     add_batch_flags,
     add_dataset_flags,
     add_engine_flags,
+    add_example_flags,
     add_measure_flag,
     add_sample_label_flags,
     call_settings,
@@ -114,6 +115,7 @@ def register(subparsers: Any) -> None:
     )
     add_label_flags(p)
     add_sample_label_flags(p, confidence=True)
+    add_example_flags(p)
     p.add_argument(
         "--calibration",
         default=None,
@@ -239,6 +241,41 @@ def _report(args: argparse.Namespace, outcome: Any) -> None:
     )
 
 
+def _example_bank(
+    args: argparse.Namespace, spec: Any, config: Any, given: dict[str, Any], labels: dict[str, Any]
+) -> Any:
+    """``--examples``: the labelled passages of INPUT (``nearest``: with their neighbours),
+    checked before any call (exit 2: no labels, a template without the slot, listwise,
+    ``--retry-unjudged``)."""
+    from judge.batch import BatchOptions, check_examples, dataset_example_bank
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.systems import with_neighbours
+
+    if not spec.examples.active:
+        return None
+    if args.retry_unjudged:
+        raise InputError(
+            "cannot be used with --retry-unjudged (the output holds no labelled passage's text): "
+            "score INPUT into a new output instead",
+            field="--examples",
+        )
+    bank = dataset_example_bank(
+        args.input,
+        labels["labels"],
+        spec.examples,
+        config.mode,
+        grade_threshold=config.grade_threshold,
+        level=labels["labels_level"],
+        yes_grade=labels["labels_yes_grade"],
+        field_map=given["field_map"],
+        max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
+    )
+    check_examples(
+        BatchOptions(examples=bank, listwise=bool(args.listwise or args.listwise_template)), config
+    )
+    return with_neighbours(bank) if bank is not None else None
+
+
 def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import (
@@ -267,6 +304,7 @@ def run_score(args: argparse.Namespace) -> int:
         "sample_labels": sample_label_options(args),
     }
     check_labels(BatchOptions(**labels), config)  # a scale mismatch: exit 2 before any call
+    given["examples"] = _example_bank(args, spec, config, given, labels)
 
     backend = open_backend(args.backend, args.base_url, spec.policy)
     if not args.quiet:

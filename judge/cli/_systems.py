@@ -68,7 +68,14 @@ def register(subparsers: Any) -> None:
 def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.cli._label_commands import label_set_of
     from judge.io import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
-    from judge.systems import ReportFolder, parse_system_args, read_human_labels, run_comparison
+    from judge.systems import (
+        PoolRun,
+        ReportFolder,
+        check_pool_examples,
+        parse_system_args,
+        read_human_labels,
+        run_comparison,
+    )
 
     systems = parse_system_args(args.systems)
     out = Path(args.output)
@@ -86,6 +93,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config)
+    check_pool_examples(
+        PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, config
+    )
     backend = open_pooled_backend(args, spec)
     run = pooled_run(
         args,

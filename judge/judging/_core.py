@@ -57,6 +57,7 @@ from judge.judging._config import (
     summary_template_for,
     template_for,
 )
+from judge.judging._examples import Example, examples_hash, examples_seen, render_examples
 from judge.judging._models import (
     JudgeResult,
     LLMGrade,
@@ -86,6 +87,7 @@ def verdict_cache_key(
     passage_text: str,
     *,
     template: PromptTemplate | None = None,
+    examples: Sequence[Example] = (),
 ) -> str:
     """sha256 hex of everything that determines a verdict: the backend's name, model and
     output-changing params, ``config.cache_params()``, the template's id and hash, the
@@ -95,16 +97,34 @@ def verdict_cache_key(
     ``(config)``, the pointwise one); listwise runs pass their listwise template, so a
     listwise verdict has its own key and a listwise run resumes from the store.
 
+    ``examples``: the worked examples the prompt shows (``--examples``); their hash
+    (:func:`~judge.judging.examples_hash`) joins the key as ``examples``, so a verdict made
+    with demonstrations is another verdict; none leave the key as it always was.
+
     The hashed text is ``json.dumps(payload, ensure_ascii=False, sort_keys=True,
     separators=(",", ":"), default=str)`` of ``{"v", "backend", "model", "backend_params",
-    "config", "template_id", "template_hash", "query", "passage"}``; everything but the
-    query and the passage is serialised once per (backend, params, config, template)."""
+    "config", "template_id", "template_hash", "query", "passage"}`` (and ``"examples"``
+    when there are some); everything but the query, the passage and the examples is
+    serialised once per (backend, params, config, template)."""
     config = bind_language(config, query, [passage_text])  # callers judging a query bind it first
     tpl = template if template is not None else template_for(config)
     params = _dumps(backend.params())
     head, tail = _key_frame(backend.name, params, config, backend.model, tpl.id, tpl.hash)
+    head = _with_examples(head, examples_hash(examples))
     blob = f'{head}{_dumps(passage_text)},"query":{_dumps(query)}{tail}'
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+_MODEL_KEY = ',"model":'
+
+
+def _with_examples(head: str, digest: str | None) -> str:
+    """The key's text before the passage with ``"examples"`` in its sorted place (after
+    ``config``, before ``model``); unchanged without examples."""
+    if digest is None:
+        return head
+    at = head.rindex(_MODEL_KEY)
+    return f'{head[:at]},"examples":{_dumps(digest)}{head[at:]}'
 
 
 def cached_verdict(hit: PassageVerdict, index: int, passage: Passage) -> PassageVerdict:
@@ -427,13 +447,17 @@ async def judge_passage(
     index: int,
     config: JudgeConfig,
     store: VerdictStore | None = None,
+    *,
+    examples: Sequence[Example] = (),
 ) -> PassageVerdict:
     """One passage's verdict (see the module docstring for the flow). ``language="auto"``
-    that no caller bound for the whole query is bound from this query and passage."""
+    that no caller bound for the whole query is bound from this query and passage.
+    ``examples``: worked examples shown before the passage (the template's
+    ``${examples}`` slot; the verdict records them and its cache key includes them)."""
     config = bind_language(resolve_config(config, backend), query, [passage.text])
     check_probability(backend, config)
     return await _judge_bound(
-        _QueryFrame(backend, config, query, template_for(config)), passage, index, store
+        _QueryFrame(backend, config, query, template_for(config)), passage, index, store, examples
     )
 
 
@@ -450,8 +474,9 @@ class _QueryFrame:
         self.prompt_query = _defuse(query)
         self._key_around: tuple[str, str] | None = None
 
-    def key(self, passage_text: str) -> str:
-        """``verdict_cache_key(backend, config, query, passage_text, template=template)``."""
+    def key(self, passage_text: str, examples: Sequence[Example] = ()) -> str:
+        """``verdict_cache_key(backend, config, query, passage_text, template=template,
+        examples=examples)``."""
         if self._key_around is None:
             backend, template = self.backend, self.template
             params = _dumps(backend.params())
@@ -460,21 +485,35 @@ class _QueryFrame:
             )
             self._key_around = head, f',"query":{_dumps(self.query)}{tail}'
         head, tail = self._key_around
+        head = _with_examples(head, examples_hash(examples))
         return hashlib.sha256(f"{head}{_dumps(passage_text)}{tail}".encode()).hexdigest()
+
+    def block(self, examples: Sequence[Example]) -> dict[str, str]:
+        """The ``${examples}`` value for ``examples`` (nothing for a zero-shot prompt:
+        a template's slot is then empty)."""
+        if not examples:
+            return {}
+        return {"examples": render_examples(self.template, examples)}
 
 
 async def _judge_bound(
-    frame: _QueryFrame, passage: Passage, index: int, store: VerdictStore | None
+    frame: _QueryFrame,
+    passage: Passage,
+    index: int,
+    store: VerdictStore | None,
+    examples: Sequence[Example] = (),
 ) -> PassageVerdict:
     """:func:`judge_passage` once the config is resolved and bound for the query."""
     key: str | None = None
     if store is not None:
-        key = frame.key(passage.text)
+        key = frame.key(passage.text, examples)
         hit = await store.get(key)
         if hit is not None:
             return cached_verdict(hit, index, passage)
     template = frame.template
-    messages = template.render(query=frame.prompt_query, passage=_defuse(passage.text))
+    messages = template.render(
+        query=frame.prompt_query, passage=_defuse(passage.text), **frame.block(examples)
+    )
     return await ask_verdict(
         frame.backend,
         template,
@@ -486,6 +525,7 @@ async def _judge_bound(
         passage_id=passage.id,
         truncated=passage.truncated,
         query_id=passage.query_id,
+        examples=examples,
     )
 
 
@@ -501,6 +541,7 @@ async def ask_verdict(
     passage_id: str | None = None,
     truncated: bool = False,
     query_id: str | None = None,
+    examples: Sequence[Example] = (),
 ) -> PassageVerdict:
     """Ask for one verdict on rendered ``messages`` in ``config``'s decision mode
     (probability, vote over samples, or one generation with re-asks), build its
@@ -541,6 +582,7 @@ async def ask_verdict(
         error=out.error,
         truncated=truncated,
         decided_by=out.decided_by,
+        examples=examples_seen(examples),
     )
     if store is not None and key is not None and verdict.judged:
         await store.put(key, verdict)

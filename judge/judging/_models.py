@@ -70,6 +70,23 @@ class TokenUsage(_Strict):
 VerdictSource = Literal["judge", "human"]
 
 
+class ExampleRef(_Strict):
+    """One worked example a verdict was shown: its query id, passage id and label (on the
+    judge's scale: binary 0/1, graded 0-3)."""
+
+    query_id: str
+    id: str
+    label: int
+
+
+class ExamplesSeen(_Strict):
+    """The worked examples a verdict was shown (``--examples``), in prompt order, and the
+    hash of what they showed (part of the verdict's cache key)."""
+
+    hash: str
+    items: list[ExampleRef]
+
+
 class ReplacedVerdict(_Strict):
     """The judge's verdict that a human label replaced (kept on the overridden verdict)."""
 
@@ -98,7 +115,8 @@ class PassageVerdict(_Strict):
     replaced the judge's verdict (``reviewer`` names them, ``replaced`` keeps the judge's
     verdict; :func:`judge.judging.apply_label`). ``cached`` says this verdict came from the
     verdict store (its tokens, cost and latency are those of the original judgment and are
-    not counted again in usage).
+    not counted again in usage). ``examples``: the worked examples the prompt showed
+    (``--examples``; None for a zero-shot verdict).
     """
 
     index: int
@@ -127,6 +145,7 @@ class PassageVerdict(_Strict):
     reviewer: str | None = None
     replaced: ReplacedVerdict | None = None
     decided_by: str | None = None
+    examples: ExamplesSeen | None = None
 
     @property
     def judged(self) -> bool:

@@ -8,8 +8,18 @@ One file per template, named ``<id>.toml`` (ids look like ``binary.zh.v1``). Fie
 ``system`` and ``user`` use), ``system``, ``user``, ``reask`` (optional; the follow-up user
 turn after an invalid reply, its only placeholder is ``${error}``), ``answer_prefix`` and
 ``candidates`` (optional, together: probability mode forces the reply to start with
-``answer_prefix`` and reads the probabilities of ``candidates`` as the next token), and a
-``[json_schema]`` table (optional; handed to backends with a JSON mode or grammar).
+``answer_prefix`` and reads the probabilities of ``candidates`` as the next token), a
+``[json_schema]`` table (optional; handed to backends with a JSON mode or grammar), and an
+``[examples]`` table (optional; how worked examples read, see below).
+
+Demonstrations (``--examples N``): a verdict template that declares the variable
+``examples`` has an ``${examples}`` slot and an ``[examples]`` table of three strings:
+``intro`` and ``outro`` (fixed text around the examples, no placeholder) and ``item`` (one
+example; placeholders among ``${query}``, ``${passage}`` and ``${answer}``, the answer
+being ``yes``/``no`` or a grade ``0``..``3``). The slot renders to nothing when a passage
+has no examples (``examples`` is the one variable that may be left out of
+:meth:`PromptTemplate.render`: it is then empty), so a template's zero-shot prompt is the
+same text as without the slot. A template without the slot refuses ``--examples``.
 
 Rendering uses :class:`string.Template` (``${name}``; ``$$`` is a literal ``$``), so JSON
 braces in the prompt need no escaping and substituted text is never expanded again (a
@@ -42,7 +52,11 @@ from judge.io import InputError
 TemplateMode = Literal["binary", "graded", "summary", "claims"]
 
 _REQUIRED = ("id", "language", "mode", "variables", "system", "user")
-_OPTIONAL = ("description", "reask", "answer_prefix", "candidates", "json_schema")
+_OPTIONAL = ("description", "reask", "answer_prefix", "candidates", "json_schema", "examples")
+#: The optional variable: the slot of worked examples (empty when there are none).
+EXAMPLES_VARIABLE = "examples"
+_EXAMPLE_PARTS = ("intro", "item", "outro")
+_EXAMPLE_ITEM_VARIABLES = frozenset({"query", "passage", "answer"})
 _LANGUAGES = ("zh", "en")
 _MODES = ("binary", "graded", "summary", "claims")
 _CANDIDATES: dict[str, frozenset[str]] = {
@@ -89,6 +103,24 @@ def _placeholders(text: str, where: str, path: Path) -> set[str]:
 
 
 @dataclass(frozen=True)
+class ExampleFormat:
+    """How a template's worked examples read: ``intro``, then ``item`` once per example
+    (``${query}``, ``${passage}``, ``${answer}``), then ``outro``."""
+
+    intro: str
+    item: str
+    outro: str
+
+    def render(self, items: list[dict[str, str]]) -> str:
+        """The examples block for ``items`` (each ``{"query", "passage", "answer"}``); empty
+        for none."""
+        if not items:
+            return ""
+        body = "".join(string.Template(self.item).substitute(item) for item in items)
+        return f"{self.intro}{body}{self.outro}"
+
+
+@dataclass(frozen=True)
 class PromptTemplate:
     """One loaded template. ``hash`` is the sha256 hex digest of the file's bytes.
 
@@ -111,6 +143,12 @@ class PromptTemplate:
     candidates: tuple[str, ...] | None = None
     json_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
     p_yes_threshold: float | None = None
+    example_format: ExampleFormat | None = None
+
+    @property
+    def supports_examples(self) -> bool:
+        """The template has an ``${examples}`` slot (and its ``[examples]`` table)."""
+        return self.example_format is not None
 
     @property
     def decision_threshold(self) -> float:
@@ -122,7 +160,10 @@ class PromptTemplate:
         return self.answer_prefix is not None and self.candidates is not None
 
     def render(self, **values: str) -> tuple[Message, ...]:
-        """The system and user messages with ``values`` substituted (strictly)."""
+        """The system and user messages with ``values`` substituted (strictly; ``examples``
+        may be left out: the slot is then empty)."""
+        if EXAMPLES_VARIABLE in self.variables and EXAMPLES_VARIABLE not in values:
+            values = {**values, EXAMPLES_VARIABLE: ""}
         self._check_values(values)
         system = string.Template(self.system).substitute(values)
         user = string.Template(self.user).substitute(values)
@@ -204,6 +245,39 @@ def _check_candidates(prefix: object, candidates: object, mode: TemplateMode, pa
         raise TemplateError(f"{mode} candidates must be exactly {expected}", path=path, field="candidates")
 
 
+def _check_examples(raw: dict[str, Any], variables: list[str], path: Path) -> ExampleFormat | None:
+    """The ``[examples]`` table: present exactly when ``${examples}`` is declared, three
+    strings, the item's placeholders among query, passage and answer."""
+    table = raw.get("examples")
+    declared = EXAMPLES_VARIABLE in variables
+    if table is None:
+        if declared:
+            raise TemplateError(
+                "declares ${examples} but has no [examples] table (intro, item, outro)",
+                path=path,
+                field="examples",
+            )
+        return None
+    if not declared:
+        raise TemplateError("has an [examples] table but no ${examples} slot", path=path, field="examples")
+    if not isinstance(table, dict) or set(table) != set(_EXAMPLE_PARTS):
+        raise TemplateError("must be a table of exactly intro, item and outro", path=path, field="examples")
+    for part in _EXAMPLE_PARTS:
+        if not isinstance(table[part], str):
+            raise TemplateError("must be a string", path=path, field=f"examples.{part}")
+    for part in ("intro", "outro"):
+        if _placeholders(table[part], f"examples.{part}", path):
+            raise TemplateError("takes no placeholder", path=path, field=f"examples.{part}")
+    used = _placeholders(table["item"], "examples.item", path)
+    if used - _EXAMPLE_ITEM_VARIABLES or "passage" not in used or "answer" not in used:
+        raise TemplateError(
+            "needs ${passage} and ${answer} (and may use ${query}), nothing else",
+            path=path,
+            field="examples.item",
+        )
+    return ExampleFormat(table["intro"], table["item"], table["outro"])
+
+
 def parse_template(data: bytes, path: Path) -> PromptTemplate:
     """Validate one template file's bytes; ``path`` is used in error messages and for the id."""
     try:
@@ -224,6 +298,9 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
     schema = raw.get("json_schema")
     if schema is not None and not isinstance(schema, dict):
         raise TemplateError("must be a table", path=path, field="json_schema")
+    example_format = _check_examples(raw, variables, path)
+    if example_format is not None and mode not in ("binary", "graded"):
+        raise TemplateError("only verdict templates take examples", path=path, field="examples")
     return PromptTemplate(
         id=raw["id"],
         language=raw["language"],
@@ -238,6 +315,7 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
         answer_prefix=prefix,
         candidates=tuple(candidates) if candidates is not None else None,
         json_schema=schema,
+        example_format=example_format,
     )
 
 

@@ -67,6 +67,7 @@ def open_state(config: ServerConfig, lock: DatabaseLock) -> AppState:
         yes_grade=config.labels_yes_grade,
         admin_keys=config.admin_keys,
     )
+    rt.labels = review.labels_for_queries
     auth = Authenticator(config.keys, sessions)
     return AppState(config, db, sessions, auth, metrics, manager, review)
 

@@ -157,6 +157,7 @@ def batch_options(
     settings: Mapping[str, Any],
     executor: Any = None,
     sample_labels: SampleLabelOptions | None = None,
+    examples: Any = None,
 ) -> BatchOptions:
     return BatchOptions(
         sample_labels=sample_labels,
@@ -169,7 +170,46 @@ def batch_options(
         listwise_template=listwise_template,
         settings=dict(settings),
         executor=executor,
+        examples=examples,
     )
+
+
+async def job_example_bank(job_dir: Path, spec: RunSpec, options: Mapping[str, Any], labels: Any) -> Any:
+    """A scoring job's worked examples (``examples``): the labels of the server's label store
+    for the job's queries (``labels``, the runtime's), texts from the job's input; None
+    without ``examples``. A store without labels for them gives a bank with none (every
+    passage is judged zero-shot; the summary's ``examples`` says so)."""
+    if not spec.examples.active:
+        return None
+    from judge.batch import dataset_example_bank
+    from judge.store import LabelSet
+    from judge.systems import with_neighbours
+
+    path = job_dir / INPUT_NAME
+    field_map = options.get("map") or {}
+    max_chars = int(options.get("max_passage_chars") or DEFAULT_MAX_PASSAGE_CHARS)
+
+    def build() -> Any:
+        ids = {
+            item.id
+            for item in iter_dataset(path, field_map=field_map, max_passage_chars=max_chars)
+            if not isinstance(item, InputError)
+        }
+        found, level, yes_grade = labels(ids) if labels is not None else (LabelSet([]), None, None)
+        bank = dataset_example_bank(
+            path,
+            found,
+            spec.examples,
+            spec.config.mode,
+            grade_threshold=spec.config.grade_threshold,
+            level=level,
+            yes_grade=yes_grade,
+            field_map=field_map,
+            max_passage_chars=max_chars,
+        )
+        return with_neighbours(bank) if bank is not None else None
+
+    return await asyncio.to_thread(build)
 
 
 async def run_score(

@@ -33,7 +33,7 @@ from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
 from judge.server._failures import job_error
 from judge.server._metrics import ServerMetrics
-from judge.server._schemas import JUDGE_OPTION_KEYS
+from judge.server._schemas import EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
 
 TICK_S = 0.5
 
@@ -58,6 +58,10 @@ class Runtime:
     executor: Any = None
     """Who judges every job (``judge serve --engine ray``: one Ray executor for the server's
     life); None: each job's local engine over ``backend``."""
+    labels: Any = None
+    """A scoring job's labels for ``examples``: ``labels(query_ids) -> (LabelSet, level,
+    yes_grade)`` from the server's label store and its stated mapping (set with the review
+    state); None: no labels, so no worked examples."""
 
 
 def new_job_id() -> str:
@@ -71,8 +75,10 @@ def _iso(ts: float | None) -> str | None:
 def job_spec(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
     """The :class:`~judge.batch.RunSpec` of a job: its judging options
     (:data:`~judge.server._schemas.JUDGE_OPTION_KEYS`; a job's other options, such as a
-    comparison's resampling ``seed``, are not judge settings) over ``base``, the server's."""
-    return run_spec_from_job_options({k: options.get(k) for k in JUDGE_OPTION_KEYS}, base)
+    comparison's resampling ``seed``, are not judge settings) and its worked examples
+    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) over ``base``, the server's."""
+    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS)
+    return run_spec_from_job_options({k: options.get(k) for k in keys}, base)
 
 
 def config_of(options: Mapping[str, Any], base: RunSpec | None = None) -> JudgeConfig:
@@ -94,7 +100,8 @@ Runner = Callable[["JobManager", dict[str, Any], Path], Awaitable[dict[str, Any]
 async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     rt = manager.runtime
     opts = job["options"]
-    config = config_of(opts, rt.spec)
+    spec = job_spec(opts, rt.spec)
+    config = spec.config
     batch = _engine.batch_options(
         k=opts["k"],
         concurrency=rt.concurrency,
@@ -105,6 +112,7 @@ async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Pat
         settings={**rt.settings, "job": job["id"]},
         executor=rt.executor,
         sample_labels=_engine.sample_label_options(job_dir, opts),
+        examples=await _engine.job_example_bank(job_dir, spec, opts, rt.labels),
     )
     if job["phase"] == "retry":
         return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)

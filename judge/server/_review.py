@@ -213,6 +213,13 @@ class Review:
     def close(self) -> None:
         self.store.close()
 
+    def labels_for_queries(self, query_ids: Any) -> tuple[LabelSet, int | None, int | None]:
+        """Every reviewer's latest label of these query ids (this server's collection), with
+        the server's stated mapping (``--labels-level``, ``--labels-yes-grade``): what a
+        scoring job's worked examples are taken from."""
+        latest = self.store.latest_for({str(q) for q in query_ids}, collection=self.collection)
+        return LabelSet(latest, source="the label store"), self.level, self.yes_grade
+
     def bump(self) -> None:
         """The store changed through this server: cached views are stale."""
         with self._lock:

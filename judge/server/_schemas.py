@@ -67,6 +67,17 @@ class JudgeOptions(BaseModel):
 
 #: The judging options of a job or request: the fields of :class:`JudgeOptions`.
 JUDGE_OPTION_KEYS: tuple[str, ...] = tuple(JudgeOptions.model_fields)
+#: A job's worked examples (``judge score --examples N --examples-from same|nearest``):
+#: run settings of the job, beside its judging options.
+EXAMPLE_OPTION_KEYS: tuple[str, ...] = ("examples", "examples_from")
+_MAX_EXAMPLES = 16  # judge.judging.MAX_EXAMPLES (checked again by the run spec)
+
+
+def _examples_need(options: Any) -> None:
+    if options.examples and options.listwise:
+        raise ValueError("examples: listwise judging shows no worked examples")
+    if options.examples_from is not None and not options.examples:
+        raise ValueError("examples_from is only used with examples")
 
 
 class JobOptions(JudgeOptions):
@@ -83,6 +94,14 @@ class JobOptions(JudgeOptions):
     sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
     sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
     confidence: float | None = Field(default=None, gt=0.0, lt=1.0)
+    # worked examples: up to N labelled passages of the label store (the job's queries)
+    examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
+    examples_from: Literal["same", "nearest"] | None = None
+
+    @model_validator(mode="after")
+    def _examples(self) -> JobOptions:
+        _examples_need(self)
+        return self
 
 
 class JobRequest(BaseModel):
@@ -148,11 +167,17 @@ class CompareOptions(JudgeOptions):
     # --sample-labels: TREC qrels text of pairs drawn at random from the pool (each system's ppi)
     sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
     sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
+    # worked examples: up to N labelled passages of ``qrels`` per pooled passage
+    examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
+    examples_from: Literal["same", "nearest"] | None = None
 
     @model_validator(mode="after")
     def _adaptive(self) -> CompareOptions:
         if (self.budget is not None or self.batch is not None) and not self.until_decided:
             raise ValueError("budget and batch are only used with until_decided")
+        _examples_need(self)
+        if self.examples and self.qrels is None:
+            raise ValueError("examples: needs human labels to take them from (qrels)")
         return self
 
     @field_validator("measures")

@@ -15,6 +15,7 @@ from judge.systems._engine_nightly import (
     load_search_nightly,
     run_search_nightly,
 )
+from judge.systems._example_bank import check_pool_examples, pool_example_bank, with_neighbours
 from judge.systems._inputs import Inputs, check_name, parse_system_args, read_systems
 from judge.systems._label_scale import map_human
 from judge.systems._model import (
@@ -78,6 +79,7 @@ __all__ = [
     "aexperiment",
     "build_pool",
     "check_name",
+    "check_pool_examples",
     "check_sample_pairs",
     "compare_systems",
     "experiment",
@@ -89,6 +91,7 @@ __all__ = [
     "parse_system_args",
     "plan_configurations",
     "pool_dataset_lines",
+    "pool_example_bank",
     "pool_scale",
     "read_human_labels",
     "read_systems",
@@ -97,4 +100,5 @@ __all__ = [
     "run_experiment",
     "run_search_nightly",
     "systems_options_of",
+    "with_neighbours",
 ]

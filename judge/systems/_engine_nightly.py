@@ -81,6 +81,8 @@ _SEARCH: dict[str, tuple[type, ...]] = {
     "depth": (int,),
     "confidence": (float, int),
     "resamples": (int,),
+    "examples": (int,),
+    "examples_from": (str,),
 }
 
 
@@ -105,6 +107,9 @@ class SearchNightlyConfig:
     history: Path
     report_dir: Path
     trend_plot: Path
+    # worked examples from the [search] qrels (judge experiment --examples/--examples-from)
+    examples: int | None = None
+    examples_from: str | None = None
     baseline: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -218,6 +223,8 @@ def load_search_nightly(path: str | Path) -> SearchNightlyConfig:
         history=history,
         report_dir=resolve(obj.get("report_dir", "nightly/reports")),
         trend_plot=resolve(obj["trend_plot"]) if "trend_plot" in obj else history.parent / "search-trend.png",
+        examples=search.get("examples"),
+        examples_from=search.get("examples_from"),
     )
 
 

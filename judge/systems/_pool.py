@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from judge.backends import Backend
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels
-from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
+from judge.judging import ExampleBank, JudgeConfig, PassageVerdict, VerdictStore
 from judge.store import atomic_write_lines, atomic_write_text, recover_output
 from judge.systems._inputs import Inputs
 
@@ -140,7 +140,8 @@ class PoolRun:
     of calls in flight that overrides it. ``executor``: who judges, kept open by its
     owner (a server's shared Ray executor); None: the spec's engine, a Ray executor made
     for this pool (its workers build ``ship``, a ``BackendSpec``; default the backend)
-    and closed after it."""
+    and closed after it. ``examples``: the pool's labelled passages, the worked examples
+    of ``spec.examples`` (set by :func:`run_comparison` from the pool; None: none)."""
 
     spec: RunSpec = field(default_factory=_default_spec)
     concurrency: int | None = None
@@ -154,6 +155,7 @@ class PoolRun:
     settings: Mapping[str, Any] = field(default_factory=dict)
     executor: Any = None
     ship: Any = None
+    examples: ExampleBank | None = None
 
 
 @dataclass
@@ -273,6 +275,7 @@ async def _judge_lines(
         max_passage_chars=run.max_passage_chars,  # the systems' texts are already cut to it
         settings=dict(run.settings),
         executor=executor,
+        examples=run.examples,
     )
     outcome = await score_dataset(pool_input, pool_output, backend, config, store=store, options=options)
     summary = outcome.summary

@@ -43,7 +43,10 @@ class PooledKeywords(TypedDict, total=False):
     draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap judge first, the
     expensive one where the cheap P(yes) is within ``margin`` of the threshold);
     ``sample_labels``: a file of randomly drawn human labels (``--sample-labels``), read at
-    ``sample_level`` (grade >= L is relevant): each system's prediction-powered figures."""
+    ``sample_level`` (grade >= L is relevant): each system's prediction-powered figures.
+    ``examples=N`` (0-16): each pooled passage is shown up to N labelled passages of its
+    query from ``qrels`` as worked examples, ``examples_from="nearest"``: also of the most
+    similar labelled queries (the run spec's one ``examples`` field)."""
 
     backend: Any
     mode: Mode | None
@@ -71,6 +74,8 @@ class PooledKeywords(TypedDict, total=False):
     margin: float
     sample_labels: str | os.PathLike[str] | None
     sample_level: int
+    examples: int | None
+    examples_from: str | None
 
 
 POOLED_KEYWORDS = frozenset(PooledKeywords.__annotations__)
@@ -167,7 +172,11 @@ async def pooled_call(
             raise InputError("give either backend or cascade, not both", field="cascade")
         backend = resolve_cascade(cascade, margin=float(kw.get("margin", 0.1)), base_url=base_url)
     spec = run_spec_from_kwargs(
-        config=kw.get("config"), mode=kw.get("mode"), concurrency=kw.get("concurrency")
+        config=kw.get("config"),
+        mode=kw.get("mode"),
+        concurrency=kw.get("concurrency"),
+        examples=kw.get("examples"),
+        examples_from=kw.get("examples_from"),
     )
     resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
     store, own_store = store_of(kw.get("cache", True))

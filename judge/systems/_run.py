@@ -31,6 +31,7 @@ from judge.metrics import Evaluation
 from judge.store import atomic_write_text
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
+from judge.systems._example_bank import check_pool_examples, pool_example_bank
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._label_scale import PoolScale
 from judge.systems._model import (
@@ -164,6 +165,7 @@ async def run_comparison(
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
     opts.check()
+    check_pool_examples(run, opts, config)
     measures = parse_measures(opts.measures)
     paths = {check_name(name): Path(path) for name, path in systems.items()}
     check_paths(paths)
@@ -187,6 +189,7 @@ async def run_comparison(
     pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
     if opts.sample_labels is not None:  # a sample pair outside the pool: exit 2 before any call
         check_sample_pairs(opts.sample_labels, pool)
+    run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -484,6 +487,8 @@ def score_and_report(
             if options.sample_labels is not None
             else {}
         ),
+        # --examples: how many, from where, the labels found and (nearest) which queries lent them
+        "examples": (verdicts.summary or {}).get("examples"),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],

@@ -35,6 +35,7 @@ from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, lo
 from judge.store import atomic_write_bytes
 from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
+from judge.systems._example_bank import check_pool_examples, pool_example_bank
 from judge.systems._inputs import read_systems
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
@@ -177,6 +178,7 @@ async def _judge_trial(planned: Planned, j: _Judging) -> float | None:
         at_least=1,
     )
     pool = build_pool(inputs, depth=j.options.depth, human=j.human)
+    bank = pool_example_bank(j.run.spec.examples, pool, inputs, j.config)
     where = j.out / "trials" / planned.name
     where.mkdir(parents=True, exist_ok=True)
     verdicts = await judge_pool(
@@ -186,7 +188,7 @@ async def _judge_trial(planned: Planned, j: _Judging) -> float | None:
         j.backend,
         j.config,
         store=j.store,
-        run=replace(j.run, max_passage_chars=j.options.max_passage_chars),
+        run=replace(j.run, max_passage_chars=j.options.max_passage_chars, examples=bank),
     )
     j.calls += verdicts.calls
     mode = _pooled_config(j.config, j.backend, j.run.listwise).mode
@@ -392,6 +394,7 @@ async def run_experiment(
     if run.command == PoolRun.command:  # the default label: progress lines name the experiment
         run = replace(run, command=EXPERIMENT_COMMAND)
     knobs = experiment.check()
+    check_pool_examples(run, opts, config)
     out = Path(report_dir)
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))

@@ -1,0 +1,320 @@
+"""Demonstrations from a team's labels: :class:`ExampleSpec` (how many, from where),
+:class:`Example` (one labelled passage), :class:`ExampleBank` (every labelled passage of a
+run, chosen per passage) and how a chosen set is rendered, hashed and recorded.
+
+For a passage of query q, :meth:`ExampleBank.for_passage` picks up to ``n`` labelled
+passages: q's own (``same``), then, with ``source="nearest"``, those of the labelled
+queries most similar to q (the bank's ``neighbours``, found above this floor with the
+embedded BM25 of :mod:`judge.search` and handed down as data). The rule:
+
+* never the passage itself (same query id and passage id, or the same text): a labelled
+  passage is never its own example;
+* balanced: ``n - n // 2`` yes and ``n // 2`` no where the labels allow, the other side
+  filling what one side lacks ("yes" is a value >= ``yes_at``: 1 on the binary scale, the
+  judge's grade threshold on the graded one);
+* shortest first (q's own before a neighbour's), within ``budget_tokens`` (estimated as
+  the resilient backend estimates: a CJK character one token, other text four characters
+  a token); a passage longer than what is left is skipped;
+* shown in a fixed order, yes and no alternating (yes first), so every passage of a query
+  sees the same block and an embedded model's prefix cache serves them all.
+
+Values are on the judge's scale already (binary 0/1, graded 0-3): the caller maps labels
+with the run's stated mapping (``--labels-level``, ``--qrels-level`` ...) before they get
+here. A verdict records what it saw (:class:`~judge.judging.ExamplesSeen`: the examples'
+query ids, passage ids and labels, and :func:`examples_hash`) and the verdict cache key
+includes the hash: a verdict made with demonstrations is another verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from judge.backends import ConfigError
+from judge.judging._config import JudgeConfig
+from judge.judging._models import ExampleRef, ExamplesSeen
+from judge.judging._templates import PromptTemplate, TemplateError, load_template
+
+ExampleSource = Literal["same", "nearest"]
+EXAMPLE_SOURCES: tuple[ExampleSource, ...] = ("same", "nearest")
+#: The most examples a passage may be shown (``--examples`` is checked against it).
+MAX_EXAMPLES = 16
+#: Estimated tokens the examples of one passage may take together.
+DEFAULT_EXAMPLE_BUDGET = 1200
+#: Labelled queries searched per query in ``nearest`` mode.
+NEAREST_QUERIES = 5
+
+_TAGS = re.compile(r"<(\s*/?\s*(?:passage|example)\b[^<>]*)>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ExampleSpec:
+    """How many demonstrations a passage gets and from where (a run setting:
+    ``RunSpec.examples``). ``n``: 0 (none, the default) to :data:`MAX_EXAMPLES`.
+    ``source``: ``same`` (the query's own labelled passages) or ``nearest`` (those, then
+    the labelled passages of the most similar labelled queries). ``budget_tokens``: the
+    estimated tokens the examples of one passage may take. Invalid values raise
+    :class:`~judge.backends.ConfigError` naming ``examples`` or ``examples_from``."""
+
+    n: int = 0
+    source: ExampleSource = "same"
+    budget_tokens: int = DEFAULT_EXAMPLE_BUDGET
+
+    def __post_init__(self) -> None:
+        n = self.n
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_EXAMPLES:
+            raise ConfigError(f"must be an integer 0..{MAX_EXAMPLES}, got {n!r}", field="examples")
+        if self.source not in EXAMPLE_SOURCES:
+            raise ConfigError(f"must be 'same' or 'nearest', not {self.source!r}", field="examples_from")
+        budget = self.budget_tokens
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ConfigError(f"must be an integer >= 1, got {budget!r}", field="examples_budget")
+
+    @property
+    def active(self) -> bool:
+        return self.n > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "source": self.source, "budget_tokens": self.budget_tokens}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled passage: its query (id and text), its id, text and label ``value`` on
+    the judge's scale (binary 0/1, graded 0-3)."""
+
+    query_id: str
+    id: str
+    query: str
+    text: str
+    value: int
+
+    def ref(self) -> ExampleRef:
+        return ExampleRef(query_id=self.query_id, id=self.id, label=self.value)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of ``text`` as the budget counts them: a wide (CJK) character one, other
+    characters four to a token."""
+    wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
+    return wide + -(-(len(text) - wide) // 4)
+
+
+def defuse_example(text: str) -> str:
+    """An example's text with any ``<passage>``/``<example>`` tag made harmless (full-width
+    brackets), so it cannot close its own delimiter."""
+    return _TAGS.sub(lambda m: f"＜{m.group(1)}＞", text)
+
+
+def examples_hash(examples: Sequence[Example]) -> str | None:
+    """sha256 of the examples as shown (query, text, label, in order) and their ids; None
+    for none (a zero-shot verdict's key stays what it always was)."""
+    if not examples:
+        return None
+    payload = [[e.query_id, e.id, e.query, e.text, e.value] for e in examples]
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def examples_seen(examples: Sequence[Example]) -> ExamplesSeen | None:
+    """What a verdict records of its examples (None for none)."""
+    digest = examples_hash(examples)
+    if digest is None:
+        return None
+    return ExamplesSeen(hash=digest, items=[e.ref() for e in examples])
+
+
+def answer_of(value: int, mode: str, yes_at: int) -> str:
+    """The answer an example shows: ``yes``/``no`` for a binary template, the grade for a
+    graded one."""
+    if mode == "graded":
+        return str(value)
+    return "yes" if value >= yes_at else "no"
+
+
+def render_examples(template: PromptTemplate, examples: Sequence[Example], *, yes_at: int = 1) -> str:
+    """The ``${examples}`` block of ``template`` for ``examples`` (empty for none)."""
+    if not examples:
+        return ""
+    fmt = template.example_format
+    if fmt is None:
+        raise TemplateError(f"template {template.id} has no ${{examples}} slot", field="examples")
+    return fmt.render(
+        [
+            {
+                "query": defuse_example(e.query),
+                "passage": defuse_example(e.text),
+                "answer": answer_of(e.value, template.mode, yes_at),
+            }
+            for e in examples
+        ]
+    )
+
+
+def check_example_slot(templates: Iterable[PromptTemplate]) -> None:
+    """Refuse ``--examples`` for a template without the slot: a :class:`TemplateError`
+    naming the template (exit 2)."""
+    for template in templates:
+        if not template.supports_examples:
+            raise TemplateError(
+                f"template {template.id} has no ${{examples}} slot (and [examples] table), so it "
+                "cannot show worked examples: add them, or drop --examples",
+                path=template.path,
+                field="examples",
+            )
+
+
+def _wrapped_tokens(example: Example) -> int:
+    # the text, the query and about 20 tokens of wrapping per example
+    return estimate_tokens(example.text) + estimate_tokens(example.query) + 20
+
+
+def select_examples(
+    groups: Sequence[Sequence[Example]],
+    n: int,
+    *,
+    yes_at: int = 1,
+    budget_tokens: int = DEFAULT_EXAMPLE_BUDGET,
+) -> tuple[Example, ...]:
+    """Up to ``n`` examples from ``groups`` (in priority order: the query's own first), by
+    the rule of the module docstring."""
+    if n <= 0:
+        return ()
+    sides: dict[bool, list[Example]] = {True: [], False: []}
+    for group in groups:
+        ordered = sorted(group, key=lambda e: (_wrapped_tokens(e), e.query_id, e.id))
+        for e in ordered:
+            sides[e.value >= yes_at].append(e)
+    want = {True: n - n // 2, False: n // 2}
+    for side in (True, False):  # one side short: the other fills
+        short = want[side] - len(sides[side])
+        if short > 0:
+            want[side] -= short
+            want[not side] += short
+    left = budget_tokens
+    chosen: dict[bool, list[Example]] = {True: [], False: []}
+    for side in (True, False):
+        for e in sides[side]:
+            if len(chosen[side]) >= want[side]:
+                break
+            cost = _wrapped_tokens(e)
+            if cost > left:
+                continue
+            chosen[side].append(e)
+            left -= cost
+    out: list[Example] = []
+    yes, no = chosen[True], chosen[False]
+    for i in range(max(len(yes), len(no))):
+        out += yes[i : i + 1] + no[i : i + 1]
+    return tuple(out)
+
+
+@dataclass
+class ExampleBank:
+    """Every labelled passage a run holds the text of, by query id, and how a passage's
+    examples are chosen from them (:meth:`for_passage`).
+
+    ``labelled``: query id -> its labelled passages (values on the judge's scale).
+    ``neighbours``: query id -> the labelled queries most similar to it, best first
+    (``nearest`` mode; empty otherwise). ``yes_at``: the value from which an example is a
+    "yes". ``skipped``: labels whose passage text the run does not hold (not used).
+    ``mapping``: how the labels were put on the judge's scale (echoed in summaries).
+    ``queries``: every query of the run by id (what ``nearest`` searches with).
+    ``used``: per query id, the other queries whose examples it was shown (filled as
+    passages are chosen for; the summary's "which queries were used")."""
+
+    spec: ExampleSpec
+    labelled: Mapping[str, Sequence[Example]]
+    neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    yes_at: int = 1
+    skipped: int = 0
+    mapping: Mapping[str, Any] = field(default_factory=dict)
+    queries: Mapping[str, str] = field(default_factory=dict)
+    used: dict[str, set[str]] = field(default_factory=dict)
+
+    def for_passage(self, query_id: str | None, passage_id: str | None, text: str) -> tuple[Example, ...]:
+        """The examples a passage of ``query_id`` is shown (never itself)."""
+        if not self.spec.active or query_id is None:
+            return ()
+
+        def other(e: Example) -> bool:
+            same_id = passage_id is not None and e.query_id == query_id and e.id == passage_id
+            return not same_id and e.text != text
+
+        groups = [[e for e in self.labelled.get(query_id, ()) if other(e)]]
+        if self.spec.source == "nearest":
+            for near in self.neighbours.get(query_id, ()):
+                if near != query_id:
+                    groups.append([e for e in self.labelled.get(near, ()) if other(e)])
+        chosen = select_examples(
+            groups, self.spec.n, yes_at=self.yes_at, budget_tokens=self.spec.budget_tokens
+        )
+        borrowed = {e.query_id for e in chosen if e.query_id != query_id}
+        if borrowed:
+            self.used.setdefault(query_id, set()).update(borrowed)
+        return chosen
+
+    @property
+    def labelled_passages(self) -> int:
+        return sum(len(v) for v in self.labelled.values())
+
+    def describe(self) -> dict[str, Any]:
+        """The summary's ``examples``: the setting, the labels found, the mapping and, in
+        ``nearest`` mode, which labelled queries each query borrowed examples from."""
+        out: dict[str, Any] = {
+            **self.spec.as_dict(),
+            "labelled_queries": sum(1 for v in self.labelled.values() if v),
+            "labelled_passages": self.labelled_passages,
+            "labels_without_text": self.skipped,
+            "yes_at": self.yes_at,
+            "mapping": dict(self.mapping),
+            "order": "balanced yes/no, shortest first within the budget, yes and no alternating",
+        }
+        if self.spec.source == "nearest":
+            out["nearest_by"] = "the embedded BM25 of judge.search over the labelled queries' texts"
+            out["borrowed_from"] = {q: sorted(v) for q, v in sorted(self.used.items())}
+        return out
+
+
+def bank_of(
+    spec: ExampleSpec,
+    labelled: Mapping[str, Mapping[str, int]],
+    queries: Mapping[str, str],
+    texts: Mapping[str, Mapping[str, str]],
+    *,
+    yes_at: int = 1,
+    mapping: Mapping[str, Any] | None = None,
+) -> ExampleBank:
+    """A bank from labels on the judge's scale (``{query id: {passage id: value}}``), the
+    query texts and the passage texts the run holds (``{query id: {passage id: text}}``);
+    a label without a text is counted in ``skipped``."""
+    bank: dict[str, list[Example]] = {}
+    skipped = 0
+    for qid, by_id in labelled.items():
+        have = texts.get(qid, {})
+        for pid, value in by_id.items():
+            if value < 0:
+                continue
+            text = have.get(pid)
+            if text is None or qid not in queries:
+                skipped += 1
+                continue
+            bank.setdefault(qid, []).append(Example(qid, pid, queries[qid], text, int(value)))
+    return ExampleBank(
+        spec, bank, yes_at=yes_at, skipped=skipped, mapping=dict(mapping or {}), queries=dict(queries)
+    )
+
+
+def check_examples_config(config: JudgeConfig, spec: ExampleSpec, *, listwise: bool = False) -> None:
+    """Before any call: with ``spec.n > 0``, every template ``config`` may use (both
+    languages for ``auto``) has the ``${examples}`` slot, and the run is pointwise; a
+    :class:`TemplateError` naming the template or ``--examples`` otherwise (exit 2)."""
+    if not spec.active:
+        return
+    if listwise:
+        raise TemplateError("listwise judging shows no worked examples: drop --listwise", field="examples")
+    check_example_slot([load_template(t) for t in config.template_ids().values()])
