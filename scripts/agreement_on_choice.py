@@ -29,8 +29,9 @@ corrected nDCG@10 (and, beside it, by the judge's own label-free nDCG@10 on the 
 pairs), and by the corrected and the judge's P@10; each order against the labels' nDCG@10
 order; the corrected order's best and whether it is in the labels' tie group. With
 ``--draws N`` the sample is drawn N times (seeds ``seed .. seed+N-1``) and tau averaged.
-``--examples N`` passes same-query demonstrations to the judge when the installed judge
-supports them (``aexperiment(examples=...)``); otherwise the script says so and stops.
+``--examples N`` is reserved for same-query demonstrations: the judge has them
+(``experiment --examples``), but this protocol needs each query's labels split into examples
+and held-out test pairs first, which is not written yet; the script says so and stops.
 """
 
 from __future__ import annotations
@@ -109,13 +110,11 @@ def main() -> int:
         ensure_index(paths, "zh")
     config = write_config(args.work, args.depth)
     if args.examples:
-        import inspect
-
-        if "examples" not in inspect.signature(aexperiment).parameters:
-            print(
-                "this judge has no same-query demonstrations yet (aexperiment(examples=...))", file=sys.stderr
-            )
-            return 2
+        # The judge takes same-query demonstrations (experiment's --examples), but this protocol
+        # needs each query's labels split into examples and held-out test pairs, so that the
+        # labels' order is not scored on pairs the judge was shown: not written yet.
+        print("--examples: the example/test split of each query's labels is not written yet", file=sys.stderr)
+        return 2
     backend_name = "qrels" if args.backend == "qrels" else args.backend.replace(":", "_").replace("/", "_")
     if args.examples:
         backend_name += f"-examples{args.examples}"
