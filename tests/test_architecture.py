@@ -324,6 +324,17 @@ def test_a_cycle_between_packages_of_one_floor_is_found() -> None:
     assert cycles(imports[:1]) == []
 
 
+def test_search_knows_no_backend_and_no_judge() -> None:
+    """The search floor runs engines, not LLMs: not even a secret helper comes from the
+    backends (secrets live in judge.io, below both)."""
+    found = [
+        f"{imp.source}:{imp.line}: {imp.importer} imports {imp.target}"
+        for imp in judge_imports()
+        if package_of(imp.importer) == "search" and package_of(imp.target) in ("backends", "judging")
+    ]
+    assert found == []
+
+
 def test_module_names_are_unique_across_packages() -> None:
     where: dict[str, list[str]] = defaultdict(list)
     for path in sorted((ROOT / "judge").glob("*/*.py")):

@@ -136,3 +136,22 @@ def test_the_site_works_from_disk(site: Path) -> None:
     home = (site / "index.html").read_text(encoding="utf-8")
     assert 'href="guides/experiments.html"' in home
     assert (site / "search" / "search_index.js").is_file()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium (apt-get)")
+def test_search_works_on_the_site_opened_from_disk(site: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            fetched: list[str] = []
+            page.on("request", lambda r: fetched.append(r.url))
+            page.goto((site / "guides" / "experiments.html").as_uri())
+            page.locator("input[data-md-component=search-query]").click()
+            page.keyboard.type("pooling")
+            page.wait_for_selector(".md-search-result__item", timeout=60_000)
+            assert "matching document" in page.locator(".md-search-result__meta").inner_text()
+            assert [u for u in fetched if not u.startswith("file:")] == []
+        finally:
+            browser.close()

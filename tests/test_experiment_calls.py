@@ -155,3 +155,20 @@ async def test_report_gives_the_answer_first_with_rounded_figures(data: Bundled,
     html = ComparisonReport.load(out).html()
     assert f"<h1>Search experiment: queries.zh.jsonl, {len(e.configurations)} configurations</h1>" in html
     assert html.index('id="best"') < html.index('id="experiment"') < html.index('id="pairwise"')
+
+
+def test_progress_lines_name_the_experiment(
+    data: Bundled, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from judge.cli import main
+
+    code = main(["experiment", str(data.queries), "--config", str(data.config), "--grid", "k1=0.6,1.2",
+                 "--backend", f"qrels:{data.qrels}", "--cache", str(tmp_path / "c.sqlite"),
+                 "--resamples", "200", "-o", str(tmp_path / "exp")])  # fmt: skip
+    assert code == 0
+    err = capsys.readouterr().err  # not a TTY: plain progress lines
+    progress = [line for line in err.splitlines() if " queries (" in line]
+    assert progress and all(line.startswith("judge experiment: ") for line in progress), err
+    assert "compare-systems" not in err
+    closing = err.splitlines()[-1]
+    assert re.search(r"best bm25-k1_\S+ \(ndcg_cut_10 \d\.\d{4}\)", closing), closing

@@ -8,6 +8,7 @@ own TREC runs against the experiment's pool.qrels)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,21 @@ def test_the_bundled_data_responds_to_bm25s_knobs(data: Bundled, tmp_path: Path)
     assert e["configurations"][0]["name"] == "bm25-k1_1.2-b_0.75"
     assert e["best"] != "bm25-k1_1.2-b_0.75"
     assert e["best_value"] == max(objectives) > objectives[0]
+
+
+def test_the_readme_quotes_what_its_experiment_prints(data: Bundled, tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    command = r"judge experiment datasets/search/queries\.zh\.jsonl[^`]*?--grid (\S+) --grid (\S+)"
+    grids = re.findall(command, readme)
+    assert len(grids) == 1
+    quoted = re.search(r"`(Best on\s+ndcg_cut_10: .*?)`", readme, re.S)
+    assert quoted is not None
+    out = tmp_path / "exp"  # the README's command as written (default resamples), a fresh cache
+    code = main(["experiment", str(data.queries), "--config", str(data.config), "--grid", grids[0][0],
+                 "--grid", grids[0][1], "--backend", f"qrels:{data.queries.with_name('queries.zh.qrels')}",
+                 "--cache", str(tmp_path / "c.sqlite"), "-o", str(out), "--quiet", "--json"])  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["experiment"]["best"] != report["experiment"]["configurations"][0]["name"]
+    best_line = (tmp_path / "exp" / "report.md").read_text(encoding="utf-8").splitlines()[2]
+    assert " ".join(quoted.group(1).split()) == best_line

@@ -55,14 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from judge.io import InputError
+    from judge.io import InputError, redact
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
     except InputError as exc:
-        print(f"judge: error: {exc}", file=sys.stderr)
+        print(f"judge: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("judge: interrupted; work done so far is kept", file=sys.stderr)
@@ -72,10 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from judge.backends import BackendError, ConfigurationError
 
         if isinstance(exc, ConfigurationError):
-            print(f"judge: configuration error: {exc}", file=sys.stderr)
+            print(f"judge: configuration error: {redact(str(exc))}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if isinstance(exc, BackendError):
-            print(f"judge: backend error: {exc}", file=sys.stderr)
+            print(f"judge: backend error: {redact(str(exc))}", file=sys.stderr)
             return EXIT_BACKEND
         raise
     return code

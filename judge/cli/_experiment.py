@@ -37,7 +37,8 @@ def register(subparsers: Any) -> None:
             "matches. Per query the union of every configuration's results is judged once (verdict cache, "
             "--qrels labels, --until-decided, --cascade, --backend qrels:FILE as in compare-systems); each "
             "configuration is compared with the baseline. Writes report.json (with an 'experiment' "
-            "section), report.md, report.html and, when two knobs vary, heatmap.png into OUTPUT."
+            "section), report.md, report.html, calls.json (the judge's calls over every run of it) "
+            "and, when two knobs vary, heatmap.png into OUTPUT."
         ),
         epilog=(
             "exit codes: 0 done; 2 bad input/usage (nothing searched or judged); 3 backend failed "
@@ -60,7 +61,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KNOB=V1,V2|KNOB=LOW:HIGH",
-        help="a knob's values (repeatable: the grid is their product); LOW:HIGH ranges need --trials",
+        help="a knob's values (repeatable: the grid is their product; its first point is the baseline, so "
+        "list the configuration's own values first); LOW:HIGH ranges need --trials",
     )
     p.add_argument("--trials", type=int, default=None, metavar="N", help="N TPE trials over --grid's space")
     p.add_argument(

@@ -1,8 +1,13 @@
-"""Input/output: TREC qrels and runs (trec_eval semantics), JSONL datasets, and the one
-bad-input exception, :class:`InputError`."""
+"""Input/output: TREC qrels and runs (trec_eval semantics), JSONL datasets, the one
+bad-input exception (:class:`InputError`), and the rules below every package that reads
+input or writes output: the id check (:func:`id_problem`), the number check
+(:func:`number_problem`), the secrets registry and redaction (:func:`register_secret`,
+:func:`redact`) and one writer per output (:class:`WriterLock`, :func:`lock_output`)."""
 
 from judge.io._errors import InputError
 from judge.io._language import CJK_SHARE, language_of
+from judge.io._numbers import INT64_MAX, INT64_MIN, number_problem
+from judge.io._secrets import RedactingFilter, redact, register_secret
 from judge.io._trec import (
     JudgedRanking,
     Qrels,
@@ -16,25 +21,37 @@ from judge.io._trec import (
     write_qrels,
     write_run,
 )
+from judge.io._writer_lock import LockBusy, OutputBusy, WriterLock, holder_text, lock_output
 
 __all__ = [
     "CJK_SHARE",
+    "INT64_MAX",
+    "INT64_MIN",
     "InputError",
     "JudgedRanking",
+    "LockBusy",
+    "OutputBusy",
     "Qrels",
+    "RedactingFilter",
     "RejectsReporter",
     "Run",
     "SitePriors",
     "SubtopicQrels",
+    "WriterLock",
     "error_record",
+    "holder_text",
     "join_run_qrels",
     "join_run_subtopic_qrels",
     "language_of",
+    "lock_output",
+    "number_problem",
     "open_binary",
     "read_qrels",
     "read_run",
     "read_site_priors",
     "read_subtopic_qrels",
+    "redact",
+    "register_secret",
     "source_site",
     "text_docno",
     "write_qrels",

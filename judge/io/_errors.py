@@ -1,8 +1,11 @@
-"""The one exception type for bad input files: it names the file, the line and the field."""
+"""The one exception type for bad input files: it names the file, the line and the field, and
+its message passes through the secrets redaction (it may quote a request or an answer)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from judge.io._secrets import redact
 
 
 class InputError(ValueError):
@@ -19,7 +22,7 @@ class InputError(ValueError):
         self.path = str(path) if path is not None else None
         self.line = line
         self.field = field
-        self.message = message
+        self.message = redact(message)  # a message quoting a request or an answer carries no secret
         super().__init__(self.__str__())
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ matrix loads memory-mapped (bm25s ``load(mmap=True)``).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from judge.io import open_binary
+from judge.io import id_problem, open_binary
 from judge.search._search_config import EMBEDDED_PARAMS
 from judge.search._search_errors import SearchError
 from judge.search._tokenize import LANGUAGES, detect_language, tokenizer
@@ -74,6 +75,9 @@ def _doc(raw: bytes, where: str, line: int) -> tuple[str, str]:
     did = obj.get("id")
     if isinstance(did, bool) or not isinstance(did, str | int) or not str(did).strip():
         raise SearchError("must be a non-empty string or an integer", path=where, line=line, field="id")
+    problem = id_problem(str(did))
+    if problem is not None:  # what judge score would refuse in a run
+        raise SearchError(problem, path=where, line=line, field="id")
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise SearchError("must be a non-empty string", path=where, line=line, field="text")
@@ -136,6 +140,8 @@ def build_index(docs: str | Path, out: str | Path, *, language: str = "auto") ->
     if language not in LANGUAGES:
         raise SearchError(f"must be one of {', '.join(LANGUAGES)}, got {language!r}", field="language")
     docs, out = Path(docs), Path(out)
+    if out.exists() and not (out / "index.json").is_file():
+        raise _not_an_index(out)
     ids, texts, sha = read_documents(docs)
     bound = detect_language(texts[:_SAMPLE]) if language == "auto" else language
     tokenize = tokenizer(bound)
@@ -146,8 +152,11 @@ def build_index(docs: str | Path, out: str | Path, *, language: str = "auto") ->
         for token in tokenize(text):
             flat.append(vocab.setdefault(token, len(vocab)))
         offsets.append(len(flat))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_dir(out)
+    except OSError as exc:
+        raise SearchError(f"cannot write here: {exc.strerror}", path=str(out), field="-o") from None
     try:
         encoded = [t.encode("utf-8") for t in texts]
         text_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
@@ -179,13 +188,45 @@ def build_index(docs: str | Path, out: str | Path, *, language: str = "auto") ->
 def _replace_dir(new: Path, out: Path) -> None:
     if out.exists():
         if not (out / "index.json").is_file():
-            raise SearchError("exists and is not an index: refusing to replace it", path=str(out), field="-o")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            raise _not_an_index(out)
+        old = out.with_name(f".{out.name}.tmp-{os.getpid()}-old")
         out.rename(old)
         new.rename(out)
         shutil.rmtree(old, ignore_errors=True)
     else:
         new.rename(out)
+
+
+def _temp_dir(target: Path) -> Path:
+    """A new temporary folder beside ``target`` (``.NAME.tmp-PID-XXXX``), after removing
+    the ones a process that no longer runs left there (a build killed by ``kill -9``)."""
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        pid = stale.name[len(target.name) + 6 :].partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _not_an_index(out: Path) -> SearchError:
+    return SearchError("exists and is not an index: refusing to replace it", path=str(out), field="-o")
+
+
+def _broken(path: Path, exc: Exception) -> SearchError:
+    return SearchError(
+        f"a broken index ({type(exc).__name__}: {exc}): build it again with 'judge index build'",
+        path=str(path),
+        field="index",
+    )
 
 
 def _key(method: str, k1: float, b: float, delta: float) -> str:
@@ -212,16 +253,19 @@ class BM25Index:
                 path=str(self.path),
                 field="index",
             )
-        self.language = str(self.meta["language"])
-        self.tokenize = tokenizer(self.language)
-        self.ids: list[str] = json.loads((self.path / "docids.json").read_text(encoding="utf-8"))
-        self.vocab: dict[str, int] = json.loads((self.path / "vocab.json").read_text(encoding="utf-8"))
-        self._text = (
-            np.memmap(self.path / "text.bin", dtype=np.uint8, mode="r")
-            if (self.path / "text.bin").stat().st_size
-            else np.zeros(0, np.uint8)
-        )
-        self._text_offsets: npt.NDArray[np.int64] = np.load(self.path / "text_offsets.npy", mmap_mode="r")
+        try:
+            self.language = str(self.meta["language"])
+            self.tokenize = tokenizer(self.language)
+            self.ids: list[str] = json.loads((self.path / "docids.json").read_text(encoding="utf-8"))
+            self.vocab: dict[str, int] = json.loads((self.path / "vocab.json").read_text(encoding="utf-8"))
+            self._text = (
+                np.memmap(self.path / "text.bin", dtype=np.uint8, mode="r")
+                if (self.path / "text.bin").stat().st_size
+                else np.zeros(0, np.uint8)
+            )
+            self._text_offsets: npt.NDArray[np.int64] = np.load(self.path / "text_offsets.npy", mmap_mode="r")
+        except (OSError, ValueError, KeyError) as exc:
+            raise _broken(self.path, exc) from None
         self._scorers: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -230,8 +274,11 @@ class BM25Index:
         return bytes(self._text[start:end]).decode("utf-8")
 
     def _corpus_ids(self) -> list[list[int]]:
-        tokens: npt.NDArray[np.int32] = np.load(self.path / "tokens.npy", mmap_mode="r")
-        offsets: npt.NDArray[np.int64] = np.load(self.path / "token_offsets.npy", mmap_mode="r")
+        try:
+            tokens: npt.NDArray[np.int32] = np.load(self.path / "tokens.npy", mmap_mode="r")
+            offsets: npt.NDArray[np.int64] = np.load(self.path / "token_offsets.npy", mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise _broken(self.path, exc) from None
         flat = np.asarray(tokens).tolist()
         bounds = np.asarray(offsets).tolist()
         return [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
@@ -255,9 +302,9 @@ class BM25Index:
                     (self._corpus_ids(), dict(self.vocab)), create_empty_token=False, show_progress=False
                 )
                 try:
-                    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.path))
-                    model.save(str(tmp), show_progress=False)
                     folder.parent.mkdir(exist_ok=True)
+                    tmp = _temp_dir(folder)
+                    model.save(str(tmp), show_progress=False)
                     tmp.rename(folder)
                     model = bm25s.BM25.load(str(folder), mmap=True, show_progress=False, verbosity=0)
                 except OSError:

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from judge.backends import register_secret
-from judge.search._hits import Hit
+from judge.io import redact, register_secret
+from judge.search._hits import Hit, make_hit
 from judge.search._jsonpath import PathNotFound, parse_path, select
 from judge.search._request_template import compile_template
 from judge.search._search_config import SearchConfig
@@ -26,6 +26,16 @@ from judge.search._search_errors import SearchError, TransientSearchError
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+# What may stand in a header value as sent: visible ASCII, space and tab (RFC 9110 field-vchar).
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_SHOWN_ANSWER = 300
+
+
+def _answer_text(response: httpx.Response) -> str:
+    """The start of an answer for an error message, redacted before it is cut (a secret the
+    engine echoes is never cut in two past the redaction's reach)."""
+    return redact(response.text[: 10 * _SHOWN_ANSWER])[:_SHOWN_ANSWER]
 
 
 def expand_env(value: str, path: str | None, field: str) -> tuple[str, bool]:
@@ -53,7 +63,19 @@ class HttpEngine:
         self.where = None if config.path is None else str(config.path)
         self.headers: dict[str, str] = {}
         for name, value in config.headers.items():
-            self.headers[name], _ = expand_env(value, self.where, f"headers.{name}")
+            if not _HEADER_NAME.fullmatch(name):
+                raise SearchError(
+                    "not a header name (letters, digits, '-')", path=self.where, field=f"headers.{name}"
+                )
+            self.headers[name], from_env = expand_env(value, self.where, f"headers.{name}")
+            if not _HEADER_VALUE.fullmatch(self.headers[name]):
+                source = "the environment variable it names holds" if from_env else "it holds"
+                raise SearchError(
+                    f"{source} a character a header cannot carry (CR, LF, another control "
+                    "character or a non-ASCII one)",
+                    path=self.where,
+                    field=f"headers.{name}",
+                )
         if config.body is not None and not any(k.lower() == "content-type" for k in self.headers):
             self.headers["Content-Type"] = "application/json"
         self.paths = {key: parse_path(value) for key, value in config.response.items()}
@@ -67,31 +89,56 @@ class HttpEngine:
         body = None if self.config.body is None else self.config.body.render(variables)
         return url, params, body
 
-    async def search(self, query: str, depth: int) -> list[Hit]:
+    def _build(self, query: str) -> tuple[httpx.Request, dict[str, str], str | None]:
+        """The request as sent: ``[url_params]`` merged into the query the URL template
+        already has (httpx's ``params=`` would replace it)."""
         url, params, body = self._request(query)
         try:
-            if self.config.method == "POST":
-                response = await self.client.post(url, params=params, content=(body or "").encode("utf-8"))
-            else:
-                response = await self.client.get(url, params=params)
+            target = httpx.URL(url)
+            if params:
+                target = target.copy_merge_params(params)
+            content = None if self.config.method != "POST" else (body or "").encode("utf-8")
+            request = self.client.build_request(self.config.method or "GET", target, content=content)
+        except httpx.InvalidURL as exc:
+            raise SearchError(
+                f"the rendered URL cannot be sent: {exc}",
+                path=self.where,
+                field="url_params" if params else "url",
+            ) from None
+        return request, params, body
+
+    async def search(self, query: str, depth: int) -> list[Hit]:
+        request, _, _ = self._build(query)
+        try:
+            response = await self.client.send(request)
         except httpx.TimeoutException as exc:
             raise TransientSearchError(f"timed out: {exc!r}", field="url") from exc
         except httpx.TransportError as exc:
-            raise TransientSearchError(f"cannot reach {url}: {exc!r}", field="url") from exc
+            raise TransientSearchError(f"cannot reach {request.url}: {exc!r}", field="url") from exc
         return self._hits(response)
 
     def _hits(self, response: httpx.Response) -> list[Hit]:
         status = response.status_code
         if status in _TRANSIENT_STATUS:
-            raise TransientSearchError(f"HTTP {status}: {response.text[:200]}", field="url")
+            raise TransientSearchError(f"HTTP {status}: {_answer_text(response)}", field="url")
+        if response.is_redirect:
+            where = response.headers.get("location", "")
+            raise SearchError(
+                f"HTTP {status}: the engine redirects to {where[:_SHOWN_ANSWER]!r} (judge does not "
+                "follow redirects: put the URL it redirects to in the configuration)",
+                path=self.where,
+                field="url",
+            )
         if status >= 400:
             blame = "body" if self.config.body is not None else "url"
-            raise SearchError(f"HTTP {status}: {response.text[:300]}", path=self.where, field=blame)
+            raise SearchError(f"HTTP {status}: {_answer_text(response)}", path=self.where, field=blame)
         try:
             data = response.json()
         except ValueError:
             raise SearchError(
-                f"the answer is not JSON: {response.text[:200]!r}", path=self.where, field="response"
+                f"the answer (HTTP {status}) is not JSON: {_answer_text(response)!r}",
+                path=self.where,
+                field="response",
             ) from None
         return self.map_hits(data)
 
@@ -110,14 +157,18 @@ class HttpEngine:
         scores = self._select("score", data, len(ids)) if "score" in self.paths else [None] * len(ids)
         hits: list[Hit] = []
         for i, (hid, text, score) in enumerate(zip(ids, texts, scores, strict=True)):
-            if isinstance(hid, bool) or not isinstance(hid, str | int):
-                raise SearchError(f"hit {i}: the id is {hid!r}", path=self.where, field="response.ids")
-            if isinstance(text, list):
-                text = " ".join(str(t) for t in text)
-            if not isinstance(text, str):
-                raise SearchError(f"hit {i}: the text is {text!r}", path=self.where, field="response.text")
-            value = float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
-            hits.append(Hit(str(hid), text, value))
+            hits.append(
+                make_hit(
+                    i,
+                    hid,
+                    text,
+                    score,
+                    path=self.where,
+                    field="response.ids",
+                    text_field="response.text",
+                    score_field="response.score",
+                )
+            )
         return hits
 
     def _select(self, key: str, data: Any, n: int) -> list[Any]:
@@ -166,10 +217,11 @@ class HttpEngine:
         return {"index": path[-2], "documents": count} if isinstance(count, int) else {}
 
     def describe_request(self, query: str, depth: int) -> dict[str, Any]:
-        url, params, body = self._request(query)
+        request, params, body = self._build(query)
         shown_headers = dict(self.config.headers)
         if "Content-Type" in self.headers and "Content-Type" not in shown_headers:
             shown_headers["Content-Type"] = self.headers["Content-Type"]
+        url = str(request.url)
         out: dict[str, Any] = {"method": self.config.method, "url": url, "headers": shown_headers}
         if params:
             out["params"] = params

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from judge.backends import register_secret
-from judge.search._hits import Hit
+from judge.io import register_secret
+from judge.search._hits import Hit, make_hit
 from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError, TransientSearchError
 
@@ -59,10 +59,13 @@ class PostgresEngine:
 
         if self.pool:
             return self.pool.pop()
+        field = "dsn_env" if self.config.dsn_env else "dsn"
         try:
             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         except psycopg.OperationalError as exc:
-            raise TransientSearchError(f"cannot connect: {exc}", field="dsn") from None
+            raise TransientSearchError(f"cannot connect: {exc}", field=field) from None
+        except psycopg.Error as exc:  # a DSN libpq refuses (an unknown option...): not worth a retry
+            raise SearchError(f"cannot connect: {exc}", path=self.where, field=field) from None
         self.opened += 1
         return conn
 
@@ -84,12 +87,16 @@ class PostgresEngine:
         self.pool.append(conn)
         hits: list[Hit] = []
         for i, row in enumerate(rows):
-            if len(row) < 2 or row[0] is None or not isinstance(row[1], str):
+            if len(row) < 2:
                 raise SearchError(
-                    f"row {i}: expected (id, text[, score]), got {row!r}", path=self.where, field="sql"
+                    f"row {i}: expected the columns (id, text[, score]), got {len(row)}",
+                    path=self.where,
+                    field="sql",
                 )
-            score = row[2] if len(row) > 2 else None
-            hits.append(Hit(str(row[0]), row[1], None if score is None else float(score)))
+            hid, score = row[0], (row[2] if len(row) > 2 else None)
+            if hid is not None and not isinstance(hid, bool | str | int):
+                hid = str(hid)  # a uuid, a numeric: its text is the id
+            hits.append(make_hit(i, hid, row[1], score, path=self.where, field="sql"))
         return hits
 
     async def version(self) -> str | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.io import InputError, json_problem, open_binary, read_qrels
+from judge.io import InputError, id_problem, json_problem, open_binary, read_qrels
 from judge.search._search_errors import SearchError
 
 
@@ -30,6 +30,23 @@ class Query:
     id: str
     query: str
     qrels: dict[str, int] | None = None
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def qid_problem(qid: str) -> str | None:
+    """Why ``qid`` cannot be a query id (None: it can): what ``judge score`` refuses in an
+    id (:func:`judge.io.id_problem`: empty, control characters, too long), and whitespace
+    (a TREC run's qid is one token)."""
+    problem = id_problem(qid)
+    if problem is None and any(ch.isspace() for ch in qid):
+        problem = "must be one token without whitespace (a TREC qid)"
+    return None if problem is None else f"{problem}, got {_shown(qid)}"
+
+
+def _shown(value: str) -> str:
+    return repr(value) if len(value) <= 60 else repr(value[:40]) + f"...({len(value)} characters)"
 
 
 def _grade(value: Any, path: str, line: int, field: str) -> int:
@@ -54,8 +71,9 @@ def _qrels(value: Any, path: str, line: int) -> dict[str, int]:
         )
     out: dict[str, int] = {}
     for docno, grade in value.items():
-        if not str(docno).strip():
-            raise SearchError("an empty passage id", path=path, line=line, field="qrels")
+        problem = id_problem(str(docno))
+        if problem is not None:
+            raise SearchError(f"a passage id {problem}", path=path, line=line, field="qrels")
         out[str(docno)] = _grade(grade, path, line, f"qrels.{docno}")
     return out
 
@@ -83,13 +101,9 @@ def _jsonl_query(raw: bytes, path: str, line: int) -> Query:
             f"must be a string or an integer, got {type(qid).__name__}", path=path, line=line, field="id"
         )
     qid = str(qid)
-    if not qid.strip() or any(ch.isspace() for ch in qid):
-        raise SearchError(
-            f"must be non-empty without whitespace (a TREC qid), got {qid!r}",
-            path=path,
-            line=line,
-            field="id",
-        )
+    bad_id = qid_problem(qid)
+    if bad_id is not None:
+        raise SearchError(bad_id, path=path, line=line, field="id")
     if "query" not in obj:
         raise SearchError("missing", path=path, line=line, field="query")
     query = obj["query"]
@@ -111,11 +125,10 @@ def _tsv_query(raw: bytes, path: str, line: int) -> Query:
     qid, sep, query = text.partition("\t")
     if not sep:
         raise SearchError("expected qid<TAB>query", path=path, line=line, field="query")
-    qid = qid.strip()
-    if not qid or any(ch.isspace() for ch in qid):
-        raise SearchError(
-            f"must be non-empty without whitespace, got {qid!r}", path=path, line=line, field="id"
-        )
+    qid = qid.strip(" \t")
+    problem = qid_problem(qid)
+    if problem is not None:
+        raise SearchError(problem, path=path, line=line, field="id")
     if not query.strip():
         raise SearchError("must not be empty", path=path, line=line, field="query")
     return Query(qid, query.strip(), None)
@@ -125,7 +138,7 @@ def _is_jsonl(path: Path) -> bool:
     """JSONL when the first non-blank byte is ``{``, else TSV."""
     with open_binary(path) as fh:
         for raw in fh:
-            stripped = raw.strip()
+            stripped = raw.removeprefix(_BOM).strip()
             if stripped:
                 return stripped.startswith(b"{")
     return True
@@ -172,6 +185,8 @@ def read_queries(path: str | Path, qrels_path: str | Path | None = None) -> list
     seen: dict[str, int] = {}
     with fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(_BOM)  # a UTF-8 byte order mark is not part of the first id
             if not raw.strip():
                 continue
             q = parse(raw.rstrip(b"\r\n"), where, lineno)
@@ -198,8 +213,9 @@ def check_queries(queries: list[Query] | tuple[Query, ...] | Mapping[str, str]) 
     for i, q in enumerate(items):
         if not isinstance(q, Query):
             raise SearchError(f"queries[{i}] must be a Query, got {type(q).__name__}", field="queries")
-        if not q.id.strip() or any(ch.isspace() for ch in q.id):
-            raise SearchError(f"queries[{i}]: id {q.id!r} must be non-empty without whitespace", field="id")
+        problem = qid_problem(q.id) if isinstance(q.id, str) else "must be a string"
+        if problem is not None:
+            raise SearchError(f"queries[{i}]: the id {problem}", field="id")
         if q.id in seen:
             raise SearchError(f"queries[{i}]: duplicate id {q.id!r}", field="id")
         if not isinstance(q.query, str) or not q.query.strip():

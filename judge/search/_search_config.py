@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from judge.io import number_problem
+from judge.search._jsonpath import parse_path
 from judge.search._request_template import Template, Value, compile_template
 from judge.search._search_errors import SearchError
 
@@ -48,6 +49,12 @@ SHORT_HASH = 12
 #: The embedded engine's knobs and their defaults (bm25s's variants; Lucene's k1 and b).
 EMBEDDED_PARAMS: dict[str, Value] = {"k1": 1.2, "b": 0.75, "method": "lucene", "delta": 0.5}
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+#: The range of each numeric knob of the embedded engine (None: unbounded).
+EMBEDDED_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "k1": (0.0, None),
+    "b": (0.0, 1.0),
+    "delta": (0.0, None),
+}
 
 _SEARCH_BODY = '{"size": {{depth}}, "query": {"match": {"text": {{query|json}}}}}'
 _ES_RESPONSE = {
@@ -147,18 +154,20 @@ def _parse_value(text: str, name: str) -> Value:
         number = float(text)
     except ValueError:
         return text
-    if not math.isfinite(number):
-        raise SearchError(f"knob {name!r}: {text!r} is not a finite number", field=f"params.{name}")
+    problem = number_problem(number)
+    if problem is not None:
+        raise SearchError(f"knob {name!r}: {problem}", field=f"params.{name}")
     return number
 
 
 def _check_value(name: str, value: object, path: Path | None) -> Value:
     where = str(path) if path is not None else None
-    if isinstance(value, bool | str | int):
+    if isinstance(value, bool | str):
         return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SearchError(f"{value!r} is not a finite number", path=where, field=f"params.{name}")
+    if isinstance(value, int | float):
+        problem = number_problem(value)
+        if problem is not None:
+            raise SearchError(problem, path=where, field=f"params.{name}")
         return value
     raise SearchError(
         f"a knob must be a string, number or boolean, got {type(value).__name__}",
@@ -294,13 +303,10 @@ def _params(raw: Mapping[str, Any], path: Path | None, engine: str) -> dict[str,
 
 def _check_embedded_params(params: Mapping[str, Value], path: Path | None) -> None:
     where = _where(path)
-    for name in ("k1", "b", "delta"):
-        value = params[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise SearchError(f"must be a number >= 0, got {value!r}", path=where, field=f"params.{name}")
-    b = params["b"]
-    if isinstance(b, int | float) and b > 1:
-        raise SearchError(f"must be between 0 and 1, got {b!r}", path=where, field="params.b")
+    for name, (low, high) in EMBEDDED_RANGES.items():
+        problem = number_problem(params[name], low=low, high=high)
+        if problem is not None:
+            raise SearchError(problem, path=where, field=f"params.{name}")
     if params["method"] not in BM25_METHODS:
         raise SearchError(
             f"unknown BM25 variant {params['method']!r} (known: {', '.join(BM25_METHODS)})",
@@ -382,6 +388,10 @@ def _http_fields(raw: dict[str, Any], engine: str, path: Path | None, variables:
     for key in response:
         if key not in ("ids", "text", "score"):
             raise SearchError("unknown key (known: ids, text, score)", path=where, field=f"response.{key}")
+        try:
+            parse_path(response[key])
+        except ValueError as exc:
+            raise SearchError(str(exc), path=where, field=f"response.{key}") from None
     for key in ("ids", "text"):
         if key not in response:
             raise SearchError(

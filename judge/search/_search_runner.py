@@ -4,7 +4,8 @@
 
 * ``out`` (``run.jsonl``): the project's dataset JSONL, one line per query that found
   something, in query-set order: ``{"id", "query", "retrieval_context": [{"id", "text",
-  "score"}...], "qrels"?, "search": {"config", "config_hash", "engine", "latency_ms"}}``;
+  "score"}...], "qrels"?, "search": {"config", "config_hash", "engine", "latency_ms",
+  "dropped"?}}``;
   every command that reads datasets (``judge score``, ``judge compare-systems``...) takes it
   (they ignore the extra keys). A query with no result has no line (a dataset line needs a
   passage); it is listed under ``no_hits`` in the metadata and searched again on resume.
@@ -12,15 +13,24 @@
 * ``run.meta.json``: the configuration (hash and content), the rendered request of the
   first query (header values from the environment are shown as ``${VAR}``, never their
   values), the engine's version and index statistics where it reports them, the options,
-  and every query's latency.
+  every query's latency and the hits dropped (``dropped``: ``duplicate_ids``,
+  ``beyond_depth``).
+
+Whatever the engine answers, each ranking keeps the first hit of each id and is cut at the
+configuration's ``depth``; what was dropped is counted on the query's line
+(``search.dropped``) and in the metadata. Every hit's id passes the check ``judge score``
+applies (:func:`judge.io.id_problem`) and its score must be a finite number.
 
 Lines are appended one whole line per write as each query completes, so a kill loses no
 line written (a torn last line is dropped on resume). Re-run with the same configuration
-hash, a run keeps every line already written and searches only the missing queries; a file
+hash, a run keeps every line already written and searches only the missing queries (a line
+is kept when its query has the same id and text: a changed text is searched again); a file
 written with another hash is refused (a :class:`SearchError`: pick another output or remove
 it). Before the rest, the first query to search is sent alone: an unreachable engine, a bad
 template or a response mapping that finds nothing is a :class:`SearchError` naming the
-configuration and the field, and nothing else is sent.
+configuration and the field, and nothing else is sent. One process writes an output at a
+time: a lock file beside it (``.run.jsonl.lock``) refuses a second writer, naming the
+holder (:class:`~judge.io.OutputBusy`).
 """
 
 from __future__ import annotations
@@ -37,8 +47,9 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from judge.io import lock_output
 from judge.search._engines import open_engine
-from judge.search._hits import Engine, Hit
+from judge.search._hits import Engine, Hit, finish_hits
 from judge.search._queries import Query, check_queries
 from judge.search._search_config import SearchConfig
 from judge.search._search_errors import SearchError, SearchFailed, TransientSearchError
@@ -129,7 +140,21 @@ async def _search_one(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _record(q: Query, hits: list[Hit], config: SearchConfig, latency_ms: float) -> dict[str, Any]:
+async def _search_query(
+    engine: Engine, query: str, config: SearchConfig, options: SearchOptions, limiter: _RateLimiter
+) -> tuple[list[Hit], dict[str, int]]:
+    """One query's hits, de-duplicated by id (the first kept) and cut at the configuration's
+    depth whatever the engine did, with what was dropped (``duplicate_ids``,
+    ``beyond_depth``: the counts that are not 0)."""
+    hits = await _search_one(engine, query, config.depth, options, limiter)
+    kept, duplicates, beyond = finish_hits(hits, config.depth)
+    dropped = {k: v for k, v in (("duplicate_ids", duplicates), ("beyond_depth", beyond)) if v}
+    return kept, dropped
+
+
+def _record(
+    q: Query, hits: list[Hit], config: SearchConfig, latency_ms: float, dropped: Mapping[str, int]
+) -> dict[str, Any]:
     passages: list[dict[str, Any]] = []
     for h in hits:
         item: dict[str, Any] = {"id": h.id, "text": h.text}
@@ -145,7 +170,19 @@ def _record(q: Query, hits: list[Hit], config: SearchConfig, latency_ms: float) 
         "engine": config.engine,
         "latency_ms": round(latency_ms, 3),
     }
+    if dropped:
+        rec["search"]["dropped"] = dict(dropped)
     return rec
+
+
+def _dropped_total(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The hits every query's engine answer had beyond its depth or under a repeated id."""
+    total = {"duplicate_ids": 0, "beyond_depth": 0}
+    for rec in records:
+        for key, value in (rec["search"].get("dropped") or {}).items():
+            if key in total and isinstance(value, int):
+                total[key] += value
+    return total
 
 
 def _line(rec: Mapping[str, Any]) -> bytes:
@@ -162,11 +199,14 @@ def _refuse(out: Path, config: SearchConfig, found: str) -> SearchError:
 
 
 def _read_existing(
-    out: Path, meta_path: Path, config: SearchConfig, ids: set[str]
+    out: Path, meta_path: Path, config: SearchConfig, queries: Sequence[Query]
 ) -> dict[str, dict[str, Any]]:
-    """The lines of an earlier run of this configuration (a torn last line is cut off)."""
+    """The lines of an earlier run of this configuration (a torn last line is cut off) whose
+    query is still in the set with the same text: a line is keyed on the query's id and
+    text, so a query whose text changed is searched again (its grades are the set's now)."""
     if not out.exists():
         return {}
+    by_id = {q.id: q for q in queries}
     if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -193,12 +233,25 @@ def _read_existing(
             raise SearchError("not a line written by judge search", path=str(out), line=lineno) from None
         if found != config.hash:
             raise _refuse(out, config, found)
-        if qid not in ids:
+        if qid not in by_id:
             raise SearchError(
                 f"query {qid!r} is not in the query set", path=str(out), line=lineno, field="id"
             )
-        existing[qid] = rec
+        q = by_id[qid]
+        if rec.get("query") != q.query:
+            continue  # the text changed: search it again (its new line, once written, is later)
+        existing[qid] = _with_qrels(rec, q.qrels)
     return existing
+
+
+def _with_qrels(rec: Mapping[str, Any], qrels: dict[str, int] | None) -> dict[str, Any]:
+    """A reused line with the query set's grades as they are now (the key order of
+    :func:`_record` kept)."""
+    out = {k: v for k, v in rec.items() if k not in ("qrels", "search")}
+    if qrels is not None:
+        out["qrels"] = qrels
+    out["search"] = rec["search"]
+    return out
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -245,7 +298,7 @@ def _meta(
     engine_info: Mapping[str, Any],
     latencies: Mapping[str, float],
     no_hits: Sequence[str],
-    counts: Mapping[str, int],
+    counts: Mapping[str, Any],
 ) -> dict[str, Any]:
     return {
         "format": META_FORMAT,
@@ -271,19 +324,24 @@ def _meta(
 
 
 class _Writer:
-    """Appends one whole line per write; keeps the records by query id."""
+    """Appends one whole line per write; keeps the records by query id. The file is opened
+    at the first line (an engine that fails to open leaves no empty run file)."""
 
     def __init__(self, out: Path, existing: Mapping[str, dict[str, Any]]) -> None:
         self.records = dict(existing)
-        self.fh = out.open("ab")
+        self.out = out
+        self.fh: Any = None
 
     def add(self, rec: dict[str, Any]) -> None:
+        if self.fh is None:
+            self.fh = self.out.open("ab")
         self.fh.write(_line(rec))
         self.fh.flush()
         self.records[str(rec["id"])] = rec
 
     def close(self) -> None:
-        self.fh.close()
+        if self.fh is not None:
+            self.fh.close()
 
 
 def _where_field(config: SearchConfig) -> str:
@@ -299,17 +357,17 @@ def _where_field(config: SearchConfig) -> str:
 
 async def _probe(
     engine: Engine, q: Query, config: SearchConfig, options: SearchOptions, limiter: _RateLimiter
-) -> tuple[list[Hit], float]:
+) -> tuple[list[Hit], dict[str, int], float]:
     started = time.perf_counter()
     try:
-        hits = await _search_one(engine, q.query, config.depth, options, limiter)
+        hits, dropped = await _search_query(engine, q.query, config, options, limiter)
     except TransientSearchError as exc:
         raise SearchError(
             f"the {config.engine} engine failed for the first query {q.id!r}: {exc}",
             path=None if config.path is None else str(config.path),
             field=exc.field or _where_field(config),
         ) from exc
-    return hits, (time.perf_counter() - started) * 1000
+    return hits, dropped, (time.perf_counter() - started) * 1000
 
 
 async def _engine_info(engine: Engine, config: SearchConfig, first: Query) -> dict[str, Any]:
@@ -343,10 +401,10 @@ async def _search_rest(
         async with sem:
             started = time.perf_counter()
             try:
-                hits = await _search_one(engine, q.query, config.depth, options, limiter)
+                hits, dropped = await _search_query(engine, q.query, config, options, limiter)
             except TransientSearchError as exc:
                 raise SearchFailed(f"query {q.id!r}: {exc}") from exc
-            on_done(q, hits, (time.perf_counter() - started) * 1000)
+            on_done(q, hits, dropped, (time.perf_counter() - started) * 1000)
 
     tasks = [asyncio.create_task(one(q)) for q in todo]
     try:
@@ -370,8 +428,26 @@ async def arun_search(
     options = options or SearchOptions()
     items = check_queries(queries if isinstance(queries, Mapping) else list(queries))
     out = Path(out)
+    if out.is_dir():
+        raise SearchError("is a directory: give a file such as run.jsonl", path=str(out), field="-o")
+    lock = lock_output(  # creates the folder; one that cannot be written is exit 2 naming -o
+        out, out.with_name(f".{out.name}.lock"), command="judge search", field="-o"
+    )
+    try:
+        return await _locked_search(items, config, out, options)
+    except OSError as exc:
+        if exc.filename is None or Path(exc.filename).parent != out.parent:
+            raise
+        raise SearchError(f"cannot write: {exc.strerror}", path=str(exc.filename), field="-o") from None
+    finally:
+        lock.release()
+
+
+async def _locked_search(
+    items: Sequence[Query], config: SearchConfig, out: Path, options: SearchOptions
+) -> SearchRun:
     trec_path, meta_path = side_paths(out)
-    existing = _read_existing(out, meta_path, config, {q.id for q in items})
+    existing = _read_existing(out, meta_path, config, items)
     todo = [q for q in items if q.id not in existing]
     latencies: dict[str, float] = {}
     no_hits: list[str] = []
@@ -382,17 +458,20 @@ async def arun_search(
             engine_info = {k: old[k] for k in ("engine", "first_request") if k in old}
         except (OSError, ValueError):
             engine_info = {}
-    out.parent.mkdir(parents=True, exist_ok=True)
     writer = _Writer(out, existing)
 
-    def done(q: Query, hits: list[Hit], ms: float) -> None:
+    def done(q: Query, hits: list[Hit], dropped: Mapping[str, int], ms: float) -> None:
         latencies[q.id] = round(ms, 3)
         if hits:
-            writer.add(_record(q, hits, config, ms))
+            writer.add(_record(q, hits, config, ms, dropped))
         else:
             no_hits.append(q.id)
 
-    counts = {"queries": len(items), "queries_searched": len(todo), "queries_reused": len(existing)}
+    counts: dict[str, Any] = {
+        "queries": len(items),
+        "queries_searched": len(todo),
+        "queries_reused": len(existing),
+    }
     try:
         if todo:
             engine = open_engine(config, timeout_s=options.timeout_s)
@@ -401,12 +480,12 @@ async def arun_search(
                 if prepare is not None:
                     await prepare()
                 limiter = _RateLimiter(options.rate_limit)
-                hits, ms = await _probe(engine, todo[0], config, options, limiter)
+                hits, dropped, ms = await _probe(engine, todo[0], config, options, limiter)
                 engine_info = await _engine_info(engine, config, items[0])
                 _write_atomic(
                     meta_path, _json(_meta(config, options, "running", engine_info, {}, [], counts))
                 )
-                done(todo[0], hits, ms)
+                done(todo[0], hits, dropped, ms)
                 await _search_rest(engine, todo[1:], config, options, limiter, done)
             finally:
                 await engine.close()
@@ -417,8 +496,9 @@ async def arun_search(
         if q.id in existing:
             latencies.setdefault(q.id, float(existing[q.id]["search"].get("latency_ms", 0.0)))
     ordered = b"".join(_line(r) for r in records)
-    if out.read_bytes() != ordered:
+    if not out.is_file() or out.read_bytes() != ordered:
         _write_atomic(out, ordered)
+    counts = {**counts, "dropped": _dropped_total(records)}
     _write_atomic(trec_path, _trec_text(records, config.name))
     all_latencies = {q.id: latencies[q.id] for q in items if q.id in latencies}
     missing = set(no_hits)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +58,8 @@ class CallLedger:
             "finished": False,
         }
         self._written = -1
+        self._finished = False
+        self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self.extra = 0  # calls counted elsewhere (a Ray engine's workers), added at the end
 
@@ -88,19 +91,25 @@ class CallLedger:
         return self.earlier + self.this_run
 
     def write(self, *, finished: bool = False) -> None:
-        calls = self.this_run
-        if calls == self._written and not finished:
-            return
-        self._entry.update(calls=calls, finished=finished)
-        mine = {"calls": self.earlier + calls, "runs": [*self._runs, self._entry]}
-        body = {"schema": CALLS_SCHEMA, "experiments": {**self._others, self.key: mine}}
-        atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")
-        self._written = calls
+        """Rewrite ``calls.json`` if this run's count moved (always when ``finished``; after
+        that, only the final write counts). Safe from a worker thread."""
+        with self._lock:
+            if self._finished and not finished:
+                return
+            calls = self.this_run
+            if calls == self._written and not finished:
+                return
+            self._entry.update(calls=calls, finished=finished)
+            mine = {"calls": self.earlier + calls, "runs": [*self._runs, self._entry]}
+            body = {"schema": CALLS_SCHEMA, "experiments": {**self._others, self.key: mine}}
+            atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")  # fsync: off the loop
+            self._written = calls
+            self._finished = finished
 
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            self.write()
+            await asyncio.to_thread(self.write)
 
     async def __aenter__(self) -> CallLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from judge.backends import Backend, synchronous
-from judge.io import InputError, Qrels
+from judge.io import InputError, Qrels, lock_output
 from judge.judging import JudgeConfig, VerdictStore
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
@@ -50,6 +50,7 @@ EXPERIMENT_MEASURES = ("ndcg_cut_10", "map", "P_5", "recall_10", "recip_rank")
 DEFAULT_EXPERIMENT_DIR = "experiment"
 #: The label of an experiment's progress lines and messages.
 EXPERIMENT_COMMAND = "judge experiment"
+EXPERIMENT_LOCK = ".experiment.lock"  # one judge experiment writes a folder at a time
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,9 @@ async def _run_trials(
         else:
             dists[k.name] = optuna.distributions.FloatDistribution(float(k.low or 0.0), float(k.high or 0.0))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=exp.seed))
+    for k in knobs:  # every bound is a valid knob value before the first trial is judged
+        for value in k.values if k.values is not None else (k.low, k.high):
+            base.with_params({k.name: value})
     done: list[Planned] = []
     for i in range(int(exp.trials or 0)):
         trial = study.ask(dists)
@@ -357,6 +361,16 @@ def summarize_experiment(
     )
 
 
+def _with_heatmap(summary: ExperimentSummary, out: Path) -> ExperimentSummary:
+    """Draw ``heatmap.png`` into ``out`` when two knobs vary (else remove an old one)."""
+    png = heatmap_png(summary)
+    if png is not None:
+        atomic_write_bytes(out / HEATMAP_FILE, png)
+        return summary.model_copy(update={"heatmap": HEATMAP_FILE})
+    (out / HEATMAP_FILE).unlink(missing_ok=True)
+    return summary
+
+
 async def run_experiment(
     queries_path: str | os.PathLike[str],
     report_dir: str | os.PathLike[str],
@@ -395,6 +409,7 @@ async def run_experiment(
     overrides = parse_overrides(list(experiment.overrides)) if experiment.overrides else None
     human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
+    lock = lock_output(out, out / EXPERIMENT_LOCK, command="judge experiment", field="--output")
     trial_calls = 0
     created: Any = None
     try:
@@ -422,6 +437,9 @@ async def run_experiment(
             )
             # A Ray engine's workers call their own backends: count what the pools reported.
             ledger.extra = max(0, trial_calls + comparison.report.pool.calls - ledger.this_run)
+    except BaseException:
+        lock.release()  # else held to the end of the report's writing, below
+        raise
     finally:
         if created is not None:
             await created.aclose()
@@ -436,14 +454,10 @@ async def run_experiment(
         calls_this_run=ledger.this_run,
         depth=opts.depth,
     )
-    png = await asyncio.to_thread(heatmap_png, summary)
-    if png is not None:
-        atomic_write_bytes(out / HEATMAP_FILE, png)
-        summary = summary.model_copy(update={"heatmap": HEATMAP_FILE})
-    elif (out / HEATMAP_FILE).exists():
-        (out / HEATMAP_FILE).unlink()
+    summary = await asyncio.to_thread(_with_heatmap, summary, out)
     comparison.with_report(comparison.report.model_copy(update={"experiment": summary}))
     await asyncio.to_thread(comparison.write)
+    lock.release()
     return comparison
 
 
