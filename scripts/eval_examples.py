@@ -492,10 +492,28 @@ def print_report(rows: Sequence[dict[str, Any]], file: Any = sys.stdout) -> None
         )
 
 
+def common_records(records: Sequence[dict[str, Any]], shots: Sequence[int]) -> list[dict[str, Any]]:
+    """The records of the test passages judged with every count in ``shots`` (one table of
+    one set of passages), those counts only."""
+    have: dict[tuple[Any, ...], set[int]] = defaultdict(set)
+    for r in records:
+        if r["verdict"] in ("yes", "no"):
+            have[(r["dataset"], r["protocol"], r["backend"], r["seed"], r["pair_id"])].add(r["shots"])
+    want = set(shots)
+    return [
+        r
+        for r in records
+        if r["shots"] in want
+        and have[(r["dataset"], r["protocol"], r["backend"], r["seed"], r["pair_id"])] >= want
+    ]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     records = read_records(Path(args.out) / "verdicts.jsonl")
     if args.backend_filter:
         records = [r for r in records if r["backend"] == args.backend_filter]
+    if getattr(args, "common", None):
+        records = common_records(records, [int(x) for x in args.common.split(",")])
     print_report(report_rows(records))
     return 0
 
@@ -520,6 +538,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="the tables from the recorded verdicts")
     rep.add_argument("--out", default=str(DEFAULT_OUT))
     rep.add_argument("--backend-filter", default=None, metavar="NAME", help="only this backend's verdicts")
+    rep.add_argument(
+        "--common",
+        default=None,
+        metavar="0,2,4,8",
+        help="only the test passages judged with every one of these counts (one set of passages per table)",
+    )
     return p
 
 

@@ -428,3 +428,32 @@ async def test_timed_out_local_call_holds_the_model_until_its_thread_ends() -> N
     third = await asyncio.wait_for(waiting, timeout=30)
     assert third.text == "third"
     assert (local.started, local.most_running) == (2, 1)
+
+
+def test_cache_key_with_examples_equals_the_whole_payload_hash() -> None:
+    # --examples: the examples' hash joins the payload as "examples"; none: the key of old
+    from judge.judging import Example, examples_hash
+
+    backend = ScriptedBackend(["x"], name="fake:a", model="b", params={"model": 'x,"model":'})
+    config = JudgeConfig(language="en")
+    examples = [Example("q1", "d1", "q", "a labelled passage", 1)]
+    key = verdict_cache_key(backend, config, "q", "p", examples=examples)
+    bound = bind_language(config, "q", ["p"])
+    template = template_for(bound)
+    payload = {
+        "v": 1,
+        "backend": backend.name,
+        "model": backend.model,
+        "backend_params": backend.params(),
+        "config": bound.cache_params(),
+        "examples": examples_hash(examples),
+        "template_id": template.id,
+        "template_hash": template.hash,
+        "query": "q",
+        "passage": "p",
+    }
+    blob = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    assert key == hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    assert verdict_cache_key(backend, config, "q", "p", examples=()) == reference_key(
+        backend, config, "q", "p"
+    )
