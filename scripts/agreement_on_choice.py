@@ -29,9 +29,16 @@ corrected nDCG@10 (and, beside it, by the judge's own label-free nDCG@10 on the 
 pairs), and by the corrected and the judge's P@10; each order against the labels' nDCG@10
 order; the corrected order's best and whether it is in the labels' tie group. With
 ``--draws N`` the sample is drawn N times (seeds ``seed .. seed+N-1``) and tau averaged.
-``--examples N`` is reserved for same-query demonstrations: the judge has them
-(``experiment --examples``), but this protocol needs each query's labels split into examples
-and held-out test pairs first, which is not written yet; the script says so and stops.
+``--examples N`` (after the zero-shot run of the same ``--work``, whose pool it reads): for
+every query, N of its pooled pairs that the labels grade (balanced relevant / not relevant at
+``--ppi-level`` where the labels allow, drawn with ``--seed``) become its worked examples:
+written as a qrels file, they are given to ``judge experiment --qrels FILE --examples N``, so
+those pairs take their labels (a labelled passage is never judged) and every other pooled
+passage of the query is judged with them in its prompt. The labels' order is the same as
+zero-shot (every configuration scored against all the labels). Because the example pairs now
+carry true labels, the script also runs a control at no judge cost: the zero-shot verdicts
+with the same pairs' labels filled in (``--qrels FILE`` without ``--examples``, reading the
+zero-shot cache). ``examples`` in the result compares the three: zero-shot, control, examples.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from experiment_data import ensure_index, prepare_dl19, prepare_zh, write_config
@@ -109,30 +117,22 @@ def main() -> int:
         paths = prepare_zh(args.work, limit=args.queries)
         ensure_index(paths, "zh")
     config = write_config(args.work, args.depth)
-    if args.examples:
-        # The judge takes same-query demonstrations (experiment's --examples), but this protocol
-        # needs each query's labels split into examples and held-out test pairs, so that the
-        # labels' order is not scored on pairs the judge was shown: not written yet.
-        print("--examples: the example/test split of each query's labels is not written yet", file=sys.stderr)
-        return 2
     backend_name = "qrels" if args.backend == "qrels" else args.backend.replace(":", "_").replace("/", "_")
-    if args.examples:
-        backend_name += f"-examples{args.examples}"
     backend = f"qrels:{paths['qrels']}:2" if args.backend == "qrels" and args.corpus == "dl19" else (
         f"qrels:{paths['qrels']}" if args.backend == "qrels" else args.backend
     )  # fmt: skip
+    level = args.ppi_level if args.ppi_level is not None else (2 if args.corpus == "dl19" else 1)
     out_dir = args.work / f"experiment-{backend_name}"
+    if args.examples:
+        return examples_variant(paths, config, out_dir, grid, backend, backend_name, args, level)
     started = time.monotonic()
     report = aexperiment_sync(paths["queries"], config, out_dir, grid, backend, args)
     elapsed = time.monotonic() - started
     e = report.experiment
     assert e is not None
-    judge_means = {c.name: c.objective for c in e.configurations}
     per_query = {c.name: label_scores(paths["qrels"], Path(str(c.trec))) for c in e.configurations}
     label_means = {n: float(np.mean(list(v.values()))) for n, v in per_query.items()}
-    names = list(judge_means)
-    tau = kendalltau([judge_means[n] or 0.0 for n in names], [label_means[n] for n in names])
-    label_best = max(names, key=lambda n: label_means[n])
+    label_best = max(label_means, key=lambda n: label_means[n])
     group, p = tie_group(per_query, label_best, args.seed)
     result = {
         "corpus": args.corpus,
@@ -140,25 +140,130 @@ def main() -> int:
         "queries": e.queries,
         "depth": args.depth,
         "grid": grid,
-        "configurations": {n: {"judge": judge_means[n], "labels": label_means[n]} for n in names},
-        "kendall_tau": None if np.isnan(tau.statistic) else float(tau.statistic),
-        "kendall_p": None if np.isnan(tau.pvalue) else float(tau.pvalue),
-        "judge_best": e.best,
+        **choice(report, label_means, group),
         "label_best": label_best,
         "label_tie_group": group,
         "holm_p_vs_label_best": p,
-        "judge_best_in_tie_group": e.best in group,
-        "judge_calls": e.calls,
-        "unique_pairs": report.pool.unique_pairs,
-        "nominal_pairs": e.nominal_pairs,
         "seconds": round(elapsed, 1),
     }
     if args.ppi_share is not None:
-        level = args.ppi_level if args.ppi_level is not None else (2 if args.corpus == "dl19" else 1)
         result["ppi"] = ppi_variant(
             out_dir, e.configurations, paths["qrels"], per_query, label_means, group, args, level
         )
     out = args.out or args.work / f"agreement-{backend_name}{'' if args.ppi_share is None else '-ppi'}.json"
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0
+
+
+def choice(report: Any, label_means: dict[str, float], group: list[str]) -> dict[str, Any]:
+    """One run's order against the labels': tau, its best and whether it is in the tie group."""
+    e = report.experiment
+    judge_means = {c.name: c.objective for c in e.configurations}
+    names = list(judge_means)
+    tau = kendalltau([judge_means[n] or 0.0 for n in names], [label_means[n] for n in names])
+    return {
+        "configurations": {n: {"judge": judge_means[n], "labels": label_means[n]} for n in names},
+        "kendall_tau": None if np.isnan(tau.statistic) else float(tau.statistic),
+        "kendall_p": None if np.isnan(tau.pvalue) else float(tau.pvalue),
+        "judge_best": e.best,
+        "judge_best_in_tie_group": e.best in group,
+        "judge_calls": e.calls,
+        "unique_pairs": report.pool.unique_pairs,
+        "nominal_pairs": e.nominal_pairs,
+    }
+
+
+def pooled_pairs(out_dir: Path) -> dict[str, list[str]]:
+    """``{qid: [docno, ...]}``: a finished run's pool (``pool.judged.jsonl``)."""
+    pool: dict[str, list[str]] = {}
+    for line in (out_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            pool.setdefault(str(rec["id"]), []).extend(str(d) for d in rec["docnos"])
+    return pool
+
+
+def draw_examples(
+    pool: dict[str, list[str]], grades: dict[tuple[str, str], int], n: int, level: int, seed: int
+) -> dict[str, list[tuple[str, int]]]:
+    """Per query, up to ``n`` of its pooled labelled pairs, taken alternately from the relevant
+    (grade >= ``level``) and the not relevant ones in a seeded random order (balanced where
+    the labels allow, the other kind filling in when one runs out)."""
+    rng = np.random.default_rng(seed)
+    chosen: dict[str, list[tuple[str, int]]] = {}
+    for qid in sorted(pool):
+        graded = sorted(d for d in set(pool[qid]) if (qid, d) in grades)
+        yes = [d for d in graded if grades[(qid, d)] >= level]
+        no = [d for d in graded if grades[(qid, d)] < level]
+        yes = [yes[i] for i in rng.permutation(len(yes))]
+        no = [no[i] for i in rng.permutation(len(no))]
+        picked: list[str] = []
+        while len(picked) < n and (yes or no):
+            first, second = (yes, no) if len(picked) % 2 == 0 else (no, yes)
+            picked.append((first or second).pop(0))
+        chosen[qid] = [(d, grades[(qid, d)]) for d in picked]
+    return chosen
+
+
+def examples_variant(
+    paths: dict[str, Path],
+    config: Path,
+    zero_dir: Path,
+    grid: list[str],
+    backend: str,
+    backend_name: str,
+    args: argparse.Namespace,
+    level: int,
+) -> int:
+    """Zero-shot, the control (zero-shot verdicts with the example pairs' labels filled in)
+    and the judge with ``--examples N`` worked examples per query, each order against the
+    labels' (see the module's docstring)."""
+    zero_json = args.work / f"agreement-{backend_name}.json"
+    if not (zero_dir / "pool.judged.jsonl").exists() or not zero_json.exists():
+        print(f"--examples: run the zero-shot protocol first in {args.work} (no --examples)", file=sys.stderr)
+        return 2
+    zero = json.loads(zero_json.read_text(encoding="utf-8"))
+    qrels = read_qrels(paths["qrels"])
+    grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
+    examples = draw_examples(pooled_pairs(zero_dir), grades, args.examples, level, args.seed)
+    tag = f"examples{args.examples}-seed{args.seed}"
+    ex_qrels = args.work / f"{tag}.qrels"
+    ex_qrels.write_text(
+        "".join(f"{q} 0 {d} {g}\n" for q, pairs in examples.items() for d, g in pairs), encoding="utf-8"
+    )
+    label_means = {n: v["labels"] for n, v in zero["configurations"].items()}
+    group = zero["label_tie_group"]
+    shared = {"qrels": ex_qrels, "qrels_level": level}
+    started = time.monotonic()
+    control = aexperiment_sync(
+        paths["queries"], config, args.work / f"control-{backend_name}-{tag}", grid, backend, args,
+        cache=args.work / f"cache-{zero_dir.name}.sqlite", **shared,
+    )  # fmt: skip
+    with_examples = aexperiment_sync(
+        paths["queries"], config, args.work / f"experiment-{backend_name}-{tag}", grid, backend, args,
+        examples=args.examples, **shared,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    yes = sum(1 for pairs in examples.values() for _, g in pairs if g >= level)
+    result = {
+        "corpus": args.corpus,
+        "backend": backend,
+        "depth": args.depth,
+        "grid": grid,
+        "examples_per_query": args.examples,
+        "seed": args.seed,
+        "example_pairs": {"total": sum(len(p) for p in examples.values()), "relevant": yes},
+        "label_best": zero["label_best"],
+        "label_tie_group": group,
+        "zero_shot": {
+            k: zero[k] for k in ("kendall_tau", "judge_best", "judge_best_in_tie_group", "judge_calls")
+        },
+        "control": choice(control, label_means, group),
+        "examples": choice(with_examples, label_means, group),
+        "seconds": round(elapsed, 1),
+    }
+    out = args.out or args.work / f"agreement-{backend_name}-{tag}.json"
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
@@ -248,8 +353,18 @@ def ppi_variant(
 
 
 def aexperiment_sync(
-    queries: Path, config: Path, out: Path, grid: list[str], backend: str, args: argparse.Namespace
-):  # type: ignore[no-untyped-def]
+    queries: Path,
+    config: Path,
+    out: Path,
+    grid: list[str],
+    backend: str,
+    args: argparse.Namespace,
+    *,
+    cache: Path | None = None,
+    **more: Any,
+) -> Any:
+    """``judge.experiment`` of the grid, verdicts only; ``cache`` default: the run's own
+    (``WORK/cache-OUT.sqlite``); ``more``: more keywords (``qrels``, ``examples``)."""
     import asyncio
 
     return asyncio.run(
@@ -262,10 +377,10 @@ def aexperiment_sync(
             measures=[MEASURE, "map"],
             # verdicts only: no reason is generated (the decision is the same, the call shorter)
             config=JudgeConfig(explain=False),
-            cache=args.work / f"cache-{out.name}.sqlite",
-            **({"examples": args.examples} if args.examples else {}),
+            cache=cache or args.work / f"cache-{out.name}.sqlite",
             seed=args.seed,
             stability_resamples=0,
+            **more,
         )
     )
 
