@@ -76,6 +76,8 @@ class InputPlan:
             if self.reporter is not None:
                 for warning in item.warnings:
                     self.reporter.report(warning, "truncated")
+                for repeat in item.dropped:
+                    self.reporter.report(repeat, "dropped")
             passages = [Passage(p.text, p.id, p.truncated, query_id=item.id) for p in item.passages]
             yield QueryWork.fresh(item.query, passages, item)
 

@@ -209,7 +209,9 @@ class DatasetPassage:
 
 @dataclass(frozen=True, slots=True)
 class DatasetRecord:
-    """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages)."""
+    """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages);
+    ``dropped``, one problem per passage left out because its docno repeats an earlier
+    passage's (the first is kept, as ``judge search`` keeps the first of a repeated id)."""
 
     id: str
     query: str
@@ -219,6 +221,7 @@ class DatasetRecord:
     qrels: dict[str, int] | None = None
     warnings: tuple[InputError, ...] = field(default=())
     expected_output: str | None = None
+    dropped: tuple[InputError, ...] = field(default=())
 
     def ground_truth(self) -> dict[str, int] | None:
         """Graded ground truth: ``qrels`` if given, else ``expected_ids`` as grade 1."""
@@ -292,7 +295,7 @@ class _LineReader:
             obj = self._object(raw, line)
             qid = self._qid(obj, line)
             query = self._query(obj, line)
-            passages, warnings = self._passages(obj, line)
+            passages, warnings, dropped = self._passages(obj, line)
             expected = self._expected_ids(obj, line)
             qrels = self._qrels(obj, line)
             expected_output = self._expected_output(obj, line)
@@ -301,7 +304,7 @@ class _LineReader:
         if qid in self.seen:
             return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, self.keys["id"])
         self.seen[qid] = line
-        return DatasetRecord(qid, query, passages, line, expected, qrels, warnings, expected_output)
+        return DatasetRecord(qid, query, passages, line, expected, qrels, warnings, expected_output, dropped)
 
     def _object(self, raw: bytes, line: int) -> dict[str, Any]:
         try:
@@ -352,7 +355,9 @@ class _LineReader:
 
     def _passages(
         self, obj: dict[str, Any], line: int
-    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...]]:
+    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...], tuple[InputError, ...]]:
+        """The passages, the truncation warnings, and the passages dropped because their
+        docno (the id, else the text's hash) repeats an earlier one's (the first kept)."""
         ctx_key = self.keys["retrieval_context"]
         if ctx_key not in obj:
             raise self.error("missing", line, ctx_key)
@@ -366,6 +371,8 @@ class _LineReader:
             raise self.error(f"{len(ctx)} passages; at most {max_passages} per record", line, ctx_key)
         passages: list[DatasetPassage] = []
         warnings: list[InputError] = []
+        dropped: list[InputError] = []
+        first: dict[str, int] = {}  # docno -> the index of the passage kept for it
         for i, item in enumerate(ctx):
             where = f"{ctx_key}[{i}]"
             if isinstance(item, str):
@@ -380,13 +387,18 @@ class _LineReader:
                 raise self.error("empty passage", line, where)
             truncated = len(ptext) > self.max_chars
             original = len(ptext)
+            passage = DatasetPassage(ptext[: self.max_chars], pid, truncated, original, url, site)
+            kept = first.setdefault(passage.docno, i)
+            if kept != i:
+                message = f"docno {passage.docno!r} repeats {ctx_key}[{kept}]'s: dropped, the first kept"
+                dropped.append(self.error(message, line, where))
+                continue
             if truncated:
                 warnings.append(
                     self.error(f"passage of {original} characters truncated to {self.max_chars}", line, where)
                 )
-                ptext = ptext[: self.max_chars]
-            passages.append(DatasetPassage(ptext, pid, truncated, original, url, site))
-        return tuple(passages), tuple(warnings)
+            passages.append(passage)
+        return tuple(passages), tuple(warnings), tuple(dropped)
 
     def _passage_object(
         self, item: dict[str, Any], line: int, where: str
@@ -513,6 +525,7 @@ class RejectsReporter:
         self.command = command
         self.rejected = 0
         self.warned = 0
+        self.dropped = 0  # passages left out as repeats of an earlier docno (action "dropped")
         self._fh: IO[str] | None = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
@@ -522,7 +535,10 @@ class RejectsReporter:
             self.rejected += 1
             print(f"{self.command}: rejected: {err}", file=self.stream)
         else:
-            self.warned += 1
+            if action == "dropped":
+                self.dropped += 1
+            else:
+                self.warned += 1
             print(f"{self.command}: warning: {err} ({action})", file=self.stream)
         if self.path is not None:
             if self._fh is None:
