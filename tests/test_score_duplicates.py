@@ -84,9 +84,12 @@ def test_score_counts_a_repeated_passage_once(tmp_path: Path, capsys: pytest.Cap
         (1, "retrieval_context[2]", "dropped"),
         (2, "retrieval_context[1]", "dropped"),
     ]
-    assert rejects[0]["error"] == "docno 'd1' repeats retrieval_context[0]'s: dropped, the first kept"
+    assert (
+        rejects[0]["error"]
+        == "1 passage(s) repeat an earlier docno, dropped (the first kept): [2] repeats [0] (docno 'd1')"
+    )
     err = capsys.readouterr().err
-    assert "judge score: warning:" in err and "docno 'd1' repeats retrieval_context[0]'s" in err
+    assert "judge score: warning:" in err and "[2] repeats [0] (docno 'd1')" in err
 
 
 def test_strict_refuses_a_list_with_a_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,12 +109,31 @@ def test_the_reader_keeps_the_first_of_each_docno_only(tmp_path: Path) -> None:
         ("d3", "three"),
         ("d4", "four"),
     ]
-    assert [p.field for p in q1.dropped] == ["retrieval_context[2]"] and q1.warnings == ()
+    assert q1.duplicates == 1 and q1.dropped is not None and q1.dropped.field == "retrieval_context[2]"
+    assert q1.warnings == ()
     assert [p.text for p in q2.passages] == ["same text", "nine"]
     single = tmp_path / "single.jsonl"  # no repeat: nothing dropped
     single.write_text(json.dumps({"query": "q", "retrieval_context": ["a", "b"]}) + "\n", encoding="utf-8")
     (only,) = list(iter_dataset(single))
-    assert not isinstance(only, Exception) and only.dropped == () and len(only.passages) == 2
+    assert not isinstance(only, Exception) and only.dropped is None and only.duplicates == 0
+    assert len(only.passages) == 2
+
+
+def test_a_line_repeating_one_passage_many_times_is_one_problem(tmp_path: Path) -> None:
+    many = tmp_path / "many.jsonl"
+    context = [{"id": "d1", "text": "one"}, {"id": "d2", "text": "two"}] * 3000 + ["tail"]
+    many.write_text(
+        json.dumps({"id": "q", "query": "q", "retrieval_context": context}) + "\n", encoding="utf-8"
+    )
+    (rec,) = list(iter_dataset(many))
+    assert not isinstance(rec, Exception)
+    assert [p.docno for p in rec.passages][:2] == ["d1", "d2"] and len(rec.passages) == 3
+    assert rec.duplicates == 5998 and rec.dropped is not None
+    assert rec.dropped.field == "retrieval_context[2]"
+    assert rec.dropped.message == (
+        "5998 passage(s) repeat an earlier docno, dropped (the first kept): [2] repeats [0] (docno 'd1'), "
+        "[3] repeats [1] (docno 'd2'), [4] repeats [0] (docno 'd1') and 5995 more"
+    )
 
 
 def test_compare_systems_still_counts_the_repeats_once(tmp_path: Path) -> None:

@@ -236,10 +236,10 @@ def strict_check(
             problems += 1
             if reporter is not None:
                 reporter.report(w, "would be truncated")
-        for repeat in item.dropped:
+        if item.dropped is not None:
             problems += 1
             if reporter is not None:
-                reporter.report(repeat, "would be dropped")
+                reporter.report(item.dropped, "would be dropped")
     if problems:
         raise InputError(
             f"{problems} problem(s) found; --strict refuses the file (nothing was judged)",

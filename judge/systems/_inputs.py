@@ -135,7 +135,7 @@ def check_paths(paths: Mapping[str, Path], *, at_least: int = 2) -> None:
 
 def _ranking(item: DatasetRecord, known: dict[str, Passage], path: Path) -> tuple[tuple[str, ...], int, int]:
     """One system's ranking of a query as docnos (a passage repeated in it counted once: the
-    reader dropped the repeats, ``item.dropped``), with the number of passages whose text
+    reader dropped the repeats, ``item.duplicates``), with the number of passages whose text
     differs from the first seen under their docno and the number of repeats. New passages
     are added to ``known`` (the query's passages so far)."""
     docnos: list[str] = []
@@ -156,7 +156,7 @@ def _ranking(item: DatasetRecord, known: dict[str, Passage], path: Path) -> tupl
         elif seen.text != p.text:
             conflicts += 1
         docnos.append(docno)
-    return tuple(docnos), conflicts, len(item.dropped)
+    return tuple(docnos), conflicts, item.duplicates
 
 
 def read_systems(
