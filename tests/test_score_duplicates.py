@@ -19,12 +19,10 @@ from judge.systems import read_systems
 Q1 = {
     "id": "q1",
     "query": "first",
+    # d1 again at rank 3: dropped (its first text is the one judged)
     "retrieval_context": [
-        {"id": "d1", "text": "one"},
-        {"id": "d2", "text": "two"},
-        {"id": "d1", "text": "one again"},  # d1 again: dropped (its first text is the one judged)
-        {"id": "d3", "text": "three"},
-        {"id": "d4", "text": "four"},
+        {"id": d, "text": t}
+        for d, t in (("d1", "one"), ("d2", "two"), ("d1", "1 again"), ("d3", "three"), ("d4", "four"))
     ],
     "qrels": {"d1": 1, "d2": 0, "d3": 1, "d4": 0, "d5": 1},
 }

@@ -93,6 +93,28 @@ def _shown(row: Mapping[str, Any]) -> str:
     return json.dumps({k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()})
 
 
+def _scan(
+    conn: sqlite3.Connection,
+    table: str,
+    key: str,
+    columns: Sequence[str],
+    problem_of: Callable[[Mapping[str, Any]], tuple[str, str] | None],
+) -> list[tuple[int, str, str, str]]:
+    """(``key``, the row as JSON, field, problem) of every row of ``table`` in which
+    ``problem_of`` finds a problem; text that is not UTF-8 is read as its bytes."""
+    bad: list[tuple[int, str, str, str]] = []
+    conn.text_factory = _text_or_bytes
+    try:
+        for found, *values in conn.execute(f"SELECT {key}, {', '.join(columns)} FROM {table}"):
+            row = dict(zip(columns, values, strict=True))
+            problem = problem_of(row)
+            if problem is not None:
+                bad.append((int(found), _shown(row), problem[0], problem[1]))
+    finally:
+        conn.text_factory = str
+    return bad
+
+
 def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
     """(field, problem) of a history row an older judge wrote unchecked, or None."""
     bad_text = _bad_text(row)
@@ -129,17 +151,7 @@ def _m003_checked(conn: sqlite3.Connection) -> None:
         "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
     )
     conn.execute("ALTER TABLE label_history ADD COLUMN source_created REAL")
-    names = ", ".join(_QUARANTINE_COLUMNS)
-    bad: list[tuple[int, str, str, str]] = []
-    conn.text_factory = _text_or_bytes
-    try:
-        for values in conn.execute(f"SELECT {names} FROM label_history"):
-            row = dict(zip(_QUARANTINE_COLUMNS, values, strict=True))
-            problem = _stored_row_problem(row)
-            if problem is not None:
-                bad.append((int(row["id"]), _shown(row), problem[0], problem[1]))
-    finally:
-        conn.text_factory = str
+    bad = _scan(conn, "label_history", "id", _QUARANTINE_COLUMNS, _stored_row_problem)
     now = time.time()
     for hid, shown, field_name, problem_text in bad:
         conn.execute(
@@ -212,18 +224,7 @@ def _m005_checked_calibrations(conn: sqlite3.Connection) -> None:
         "CREATE TABLE calibration_quarantine (row TEXT NOT NULL, field TEXT NOT NULL, "
         "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
     )
-    bad: list[tuple[int, str, str, str]] = []
-    conn.text_factory = _text_or_bytes
-    try:
-        for rowid, *values in conn.execute(
-            f"SELECT rowid, {', '.join(_CALIBRATION_COLUMNS)} FROM calibrations"
-        ):
-            row = dict(zip(_CALIBRATION_COLUMNS, values, strict=True))
-            problem = _stored_calibration_problem(row)
-            if problem is not None:
-                bad.append((int(rowid), _shown(row), problem[0], problem[1]))
-    finally:
-        conn.text_factory = str
+    bad = _scan(conn, "calibrations", "rowid", _CALIBRATION_COLUMNS, _stored_calibration_problem)
     now = time.time()
     for rowid, shown, field_name, problem_text in bad:
         conn.execute(
