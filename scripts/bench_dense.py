@@ -45,6 +45,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from _dl19 import DL19, QRELS, dl19_corpus, dl19_judged_queries  # noqa: E402
 
 from judge.io import join_run_qrels, read_qrels, read_run  # noqa: E402
 from judge.metrics import evaluate, parse_measure_args  # noqa: E402
@@ -60,19 +63,8 @@ from judge.search import (  # noqa: E402
     run_search,
 )
 
-DL19 = Path(os.environ.get("JUDGE_SHARED_DATA") or ROOT.parent / "shared" / "data") / "trec_dl19"
 BUNDLED = ROOT / "datasets" / "search"
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def convert(out: Path) -> None:
-    with (
-        (DL19 / "dl2019_document.jsonl").open(encoding="utf-8") as src,
-        out.open("w", encoding="utf-8") as dst,
-    ):
-        for line in src:
-            obj = json.loads(line)
-            dst.write(json.dumps({"id": obj["docid"], "text": obj["doc"]}) + "\n")
 
 
 def ndcg10(qrels_path: Path, trec: Path) -> tuple[float, float]:
@@ -94,13 +86,7 @@ def ndcg10(qrels_path: Path, trec: Path) -> tuple[float, float]:
 
 
 def dl19_queries() -> list[Query]:
-    judged = set(read_qrels(DL19 / "2019qrels-pass.txt").query_ids)
-    out = []
-    for line in (DL19 / "msmarco-test2019-queries.tsv").read_text(encoding="utf-8").splitlines():
-        qid, _, text = line.partition("\t")
-        if qid in judged:
-            out.append(Query(qid, text))
-    return out
+    return [Query(qid, text) for qid, text in dl19_judged_queries()]
 
 
 def configs(index: Path, depth: int) -> list[tuple[str, dict[str, Any]]]:
@@ -298,7 +284,7 @@ def main() -> None:
     parser.add_argument("--skip", action="append", default=[], help="dl19, latency, ann, scale, zh")
     args = parser.parse_args()
     if args.convert:
-        convert(args.convert)
+        dl19_corpus(args.convert)
         return
     print(f"load average at start: {os.getloadavg()[0]:.1f}\n")
     with tempfile.TemporaryDirectory(prefix="bench_dense.") as tmp:
@@ -306,9 +292,7 @@ def main() -> None:
         if args.index is not None:
             queries = dl19_queries()
             if "dl19" not in args.skip:
-                effectiveness(
-                    args.index, queries, DL19 / "2019qrels-pass.txt", work, "TREC DL 2019 (43 queries)"
-                )
+                effectiveness(args.index, queries, DL19 / QRELS, work, "TREC DL 2019 (43 queries)")
             if "latency" not in args.skip:
                 latency(args.index, queries, args.rounds)
             if "ann" not in args.skip:

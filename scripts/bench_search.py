@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
 import socket
 import subprocess
@@ -39,6 +38,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from _dl19 import DL19, QRELS, dl19_corpus, dl19_judged_queries  # noqa: E402
 
 from judge.io import join_run_qrels, read_qrels, read_run  # noqa: E402
 from judge.metrics import evaluate, parse_measure_args  # noqa: E402
@@ -51,8 +53,6 @@ from judge.search import (  # noqa: E402
     run_search,
 )
 
-DL19 = Path(os.environ.get("JUDGE_SHARED_DATA") or ROOT.parent / "shared" / "data") / "trec_dl19"
-
 
 def ndcg10(qrels_path: Path, trec: Path) -> float:
     qrels = read_qrels(qrels_path)
@@ -62,21 +62,9 @@ def ndcg10(qrels_path: Path, trec: Path) -> float:
 
 
 def embedded(work: Path, quick: bool) -> None:
-    docs = work / "dl19.jsonl"
-    with (
-        (DL19 / "dl2019_document.jsonl").open(encoding="utf-8") as src,
-        docs.open("w", encoding="utf-8") as out,
-    ):
-        for line in src:
-            obj = json.loads(line)
-            out.write(json.dumps({"id": obj["docid"], "text": obj["doc"]}) + "\n")
-    qrels_path = DL19 / "2019qrels-pass.txt"
-    judged = set(read_qrels(qrels_path).query_ids)
-    queries = []
-    for line in (DL19 / "msmarco-test2019-queries.tsv").read_text(encoding="utf-8").splitlines():
-        qid, _, text = line.partition("\t")
-        if qid in judged:
-            queries.append(Query(qid, text))
+    docs = dl19_corpus(work / "dl19.jsonl")
+    qrels_path = DL19 / QRELS
+    queries = [Query(qid, text) for qid, text in dl19_judged_queries()]
     tracemalloc.start()
     started, cpu_started = time.perf_counter(), time.process_time()
     info = build_index(docs, work / "index", language="en")

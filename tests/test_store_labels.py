@@ -35,7 +35,7 @@ def test_new_file_is_migrated_in_order_and_a_newer_file_is_refused(tmp_path: Pat
     with LabelStore(path) as store:
         assert store.schema_found == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 5
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"labels", "label_history", "calibrations", "sample_draws"} <= tables
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

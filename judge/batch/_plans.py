@@ -37,7 +37,7 @@ from judge.store import iter_output
 class Reporter(Protocol):
     """Where bad input goes (stderr + the rejects file in batch runs)."""
 
-    def report(self, err: InputError, action: str) -> None: ...
+    def report(self, err: InputError, action: str, *, count: int = 1) -> None: ...
 
 
 class InputPlan:
@@ -76,6 +76,8 @@ class InputPlan:
             if self.reporter is not None:
                 for warning in item.warnings:
                     self.reporter.report(warning, "truncated")
+                if item.dropped is not None:
+                    self.reporter.report(item.dropped, "dropped", count=item.duplicates)
             passages = [Passage(p.text, p.id, p.truncated, query_id=item.id) for p in item.passages]
             yield QueryWork.fresh(item.query, passages, item)
 

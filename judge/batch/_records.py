@@ -179,6 +179,8 @@ def build_record(
         "unjudged_passages": unjudged_passages,
         "redundancy": {c: _round(x) for c, x in redundancy_by_k([p.text for p in rec.passages], k).items()},
     }
+    if rec.duplicates:  # passages left out as repeats of an earlier docno, as judge search counts them
+        out["dropped"] = {"duplicate_ids": rec.duplicates}
     return finish_record(out, result, k, measures=measures, qrels_level=qrels_level)
 
 

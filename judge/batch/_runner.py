@@ -220,7 +220,8 @@ def strict_check(
     """Validate the whole file; report each problem; return the number of valid records.
 
     Raises :class:`InputError` (exit 2) if any line would be rejected or changed
-    (truncated), before anything is judged.
+    (truncated, or a passage dropped as a repeat of an earlier docno), before anything is
+    judged.
     """
     problems = 0
     valid = 0
@@ -235,6 +236,10 @@ def strict_check(
             problems += 1
             if reporter is not None:
                 reporter.report(w, "would be truncated")
+        if item.dropped is not None:
+            problems += 1
+            if reporter is not None:
+                reporter.report(item.dropped, "would be dropped")
     if problems:
         raise InputError(
             f"{problems} problem(s) found; --strict refuses the file (nothing was judged)",
@@ -422,6 +427,7 @@ class _Run:
             "still_unjudged": stats.unjudged,
             "rejected_lines": self.reporter.rejected,
             "truncation_warnings": self.reporter.warned,
+            "duplicates_dropped": self.reporter.dropped,
             "executor": self.driver.executor.name,
             **_placement(self.driver.executor),
             "backend": _backend_stats(self.accounting),
@@ -447,7 +453,11 @@ class _Run:
         return BatchOutcome(
             output_path=self.out,
             summary_path=summary_path,
-            rejects_path=self.reporter.path if self.reporter.rejected or self.reporter.warned else None,
+            rejects_path=(
+                self.reporter.path
+                if self.reporter.rejected or self.reporter.warned or self.reporter.dropped
+                else None
+            ),
             summary=summary,
             scored_now=self.scored,
             skipped_done=skipped,

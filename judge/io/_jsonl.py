@@ -209,7 +209,10 @@ class DatasetPassage:
 
 @dataclass(frozen=True, slots=True)
 class DatasetRecord:
-    """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages)."""
+    """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages).
+    ``duplicates`` passages were left out because their docno repeats an earlier passage's
+    (the first is kept, as ``judge search`` keeps the first of a repeated id); ``dropped``
+    says which, in one problem naming the first of them (None when there were none)."""
 
     id: str
     query: str
@@ -219,6 +222,8 @@ class DatasetRecord:
     qrels: dict[str, int] | None = None
     warnings: tuple[InputError, ...] = field(default=())
     expected_output: str | None = None
+    dropped: InputError | None = None
+    duplicates: int = 0
 
     def ground_truth(self) -> dict[str, int] | None:
         """Graded ground truth: ``qrels`` if given, else ``expected_ids`` as grade 1."""
@@ -292,7 +297,7 @@ class _LineReader:
             obj = self._object(raw, line)
             qid = self._qid(obj, line)
             query = self._query(obj, line)
-            passages, warnings = self._passages(obj, line)
+            passages, warnings, dropped = self._passages(obj, line)
             expected = self._expected_ids(obj, line)
             qrels = self._qrels(obj, line)
             expected_output = self._expected_output(obj, line)
@@ -301,7 +306,7 @@ class _LineReader:
         if qid in self.seen:
             return self.error(f"duplicate id {qid!r} (first on line {self.seen[qid]})", line, self.keys["id"])
         self.seen[qid] = line
-        return DatasetRecord(qid, query, passages, line, expected, qrels, warnings, expected_output)
+        return DatasetRecord(qid, query, passages, line, expected, qrels, warnings, expected_output, *dropped)
 
     def _object(self, raw: bytes, line: int) -> dict[str, Any]:
         try:
@@ -352,7 +357,10 @@ class _LineReader:
 
     def _passages(
         self, obj: dict[str, Any], line: int
-    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...]]:
+    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...], tuple[InputError | None, int]]:
+        """The passages, the truncation warnings, and (the problem naming them, their number)
+        for the passages dropped because their docno (the id, else the text's hash) repeats
+        an earlier one's (the first kept)."""
         ctx_key = self.keys["retrieval_context"]
         if ctx_key not in obj:
             raise self.error("missing", line, ctx_key)
@@ -366,6 +374,8 @@ class _LineReader:
             raise self.error(f"{len(ctx)} passages; at most {max_passages} per record", line, ctx_key)
         passages: list[DatasetPassage] = []
         warnings: list[InputError] = []
+        repeats: list[tuple[int, str, int]] = []  # (index, docno, index of the one kept)
+        first: dict[str, int] = {}  # docno -> the index of the passage kept for it
         for i, item in enumerate(ctx):
             where = f"{ctx_key}[{i}]"
             if isinstance(item, str):
@@ -380,13 +390,30 @@ class _LineReader:
                 raise self.error("empty passage", line, where)
             truncated = len(ptext) > self.max_chars
             original = len(ptext)
+            passage = DatasetPassage(ptext[: self.max_chars], pid, truncated, original, url, site)
+            kept = first.setdefault(passage.docno, i)
+            if kept != i:
+                repeats.append((i, passage.docno, kept))
+                continue
             if truncated:
                 warnings.append(
                     self.error(f"passage of {original} characters truncated to {self.max_chars}", line, where)
                 )
-                ptext = ptext[: self.max_chars]
-            passages.append(DatasetPassage(ptext, pid, truncated, original, url, site))
-        return tuple(passages), tuple(warnings)
+            passages.append(passage)
+        return tuple(passages), tuple(warnings), (self._repeats(repeats, ctx_key, line), len(repeats))
+
+    def _repeats(self, repeats: list[tuple[int, str, int]], ctx_key: str, line: int) -> InputError | None:
+        """One problem for every passage of a line dropped as a repeat, naming the first
+        three (a hostile line may repeat one passage a million times)."""
+        if not repeats:
+            return None
+        shown = ", ".join(f"[{i}] repeats [{kept}] (docno {docno!r})" for i, docno, kept in repeats[:3])
+        more = f" and {len(repeats) - 3} more" if len(repeats) > 3 else ""
+        return self.error(
+            f"{len(repeats)} passage(s) repeat an earlier docno, dropped (the first kept): {shown}{more}",
+            line,
+            f"{ctx_key}[{repeats[0][0]}]",
+        )
 
     def _passage_object(
         self, item: dict[str, Any], line: int, where: str
@@ -513,16 +540,22 @@ class RejectsReporter:
         self.command = command
         self.rejected = 0
         self.warned = 0
+        self.dropped = 0  # passages left out as repeats of an earlier docno (action "dropped")
         self._fh: IO[str] | None = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
 
-    def report(self, err: InputError, action: str) -> None:
+    def report(self, err: InputError, action: str, *, count: int = 1) -> None:
+        """One problem: printed, written to the rejects file, counted (``count``: the
+        passages a ``dropped`` problem stands for)."""
         if action == "rejected":
             self.rejected += 1
             print(f"{self.command}: rejected: {err}", file=self.stream)
         else:
-            self.warned += 1
+            if action == "dropped":
+                self.dropped += count
+            else:
+                self.warned += 1
             print(f"{self.command}: warning: {err} ({action})", file=self.stream)
         if self.path is not None:
             if self._fh is None:

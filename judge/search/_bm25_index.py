@@ -21,9 +21,12 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,14 +200,52 @@ def _replace_dir(new: Path, out: Path) -> None:
         new.rename(out)
 
 
+OLD_TEMP_AGE_S = 24 * 3600.0
+"""How long a temporary folder of an older judge (its name carries no pid) must have been
+left untouched before a build removes it."""
+
+_MKDTEMP_SUFFIX = re.compile(r"[a-z0-9_]{8}")  # tempfile.mkdtemp's random part
+
+
 def _temp_dir(target: Path) -> Path:
     """A new temporary folder beside ``target`` (``.NAME.tmp-PID-XXXX``), after removing
-    the ones a process that no longer runs left there (a build killed by ``kill -9``)."""
-    for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
-        pid = stale.name[len(target.name) + 6 :].partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+    what killed builds left there (:func:`_sweep`)."""
+    _sweep(target.parent, target.name)
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+
+
+def _sweep(folder: Path, name: str) -> None:
+    """Remove the temporary folders of builds of ``name`` in ``folder`` that no process is
+    writing: ``.NAME.tmp-PID-*`` (this judge's) and ``.NAME.old-PID`` (an older judge's
+    swap) whose process no longer runs; and ``.NAME.XXXXXXXX``, an older judge's
+    ``mkdtemp`` folder whose name carries no pid, when it is a real folder with mkdtemp's
+    mode 0700 and nothing in it changed for :data:`OLD_TEMP_AGE_S` (no judge names a folder
+    so any more, and a running build of that judge wrote into its folder far more often)."""
+    prefix = f".{name}."
+    for stale in folder.glob(f"{glob.escape(prefix)}*"):
+        rest = stale.name[len(prefix) :]
+        if rest.startswith(("tmp-", "old-")):
+            pid = rest[4:].partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        elif _MKDTEMP_SUFFIX.fullmatch(rest) and _abandoned(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _abandoned(path: Path) -> bool:
+    """``path`` is a real folder of mode 0700 (as mkdtemp makes it) in which nothing was
+    written for :data:`OLD_TEMP_AGE_S`."""
+    try:
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o700:
+            return False
+        newest = st.st_mtime
+        for root, dirs, files in os.walk(path):
+            for entry in (*dirs, *files):
+                newest = max(newest, os.lstat(os.path.join(root, entry)).st_mtime)
+    except OSError:
+        return False
+    return time.time() - newest > OLD_TEMP_AGE_S
 
 
 def _alive(pid: int) -> bool:
@@ -303,6 +344,7 @@ class BM25Index:
                 )
                 try:
                     folder.parent.mkdir(exist_ok=True)
+                    _sweep(self.path, key)  # an older judge built the matrix beside bm25/
                     tmp = _temp_dir(folder)
                     model.save(str(tmp), show_progress=False)
                     tmp.rename(folder)

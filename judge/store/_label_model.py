@@ -55,6 +55,8 @@ __all__ = [
     "LabelConflict",
     "LabelSet",
     "ResolvedLabel",
+    "calibration_problems",
+    "check_calibration",
     "check_label_fields",
     "conflicts_of",
     "label_type_problem",
@@ -365,6 +367,36 @@ class Calibration:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "report": dict(self.report)}
+
+
+def calibration_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(field, problem) for each field of a calibration as the store keeps it, in a fixed
+    order: ``name`` a non-empty string, ``template_id`` a string, ``template_hash`` a string
+    or None, ``threshold`` finite in [0, 1], ``previous_threshold`` that or None,
+    ``created`` a finite time, ``report`` an object."""
+    name = data.get("name")
+    yield "name", None if isinstance(name, str) and name.strip() else "must be a non-empty string"
+    for key, optional in (("template_id", False), ("template_hash", True)):
+        value = data.get(key)
+        ok = isinstance(value, str) or (optional and value is None)
+        yield key, None if ok else f"must be a string, got {type(value).__name__}"
+    yield "threshold", _number_problem(data.get("threshold"), 0.0, 1.0)
+    previous = data.get("previous_threshold")
+    yield "previous_threshold", None if previous is None else _number_problem(previous, 0.0, 1.0)
+    created = data.get("created")
+    yield "created", None if is_time(created) else "must be a finite time in seconds since 1970"
+    report = data.get("report")
+    yield "report", None if isinstance(report, Mapping) else f"must be an object, got {type(report).__name__}"
+
+
+def check_calibration(calibration: Calibration) -> Calibration:
+    """``calibration`` when every field passes :func:`calibration_problems`, else
+    :class:`InputError` naming the first bad field."""
+    fields = {name: getattr(calibration, name) for name in Calibration.__dataclass_fields__}
+    for name, problem in calibration_problems(fields):
+        if problem is not None:
+            raise InputError(problem, field=name)
+    return calibration
 
 
 def conflicts_of(latest: Iterable[Label]) -> list[LabelConflict]:

@@ -1,5 +1,6 @@
-"""The label store's schema: its migrations in order (the third moves rows an older judge
-stored unchecked to ``label_quarantine``), the columns a label row has, and a row read back
+"""The label store's schema: its migrations in order (the third moves label rows an older
+judge stored unchecked to ``label_quarantine``, the fifth calibration rows to
+``calibration_quarantine``), the columns a label row has, and a row read back
 as a :class:`judge.store.Label`."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from judge.metrics import ScaleError, check_label, check_scale
 from judge.store._cache import CacheVersionError
-from judge.store._label_model import Label, field_problems, is_time
+from judge.store._label_model import Label, calibration_problems, field_problems, is_time
 from judge.store._sqlite import run_migrations
 
 __all__ = ["LABEL_COLUMNS", "LABEL_MIGRATIONS", "LABEL_SCHEMA_VERSION", "migrate_labels", "row_label"]
@@ -76,14 +77,49 @@ def _text_or_bytes(raw: bytes) -> str | _BadText:
         return _BadText(raw)
 
 
-def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(field, problem) of a history row an older judge wrote unchecked, or None."""
+def _bad_text(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) of the first cell of ``row`` whose bytes are not UTF-8, or None."""
     for name, value in row.items():
         if isinstance(value, _BadText):
             try:
                 value.decode("utf-8")
             except UnicodeDecodeError as exc:
                 return name, f"text that is not UTF-8 (byte 0x{value[exc.start]:02x} at {exc.start})"
+    return None
+
+
+def _shown(row: Mapping[str, Any]) -> str:
+    """A quarantined row as JSON: numbers, text and NULL as they are, anything else its repr."""
+    return json.dumps({k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()})
+
+
+def _scan(
+    conn: sqlite3.Connection,
+    table: str,
+    key: str,
+    columns: Sequence[str],
+    problem_of: Callable[[Mapping[str, Any]], tuple[str, str] | None],
+) -> list[tuple[int, str, str, str]]:
+    """(``key``, the row as JSON, field, problem) of every row of ``table`` in which
+    ``problem_of`` finds a problem; text that is not UTF-8 is read as its bytes."""
+    bad: list[tuple[int, str, str, str]] = []
+    conn.text_factory = _text_or_bytes
+    try:
+        for found, *values in conn.execute(f"SELECT {key}, {', '.join(columns)} FROM {table}"):
+            row = dict(zip(columns, values, strict=True))
+            problem = problem_of(row)
+            if problem is not None:
+                bad.append((int(found), _shown(row), problem[0], problem[1]))
+    finally:
+        conn.text_factory = str
+    return bad
+
+
+def _stored_row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) of a history row an older judge wrote unchecked, or None."""
+    bad_text = _bad_text(row)
+    if bad_text is not None:
+        return bad_text
     created = row["created"]
     if not is_time(created):
         return "created", f"not a finite time: {created!r}"
@@ -115,20 +151,7 @@ def _m003_checked(conn: sqlite3.Connection) -> None:
         "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
     )
     conn.execute("ALTER TABLE label_history ADD COLUMN source_created REAL")
-    names = ", ".join(_QUARANTINE_COLUMNS)
-    bad: list[tuple[int, str, str, str]] = []
-    conn.text_factory = _text_or_bytes
-    try:
-        for values in conn.execute(f"SELECT {names} FROM label_history"):
-            row = dict(zip(_QUARANTINE_COLUMNS, values, strict=True))
-            problem = _stored_row_problem(row)
-            if problem is not None:
-                shown = json.dumps(
-                    {k: v if isinstance(v, int | str) or v is None else repr(v) for k, v in row.items()}
-                )
-                bad.append((int(row["id"]), shown, problem[0], problem[1]))
-    finally:
-        conn.text_factory = str
+    bad = _scan(conn, "label_history", "id", _QUARANTINE_COLUMNS, _stored_row_problem)
     now = time.time()
     for hid, shown, field_name, problem_text in bad:
         conn.execute(
@@ -166,11 +189,57 @@ def _m004_sample_draws(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE label_history ADD COLUMN inclusion REAL")
 
 
+_CALIBRATION_COLUMNS = (
+    "name",
+    "template_id",
+    "template_hash",
+    "threshold",
+    "previous_threshold",
+    "created",
+    "report",
+)
+
+
+def _stored_calibration_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) of a calibration row an older judge (or another writer) stored
+    unchecked, or None: what :meth:`judge.store.LabelStore.save_calibration` refuses now,
+    text that is not UTF-8, a report that is not JSON."""
+    bad_text = _bad_text(row)
+    if bad_text is not None:
+        return bad_text
+    data = dict(row)
+    try:
+        data["report"] = json.loads(row["report"])
+    except (TypeError, ValueError) as exc:
+        return "report", f"not JSON ({exc})"
+    return next(((name, problem) for name, problem in calibration_problems(data) if problem), None)
+
+
+def _m005_checked_calibrations(conn: sqlite3.Connection) -> None:
+    """Migration 3 for ``calibrations``: a row whose text is not UTF-8 (every list of the
+    calibrations raised), whose threshold is not a number in [0, 1], whose time is not a
+    finite time or whose report is not a JSON object moves to ``calibration_quarantine``
+    (the row as it was, the field, the problem) instead of failing the run that selects it."""
+    conn.execute(
+        "CREATE TABLE calibration_quarantine (row TEXT NOT NULL, field TEXT NOT NULL, "
+        "problem TEXT NOT NULL, quarantined REAL NOT NULL)"
+    )
+    bad = _scan(conn, "calibrations", "rowid", _CALIBRATION_COLUMNS, _stored_calibration_problem)
+    now = time.time()
+    for rowid, shown, field_name, problem_text in bad:
+        conn.execute(
+            "INSERT INTO calibration_quarantine (row, field, problem, quarantined) VALUES (?, ?, ?, ?)",
+            (shown, field_name, problem_text, now),
+        )
+        conn.execute("DELETE FROM calibrations WHERE rowid = ?", (rowid,))
+
+
 LABEL_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _m001_labels,
     _m002_calibrations,
     _m003_checked,
     _m004_sample_draws,
+    _m005_checked_calibrations,
 )
 """Label-store schema migrations in order; after migration ``i`` ``user_version`` is ``i``.
 Append to change the schema; never edit one that has shipped."""

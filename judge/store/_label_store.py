@@ -39,6 +39,7 @@ from judge.store._label_model import (
     Label,
     LabelConflict,
     LabelSet,
+    check_calibration,
     check_label_fields,
     conflicts_of,
 )
@@ -373,8 +374,9 @@ class LabelStore(SQLiteHolder):
 
     # --- named calibrations ---------------------------------------------------------------
     def save_calibration(self, calibration: Calibration) -> Calibration:
-        """Store (or replace) a named calibration."""
-        cal = replace(calibration, created=calibration.created or time.time())
+        """Store (or replace) a named calibration; :class:`InputError` naming the field when
+        one is off (a threshold outside [0, 1], ...), as migration 5 would quarantine it."""
+        cal = check_calibration(replace(calibration, created=calibration.created or time.time()))
         with self._lock:
             self._connection().execute(
                 "INSERT OR REPLACE INTO calibrations (name, template_id, template_hash, threshold, "

@@ -134,12 +134,12 @@ def check_paths(paths: Mapping[str, Path], *, at_least: int = 2) -> None:
 
 
 def _ranking(item: DatasetRecord, known: dict[str, Passage], path: Path) -> tuple[tuple[str, ...], int, int]:
-    """One system's ranking of a query as docnos (a passage repeated in it counted once), with
-    the number of passages whose text differs from the first seen under their docno and the
-    number of repeats. New passages are added to ``known`` (the query's passages so far)."""
-    by_docno: dict[str, str | None] = {}
+    """One system's ranking of a query as docnos (a passage repeated in it counted once: the
+    reader dropped the repeats, ``item.duplicates``), with the number of passages whose text
+    differs from the first seen under their docno and the number of repeats. New passages
+    are added to ``known`` (the query's passages so far)."""
     docnos: list[str] = []
-    conflicts = repeats = 0
+    conflicts = 0
     for i, p in enumerate(item.passages):
         docno = trec_token(p.id) if p.id is not None else text_docno(p.text)
         seen = known.get(docno)
@@ -155,12 +155,8 @@ def _ranking(item: DatasetRecord, known: dict[str, Passage], path: Path) -> tupl
             )
         elif seen.text != p.text:
             conflicts += 1
-        if docno in by_docno:
-            repeats += 1
-            continue
-        by_docno[docno] = p.id
         docnos.append(docno)
-    return tuple(docnos), conflicts, repeats
+    return tuple(docnos), conflicts, item.duplicates
 
 
 def read_systems(
