@@ -322,7 +322,12 @@ def test_score_shows_a_querys_labelled_passages_to_its_other_passages(
 def test_a_labelled_passage_takes_its_label_without_a_call_under_examples(
     recorder: Recorder, tmp_path: Path
 ) -> None:
-    labelled = {"A1 water boils at 100 C", "B1 water is wet", "A2 shakespeare wrote hamlet", "B2 hamlet is a play"}
+    labelled = {
+        "A1 water boils at 100 C",
+        "B1 water is wet",
+        "A2 shakespeare wrote hamlet",
+        "B2 hamlet is a play",
+    }
     assert _score(tmp_path, "out.jsonl", "--examples", "2") == 0
     n = sum(len(t) for _, t in QUERIES.values())
     assert len(recorder.seen) == n - 4  # one call per unlabelled passage, none for a labelled one
@@ -332,7 +337,11 @@ def test_a_labelled_passage_takes_its_label_without_a_call_under_examples(
         v = records[qid]["verdicts"][int(docno[1:])]
         # recorded as --labels records a label: source, reviewer, the level-2 mapping, the
         # judge's side never asked
-        assert (v["source"], v["verdict"], v["p_yes"]) == ("human", "yes" if grade >= 2 else "no", float(grade >= 2))
+        assert (v["source"], v["verdict"], v["p_yes"]) == (
+            "human",
+            "yes" if grade >= 2 else "no",
+            float(grade >= 2),
+        )
         assert v["reviewer"] and v["examples"] is None and v["attempts"] == 0
         assert v["replaced"]["verdict"] == "unjudged" and v["replaced"]["p_yes"] is None
     summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))

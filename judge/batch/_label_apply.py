@@ -216,9 +216,7 @@ def labels_decide(
     applied at the end finds the same label and leaves it as it is. ``language="auto"`` is
     bound once per query from the query and all its passages, and recorded in the work, so
     the driver judges the rest in the same language."""
-    mappings = labels.mapping_to(
-        config.mode, level=level, yes_grade=yes_grade, target_name="the judge"
-    )
+    mappings = labels.mapping_to(config.mode, level=level, yes_grade=yes_grade, target_name="the judge")
     for work in plan:
         hits = [
             (job, None if p.id is None or p.query_id is None else labels.lookup(p.query_id, p.id, work.query))
@@ -227,7 +225,9 @@ def labels_decide(
         if not any(hit is not None for _, hit in hits):
             yield work
             continue
-        bound = bind_language(config, work.query, (job.passage.text for job in work.jobs), language=work.language)
+        bound = bind_language(
+            config, work.query, (job.passage.text for job in work.jobs), language=work.language
+        )
         template = template_for(bound)
         known: list[PassageVerdict | None] = (
             list(work.known) if work.known is not None else [None] * len(work.jobs)
