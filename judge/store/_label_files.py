@@ -33,6 +33,7 @@ __all__ = [
     "labels_to_qrels",
     "read_label_file",
     "read_label_lines",
+    "sample_label_lines",
 ]
 
 
@@ -167,6 +168,22 @@ def labels_to_qrels(
             for docno, value in docs.items():
                 fh.write(f"{qrels_escape(qid)} 0 {qrels_escape(docno)} {value}\n")
     return sum(len(d) for d in qrels.values())
+
+
+def sample_label_lines(store: LabelStore, *, collection: str = DEFAULT_COLLECTION) -> list[str]:
+    """The latest label of each pair the sample mode drew (``label_history.inclusion``), as
+    the five-column qrels lines ``--sample-labels`` reads (``qid 0 docno label inclusion``,
+    ids by :func:`qrels_escape`, sorted by pair). A label without a recorded inclusion
+    probability (chosen by the review queue, or given on a pair never drawn) is left out:
+    it never enters an estimate."""
+    by_pair: dict[tuple[str, str], Label] = {}
+    for lab in store.latest(collection=collection):  # ordered by time: the last one wins
+        if lab.inclusion is not None:
+            by_pair[lab.key] = lab
+    return [
+        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
+        for (q, d), lab in sorted(by_pair.items())
+    ]
 
 
 def labels_to_jsonl(labels: Iterable[Label], path: str | Path) -> int:
