@@ -58,11 +58,16 @@ __all__ = [
 ]
 
 
+#: the error of the judge's side of a label that decided a passage no call was made for
+NOT_ASKED = "not judged: a labelled passage takes its label under --examples"
+
+
 @dataclass(frozen=True)
 class LabelOutcome:
     """Records with labels applied and what happened: ``applied`` passages decided by
     people, ``changed`` of them where the label differs from the judge's verdict,
-    ``queries`` touched, ``unmatched`` labels no record passage carries, ``mapping`` the
+    ``queries`` touched, ``unmatched`` labels no record passage carries (a passage that took
+    its label under ``--examples``, never judged, is applied but never changed), ``mapping`` the
     scale mappings used (by source scale)."""
 
     records: list[dict[str, Any]]
@@ -150,8 +155,9 @@ def relabel_record(
         verdicts.append(new)
         applied += 1
         touched = True
-        if new.verdict != base.verdict or new.grade != base.grade:
-            changed += 1
+        asked = base.judged or base.attempts > 0
+        if asked and (new.verdict != base.verdict or new.grade != base.grade):
+            changed += 1  # a label that decided a passage nobody asked the judge about changes nothing
     if not touched:
         return dict(record), 0, 0
     base_record = dict(record)
@@ -192,10 +198,6 @@ def apply_labels(
     unmatched = sum(1 for x in labels if x.label.key not in seen)
     mapping = {str(s): m.as_dict() for per in by_mode.values() for s, m in per.items()}
     return LabelOutcome(out, applied, changed, queries, unmatched, mapping)
-
-
-#: the error of the judge's side of a label that decided a passage no call was made for
-NOT_ASKED = "not judged: a labelled passage takes its label under --examples"
 
 
 def labels_decide(
