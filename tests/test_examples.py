@@ -346,7 +346,8 @@ def test_a_labelled_passage_takes_its_label_without_a_call_under_examples(
         assert v["replaced"]["verdict"] == "unjudged" and v["replaced"]["p_yes"] is None
     summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
     assert summary["labels"]["applied"] == 4 and summary["this_run"]["passages_asked"] == n - 4
-    assert summary["labels"]["changed"] == 0  # no judge verdict to change
+    assert summary["labels"]["changed"] == 0 == summary["human_labels"]["changed"]  # no verdict to change
+    assert summary["human_labels"]["passages"] == 4
     assert summary["this_run"]["queries_scored"] == 2
     # q1: d0 yes (label 2 >= 2), d1 no (label 0), C1-E1 judged no by the fake (not "A...")
     assert records["q1"]["score"] == pytest.approx(1 / 5)
