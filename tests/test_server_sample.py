@@ -136,3 +136,27 @@ def test_sample_routes_need_the_key_and_a_known_job(tmp_path: Path) -> None:
         assert c.get("/v1/jobs/nope/sample").status_code == 401
         auth = {"Authorization": "Bearer k-1"}
         assert c.post("/v1/jobs/nope/sample", json={"n": 2}, headers=auth).status_code == 404
+
+
+def test_a_comparison_draws_from_its_pooled_pairs(tmp_path: Path) -> None:
+    from test_server_compare import OPTIONS as COMPARE
+    from test_server_compare import Counting, systems
+
+    given = systems()
+    with TestClient(app_for(tmp_path / "srv", backend=Counting().backend)) as c:
+        r = c.post("/v1/compare", json={"systems": given, "options": COMPARE})
+        assert r.status_code == 202, r.text
+        assert wait_job(c, r.json()["id"])["status"] == "done"
+        job_id = r.json()["id"]
+        pool = {
+            (rec["id"], str(p["id"]))
+            for sys in given.values()
+            for rec in sys
+            for p in rec["retrieval_context"]
+        }
+        drew = c.post(f"/v1/jobs/{job_id}/sample", json={"n": 5, "seed": 1})
+        assert drew.status_code == 200, drew.text
+        items = drew.json()["items"]
+        assert items and all((it["query_id"], it["docno"]) in pool for it in items)
+        # every pooled pair judged once: the same probability for each, 5 over the pool's size
+        assert all(it["inclusion"] == pytest.approx(5 / len(pool)) for it in items)
