@@ -58,10 +58,6 @@ __all__ = [
 ]
 
 
-#: the error of the judge's side of a label that decided a passage no call was made for
-NOT_ASKED = "not judged: a labelled passage takes its label under --examples"
-
-
 @dataclass(frozen=True)
 class LabelOutcome:
     """Records with labels applied and what happened: ``applied`` passages decided by
@@ -213,7 +209,8 @@ def labels_decide(
     works of ``judge score --labels ... --examples N``): a job whose passage carries a label
     leaves the work's jobs for its ``known`` verdicts, as :func:`apply_label` records a label
     (put on the judge's scale by the stated mapping, reviewer and comment kept) over an
-    ``unjudged`` judge side that was never asked (``attempts`` 0, ``error`` :data:`NOT_ASKED`).
+    ``unjudged`` judge side that was never asked (``attempts`` 0: ``replaced.verdict`` is
+    ``unjudged`` and ``p_yes`` None, so agreement and calibration leave the passage out).
     No call is made for it, so a labelled passage is never its own example; :func:`apply_labels`
     applied at the end finds the same label and leaves it as it is. ``language="auto"`` is
     bound once per query from the query and all its passages, and recorded in the work, so
@@ -247,7 +244,6 @@ def labels_decide(
                 template_hash=template.hash,
                 backend=backend,
                 attempts=0,
-                error=NOT_ASKED,
                 truncated=job.passage.truncated,
             )
             known[job.index] = apply_label(
