@@ -302,14 +302,12 @@ def test_score_shows_a_querys_labelled_passages_to_its_other_passages(
     }
     for qid, (_, texts) in QUERIES.items():
         other = labelled["q2" if qid == "q1" else "q1"]
-        for text in texts:
+        for text in (t for t in texts if t not in labelled[qid]):
             shown, seen_qid = by_passage[text]
             assert seen_qid == qid
             assert not set(shown) & other  # never another query's labels
-            if text in labelled[qid]:
-                assert set(shown) == labelled[qid] - {text}  # never its own example
-            else:
-                assert set(shown) == labelled[qid]  # both labelled passages of its query
+            assert text not in labelled[qid]  # a labelled passage is never judged
+            assert set(shown) == labelled[qid]  # both labelled passages of its query
     # the verdicts name their examples (query id, passage id, label on the judge's scale)
     records = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     q1 = next(r for r in records if r["id"] == "q1")
@@ -321,6 +319,45 @@ def test_score_shows_a_querys_labelled_passages_to_its_other_passages(
     assert summary["examples"]["mapping"]["graded"]["level"] == 2
 
 
+def test_a_labelled_passage_takes_its_label_without_a_call_under_examples(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    labelled = {
+        "A1 water boils at 100 C",
+        "B1 water is wet",
+        "A2 shakespeare wrote hamlet",
+        "B2 hamlet is a play",
+    }
+    assert _score(tmp_path, "out.jsonl", "--examples", "2") == 0
+    n = sum(len(t) for _, t in QUERIES.values())
+    assert len(recorder.seen) == n - 4  # one call per unlabelled passage, none for a labelled one
+    assert not {p for p, _, _ in recorder.seen} & labelled  # never in the passage slot
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    for (qid, docno), grade in LABELS.items():
+        v = records[qid]["verdicts"][int(docno[1:])]
+        # recorded as --labels records a label: source, reviewer, the level-2 mapping, the
+        # judge's side never asked
+        assert (v["source"], v["verdict"], v["p_yes"]) == (
+            "human",
+            "yes" if grade >= 2 else "no",
+            float(grade >= 2),
+        )
+        assert v["reviewer"] and v["examples"] is None and v["attempts"] == 0
+        assert v["replaced"]["verdict"] == "unjudged" and v["replaced"]["p_yes"] is None
+    summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
+    assert summary["labels"]["applied"] == 4 and summary["this_run"]["passages_asked"] == n - 4
+    assert summary["labels"]["changed"] == 0 == summary["human_labels"]["changed"]  # no verdict to change
+    assert summary["human_labels"]["passages"] == 4
+    assert summary["this_run"]["queries_scored"] == 2
+    # q1: d0 yes (label 2 >= 2), d1 no (label 0), C1-E1 judged no by the fake (not "A...")
+    assert records["q1"]["score"] == pytest.approx(1 / 5)
+    # without --examples every passage is judged, and the label replaces the judge's verdict
+    assert _score(tmp_path, "zero.jsonl") == 0
+    assert len(recorder.seen) == 2 * n - 4 and {p for p, _, _ in recorder.seen[n - 4 :]} >= labelled
+    zero = {r["id"]: r for r in map(json.loads, (tmp_path / "zero.jsonl").read_text().splitlines())}
+    assert zero["q1"]["verdicts"][0]["replaced"]["verdict"] == "yes"  # the judge's own, kept
+
+
 def test_a_querys_passages_are_judged_one_after_another(recorder: Recorder, tmp_path: Path) -> None:
     assert _score(tmp_path, "out.jsonl", "--examples", "2") == 0
     order = [qid for _, _, qid in recorder.seen]
@@ -330,13 +367,14 @@ def test_a_querys_passages_are_judged_one_after_another(recorder: Recorder, tmp_
 
 def test_a_run_without_examples_asks_again(recorder: Recorder, tmp_path: Path) -> None:
     n = sum(len(t) for _, t in QUERIES.values())
+    unlabelled = n - len(LABELS)
     assert _score(tmp_path, "a.jsonl", "--examples", "2") == 0
-    assert len(recorder.seen) == n
+    assert len(recorder.seen) == unlabelled  # the labelled passages take their labels
     assert _score(tmp_path, "b.jsonl") == 0  # zero-shot: another verdict, asked again
-    assert len(recorder.seen) == 2 * n
-    assert all(ex == [] for _, ex, _ in recorder.seen[n:])
+    assert len(recorder.seen) == unlabelled + n  # without examples every passage is judged
+    assert all(ex == [] for _, ex, _ in recorder.seen[unlabelled:])
     assert _score(tmp_path, "c.jsonl", "--examples", "2") == 0  # the same examples: cached
-    assert len(recorder.seen) == 2 * n
+    assert len(recorder.seen) == unlabelled + n
     records = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text(encoding="utf-8").splitlines()]
     assert all(v["examples"] is None for r in records for v in r["verdicts"])
 

@@ -192,7 +192,7 @@ def test_score_refuses_a_pair_not_in_the_run(tmp_path: Path, capsys: pytest.Capt
         ("q0 0 a 1 1.5\n", 1, "inclusion"),
         ("q0 0 a 1 nan\n", 1, "inclusion"),
         ("q0 0 a 1\nq0 0 a 0\n", 2, None),
-        ("q0 a 1\n", 1, None),
+        ("q0 a 1\n", 1, "grade"),  # the first missing column, as read_qrels names it
     ],
 )
 def test_bad_sample_files_name_their_line(tmp_path: Path, text: str, line: int, field: str | None) -> None:

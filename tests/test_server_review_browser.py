@@ -186,3 +186,53 @@ def test_review_five_with_the_keyboard_in_chromium(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
     if os.environ.get("JUDGE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(shot, ROOT / "docs" / "server-review.png")
+
+
+def test_sample_mode_in_chromium(tmp_path: Path) -> None:
+    """The side panel's sample mode draws pairs (POST /v1/jobs/{id}/sample), the page lists
+    them with their inclusion probability, and a label saved there carries it into the
+    sample file (GET /v1/labels?format=sample)."""
+    env = serve_env(tmp_path, JUDGE_API_KEYS=ALICE)
+    args = ["--backend-factory", "_review:p_backend", "--db", str(tmp_path / "s.sqlite")]
+    with serve_process(args, env) as (_proc, url), sync_api.sync_playwright() as p:
+        job_id = _call(url + "/v1/jobs", ALICE, "POST", {"records": records(), "options": OPTIONS})["id"]
+        for _ in range(600):  # bounded: 600 polls of the job, each a request
+            if _call(f"{url}/v1/jobs/{job_id}", ALICE)["status"] == "done":
+                break
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1360, "height": 1000})
+            page.set_default_timeout(30_000)
+            refused = _watch_csp(page)
+            page.goto(f"{url}/jobs/{job_id}/review")
+            page.fill("input[name=key]", ALICE)
+            if page.locator("input[name=name]").count():
+                page.fill("input[name=name]", "alice")
+            page.click("button[type=submit]")
+            page.wait_for_selector("body[data-ready='1']")
+            page.fill("#sample-n", "6")
+            page.select_option("#sample-design", "uniform")
+            page.fill("#sample-seed", "3")
+            page.click("#sample-draw")
+            page.wait_for_url(f"**/jobs/{job_id}/review?mode=sample")
+            page.wait_for_selector("body[data-ready='1']")
+            drawn = _call(f"{url}/v1/jobs/{job_id}/sample", ALICE)
+            assert drawn["count"] > 0
+            assert page.locator("#queue li").count() == drawn["count"]
+            first = drawn["items"][0]
+            assert page.inner_text("#cur-query") == first["query"]
+            assert "drawn with probability 0.250 (uniform)" in page.inner_text("#current .muted")
+            assert page.inner_text("#stat-queue .v") == str(drawn["count"])
+            page.keyboard.press("y")
+            page.keyboard.press("Enter")
+            page.wait_for_selector("body[data-saved='1']")
+            assert page.inner_text("#stat-queue .v") == str(drawn["count"] - 1)
+            req = urllib.request.Request(
+                f"{url}/v1/labels?format=sample", headers={"Authorization": f"Bearer {ALICE}"}
+            )
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                sample = resp.read().decode("utf-8")
+            assert sample == f"{first['query_id']} 0 {first['docno']} 1 0.25\n"
+            assert refused == []
+        finally:
+            browser.close()

@@ -14,24 +14,28 @@ record re-labelled with another label set reflects only that set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from judge.batch._driver import QueryWork
 from judge.batch._records import finish_record, verdicts_of
 from judge.judging import (
     AUDIT_EVERY,
+    JudgeConfig,
     JudgeResult,
     PassageVerdict,
     QueueItem,
     UsageSummary,
     apply_label,
+    bind_language,
     candidates_from_comparison,
     candidates_from_records,
     judge_verdict_of,
     judged_list,
     measure_conventions,
     review_queue,
+    template_for,
     threshold_of,
 )
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
@@ -48,6 +52,7 @@ __all__ = [
     "job_agreement",
     "job_review_queue",
     "label_for_passage",
+    "labels_decide",
     "map_impacts",
     "relabel_record",
 ]
@@ -57,7 +62,8 @@ __all__ = [
 class LabelOutcome:
     """Records with labels applied and what happened: ``applied`` passages decided by
     people, ``changed`` of them where the label differs from the judge's verdict,
-    ``queries`` touched, ``unmatched`` labels no record passage carries, ``mapping`` the
+    ``queries`` touched, ``unmatched`` labels no record passage carries (a passage that took
+    its label under ``--examples``, never judged, is applied but never changed), ``mapping`` the
     scale mappings used (by source scale)."""
 
     records: list[dict[str, Any]]
@@ -145,8 +151,9 @@ def relabel_record(
         verdicts.append(new)
         applied += 1
         touched = True
-        if new.verdict != base.verdict or new.grade != base.grade:
-            changed += 1
+        asked = base.judged or base.attempts > 0
+        if asked and (new.verdict != base.verdict or new.grade != base.grade):
+            changed += 1  # a label that decided a passage nobody asked the judge about changes nothing
     if not touched:
         return dict(record), 0, 0
     base_record = dict(record)
@@ -187,6 +194,68 @@ def apply_labels(
     unmatched = sum(1 for x in labels if x.label.key not in seen)
     mapping = {str(s): m.as_dict() for per in by_mode.values() for s, m in per.items()}
     return LabelOutcome(out, applied, changed, queries, unmatched, mapping)
+
+
+def labels_decide(
+    plan: Iterable[QueryWork],
+    labels: LabelSet,
+    config: JudgeConfig,
+    backend: str,
+    *,
+    level: int | None = None,
+    yes_grade: int | None = None,
+) -> Iterator[QueryWork]:
+    """``plan`` with every labelled passage decided by its label instead of the judge (the
+    works of ``judge score --labels ... --examples N``): a job whose passage carries a label
+    leaves the work's jobs for its ``known`` verdicts, as :func:`apply_label` records a label
+    (put on the judge's scale by the stated mapping, reviewer and comment kept) over an
+    ``unjudged`` judge side that was never asked (``attempts`` 0: ``replaced.verdict`` is
+    ``unjudged`` and ``p_yes`` None, so agreement and calibration leave the passage out).
+    No call is made for it, so a labelled passage is never its own example; :func:`apply_labels`
+    applied at the end finds the same label and leaves it as it is. ``language="auto"`` is
+    bound once per query from the query and all its passages, and recorded in the work, so
+    the driver judges the rest in the same language."""
+    mappings = labels.mapping_to(config.mode, level=level, yes_grade=yes_grade, target_name="the judge")
+    for work in plan:
+        hits = [
+            (job, None if p.id is None or p.query_id is None else labels.lookup(p.query_id, p.id, work.query))
+            for job, p in ((job, job.passage) for job in work.jobs)
+        ]
+        if not any(hit is not None for _, hit in hits):
+            yield work
+            continue
+        bound = bind_language(
+            config, work.query, (job.passage.text for job in work.jobs), language=work.language
+        )
+        template = template_for(bound)
+        known: list[PassageVerdict | None] = (
+            list(work.known) if work.known is not None else [None] * len(work.jobs)
+        )
+        jobs = []
+        for job, hit in hits:
+            if hit is None:
+                jobs.append(job)
+                continue
+            asked = PassageVerdict(
+                index=job.index,
+                passage_id=job.passage.id,
+                verdict="unjudged",
+                template_id=template.id,
+                template_hash=template.hash,
+                backend=backend,
+                attempts=0,
+                truncated=job.passage.truncated,
+            )
+            known[job.index] = apply_label(
+                asked,
+                mappings[hit.label.scale].apply(hit.value),
+                mode=bound.mode,
+                reviewer=hit.label.reviewer,
+                grade_threshold=bound.grade_threshold,
+                comment=hit.label.comment,
+            )
+        language = bound.language if config.language == "auto" else work.language
+        yield replace(work, jobs=jobs, known=known, language=language)
 
 
 def _relevance_mapping(

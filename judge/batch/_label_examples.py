@@ -5,9 +5,11 @@ The labels are the run's own (``--labels FILE|store``: a :class:`judge.store.Lab
 put on the judge's scale by the run's stated mapping (``--labels-level`` for graded labels
 on a binary judge: grade >= L is "yes"; ``--labels-yes-grade`` for binary labels on a graded
 one); the texts are the dataset's own passages (a label whose passage the dataset does not
-hold is not used). A labelled passage is still judged by ``judge score`` (its judge verdict
-is what agreement compares with its label, before the label replaces it), with the other
-labelled passages of its query as examples: never itself.
+hold is not used). Under ``--examples`` a labelled passage is never judged, so it is never
+its own example: it takes its label as its verdict with no call
+(:func:`judge.batch._label_apply.labels_decide`, recorded as ``--labels`` records a label).
+Without ``--examples`` every passage is judged and the labels replace the verdicts
+afterwards, so agreement and calibration still see the judge's P(yes) of labelled passages.
 """
 
 from __future__ import annotations

@@ -414,6 +414,8 @@ def human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
             here += 1
             reviewers.add(str(v.get("reviewer")))
             old = v.get("replaced") or {}
+            if old.get("verdict") == "unjudged" and v.get("attempts") == 0:
+                continue  # took its label under --examples: no judge verdict to change
             if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
                 changed += 1
         passages += here

@@ -47,7 +47,7 @@ from judge.backends import DEFAULT_CONCURRENCY, Backend, BackendStats, backend_f
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extra_fields import extras_record
-from judge.batch._label_apply import apply_labels
+from judge.batch._label_apply import apply_labels, labels_decide
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
 from judge.batch._ppi_summary import SampleLabelOptions, dataset_pairs, ppi_block, record_pairs
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
@@ -359,7 +359,7 @@ class _Run:
 
     def _committed(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
         self.done += 1
-        if work.jobs:
+        if work.jobs or work.known is not None:  # a query whose passages all took labels too
             self.scored += 1
             self.passages_done += len(work.jobs)
         self.progress.update(self.snapshot())
@@ -631,6 +631,18 @@ async def score_dataset(
             dropped=lambda: plan.rejected,
         )
 
+        works: Iterable[QueryWork] = plan
+        if opts.labels is not None and opts.examples is not None and opts.examples.spec.active:
+            # The demonstrations are active: a labelled passage takes its label, no call.
+            works = labels_decide(
+                plan,
+                opts.labels,
+                config,
+                backend.name,
+                level=opts.labels_level,
+                yes_grade=opts.labels_yes_grade,
+            )
+
         with OutputWriter(out, fsync=opts.fsync) as writer:
 
             async def commit(work: QueryWork, verdicts: list[PassageVerdict]) -> None:
@@ -645,7 +657,7 @@ async def score_dataset(
                 record["backend_fingerprint"] = backend_fingerprint(backend)
                 await writer.awrite(record)
 
-            await run.drive(plan, commit)
+            await run.drive(works, commit)
         return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)
     finally:
         reporter.close()

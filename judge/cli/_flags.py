@@ -84,8 +84,9 @@ def add_example_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help=f"show up to N (0..{MAX_EXAMPLES}) labelled passages of the same query as worked examples "
-        "before each passage (balanced yes/no, shortest first within a token budget; a labelled passage "
-        "is never its own example); labels from the run's labels (--labels, --qrels), texts from the run's "
+        "before each passage (balanced yes/no, shortest first within a token budget); a labelled passage "
+        "is never judged (it takes its label, no call), so never its own example; labels from the run's "
+        "labels (--labels, --qrels), texts from the run's "
         "passages; needs a template with an ${examples} slot (every shipped one). Default 0",
     )
     p.add_argument(

@@ -401,17 +401,10 @@ def run_sample(args: argparse.Namespace) -> int:
 
 def _export_sample(args: argparse.Namespace) -> int:
     """``export --sample``: the latest label of each drawn pair with its inclusion probability."""
-    from judge.store import LabelStore, qrels_escape
+    from judge.store import LabelStore, sample_label_lines
 
     with LabelStore(args.store) as store:
-        latest = [lab for lab in store.latest(collection=args.collection) if lab.inclusion is not None]
-    by_pair = {}
-    for lab in latest:  # ordered by time: the last one wins
-        by_pair[lab.key] = lab
-    lines = [
-        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
-        for (q, d), lab in sorted(by_pair.items())
-    ]
+        lines = sample_label_lines(store, collection=args.collection)
     out = _out(args.output)
     try:
         out.writelines(lines)

@@ -4,16 +4,18 @@ A TREC qrels file, one pair a line: ``qid iter docno grade`` (uniform sample: ev
 has four columns), or ``qid iter docno grade inclusion`` where ``inclusion`` is the
 probability, in (0, 1], with which the pair was drawn (a review queue's sample mode writes
 it). Every line of one file has the same number of columns. ``#`` lines and blank lines
-are skipped. Errors name the file, the line and the column (:class:`InputError`).
+are skipped; a file without a data line is refused. The lines are read by the one qrels
+reader (:func:`judge.io.read_qrels_lines`); errors name the file, the line and the column
+(:class:`InputError`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from judge.io._errors import InputError
+from judge.io._trec import read_qrels_lines
 
 __all__ = ["SampleLabel", "SampleLabels", "read_sample_labels"]
 
@@ -60,65 +62,21 @@ class SampleLabels:
 
 
 def read_sample_labels(path: str | Path) -> SampleLabels:
-    """Read and check a sample-labels file (see the module docstring)."""
-    where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", path=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", path=where) from None
+    """Read and check a sample-labels file (see the module docstring) with the one qrels
+    reader, :func:`judge.io.read_qrels_lines`; then no grade below 0 and no pair twice."""
+    rows = read_qrels_lines(path, inclusion=True)
     labels: list[SampleLabel] = []
     seen: dict[tuple[str, str], int] = {}
-    width: int | None = None
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        cols = line.split()
-        if len(cols) not in (4, 5):
-            raise InputError(
-                f"expected 'qid iter docno grade [inclusion]', got {len(cols)} columns",
-                path=where,
-                line=number,
-            )
-        if width is not None and len(cols) != width:
-            raise InputError(
-                f"{len(cols)} columns where earlier lines have {width}: give every line an inclusion "
-                "probability or none",
-                path=where,
-                line=number,
-                field="inclusion",
-            )
-        width = len(cols)
-        qid, _, docno, grade_text = cols[:4]
-        try:
-            grade = int(grade_text)
-        except ValueError:
-            raise InputError(
-                f"not an integer: {grade_text!r}", path=where, line=number, field="grade"
-            ) from None
+    for number, qid, docno, grade, inclusion in rows.rows():
         if grade < 0:
-            raise InputError(f"must be >= 0, got {grade}", path=where, line=number, field="grade")
-        inclusion: float | None = None
-        if len(cols) == 5:
-            try:
-                inclusion = float(cols[4])
-            except ValueError:
-                raise InputError(
-                    f"not a number: {cols[4]!r}", path=where, line=number, field="inclusion"
-                ) from None
-            if not (math.isfinite(inclusion) and 0.0 < inclusion <= 1.0):
-                raise InputError(
-                    f"must be in (0, 1], got {cols[4]}", path=where, line=number, field="inclusion"
-                )
+            raise InputError(f"must be >= 0, got {grade}", path=rows.path, line=number, field="grade")
         key = (qid, docno)
         if key in seen:
             raise InputError(
                 f"pair ({qid}, {docno}) is labelled twice (first on line {seen[key]})",
-                path=where,
+                path=rows.path,
                 line=number,
             )
         seen[key] = number
         labels.append(SampleLabel(qid, docno, grade, number, inclusion))
-    return SampleLabels(where, tuple(labels))
+    return SampleLabels(rows.path, tuple(labels))

@@ -31,6 +31,7 @@ from judge.io._errors import InputError
 __all__ = [
     "JudgedRanking",
     "Qrels",
+    "QrelsLines",
     "Run",
     "SubtopicJudgements",
     "SubtopicQrels",
@@ -38,6 +39,7 @@ __all__ = [
     "join_run_qrels",
     "join_run_subtopic_qrels",
     "read_qrels",
+    "read_qrels_lines",
     "read_run",
     "read_subtopic_qrels",
     "write_qrels",
@@ -65,11 +67,13 @@ def _decode(value: bytes | np.bytes_) -> str:
 @dataclass
 class _Columns:
     """Wanted columns of every data line, the 1-based line number of each row, and the
-    last token of the ``last`` column (the run tag)."""
+    last token of the ``last`` column (the run tag). ``width``: with an optional last
+    column, the number of columns every line of the file has (that of the first line)."""
 
     columns: dict[int, list[npt.NDArray[np.uint8]]]
     lines: list[npt.NDArray[np.int64]]
     last: bytes = b""
+    width: int | None = None
 
 
 def _gather(
@@ -100,10 +104,12 @@ def _tokenise_chunk(
     names: Sequence[str],
     extra_ok: bool,
     out: _Columns,
+    optional: bool = False,
 ) -> int:
     """Tokenise the complete lines in ``data`` (which ends with a newline); returns how
     many lines it held. Works on whole-chunk byte masks (C ``isspace`` whitespace): no
-    Python object per line."""
+    Python object per line. ``optional``: the last of ``names`` may be left out, by every
+    line of the file alike."""
     buf = np.frombuffer(data, dtype=np.uint8)
     space = np.less_equal(buf - np.uint8(9), 4)  # \t \n \v \f \r (uint8 wraps below 9)
     space |= buf == 32
@@ -128,18 +134,35 @@ def _tokenise_chunk(
     if rows.shape[0] == 0:
         return n_lines
     found = counts[rows]
-    wrong = (found < ncols) if extra_ok else (found != ncols)
+    least = ncols - 1 if optional else ncols
+    wrong = (found < ncols) if extra_ok else (found < least) | (found > ncols)
     if np.any(wrong):
         i = int(np.flatnonzero(wrong)[0])
         got = int(found[i])
-        expected = f"at least {ncols}" if extra_ok else f"{ncols}"
+        expected = f"at least {ncols}" if extra_ok else f"{least} or {ncols}" if optional else f"{ncols}"
+        shown = " ".join(names[:-1]) + f" [{names[-1]}]" if optional else " ".join(names)
         raise InputError(
-            f"expected {expected} whitespace-separated columns ({' '.join(names)}), found {got}",
+            f"expected {expected} whitespace-separated columns ({shown}), found {got}",
             path=path,
             line=line_base + int(rows[i]) + 1,
-            field=names[got] if got < ncols else None,
+            field=names[got] if got < least else None,
         )
+    if optional:
+        if out.width is None:
+            out.width = int(found[0])
+        other = np.flatnonzero(found != out.width)
+        if other.shape[0]:
+            i = int(other[0])
+            raise InputError(
+                f"{int(found[i])} columns where earlier lines have {out.width}: give every line "
+                f"a {names[-1]} or none",
+                path=path,
+                line=line_base + int(rows[i]) + 1,
+                field=names[-1],
+            )
     for col in wanted:
+        if optional and col >= (out.width or ncols):
+            continue
         out.columns[col].append(_gather(buf, starts[first + col], ends[first + col]))
     if last is not None:
         t = int(first[-1]) + last
@@ -155,12 +178,21 @@ def _read_columns(
     wanted: Sequence[int],
     last: int | None = None,
     extra_ok: bool = False,
+    optional: bool = False,
 ) -> tuple[dict[int, npt.NDArray[np.uint8]], npt.NDArray[np.int64], bytes]:
     """Read a whitespace-separated file in chunks: wanted columns as (n, width) uint8
-    matrices, the line number of each row, and the last row's ``last`` column."""
+    matrices, the line number of each row, and the last row's ``last`` column.
+    ``optional``: the last column may be absent from every line (then it is not returned)."""
     where = str(path)
     out = _Columns(columns={c: [] for c in wanted}, lines=[])
-    options = {"ncols": len(names), "wanted": wanted, "last": last, "path": where, "names": names}
+    options = {
+        "ncols": len(names),
+        "wanted": wanted,
+        "last": last,
+        "path": where,
+        "names": names,
+        "optional": optional,
+    }
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with-block below
     except OSError as exc:
@@ -191,6 +223,8 @@ def _read_columns(
         raise InputError("empty file: no data lines", path=where, line=1)
     columns: dict[int, npt.NDArray[np.uint8]] = {}
     for col, parts in out.columns.items():
+        if not parts:  # an optional column no line has
+            continue
         width = max(p.shape[1] for p in parts)
         padded = [p if p.shape[1] == width else np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts]
         columns[col] = padded[0] if len(padded) == 1 else np.concatenate(padded)
@@ -210,7 +244,12 @@ def _parse_error(
 
 
 def _parse_floats(
-    matrix: npt.NDArray[np.uint8], lines: npt.NDArray[np.int64], *, path: str, field: str
+    matrix: npt.NDArray[np.uint8],
+    lines: npt.NDArray[np.int64],
+    *,
+    path: str,
+    field: str,
+    what: str = "score must be a number",
 ) -> npt.NDArray[np.float64]:
     """Scores as doubles, the value C's ``atof`` gives (numpy parses correctly rounded);
     NaN, Python-only forms like ``1_0`` and junk raise InputError naming the line."""
@@ -221,10 +260,10 @@ def _parse_floats(
         values = np.asarray(text.astype(np.float64), dtype=np.float64)
     except (ValueError, OverflowError):
         i = _first_unparsable(text, np.float64)
-        raise _parse_error(text, lines, i, path=path, field=field, what="score must be a number") from None
+        raise _parse_error(text, lines, i, path=path, field=field, what=what) from None
     nan = np.flatnonzero(np.isnan(values))
     if nan.shape[0]:
-        raise _parse_error(text, lines, int(nan[0]), path=path, field=field, what="score must be a number")
+        raise _parse_error(text, lines, int(nan[0]), path=path, field=field, what=what)
     return values
 
 
@@ -417,10 +456,65 @@ def _build_qrels(
 
 def read_qrels(path: str | os.PathLike[str]) -> Qrels:
     """Read a TREC qrels file (``qid iter docno grade``)."""
+    rows = read_qrels_lines(path)
+    return _build_qrels(rows.qids, rows.docnos, rows.grades, rows.lines, rows.path)
+
+
+@dataclass(frozen=True, eq=False)
+class QrelsLines:
+    """The data lines of a qrels file as written, in file order: ``lines`` (1-based line
+    numbers), ``qids``, ``docnos`` (bytes), ``grades`` and, for a sample file whose lines
+    carry it, ``inclusion`` (each pair's inclusion probability, in (0, 1]; None without)."""
+
+    path: str
+    lines: npt.NDArray[np.int64]
+    qids: Bytes
+    docnos: Bytes
+    grades: npt.NDArray[np.int64]
+    inclusion: npt.NDArray[np.float64] | None = None
+
+    def __len__(self) -> int:
+        return int(self.lines.shape[0])
+
+    def rows(self) -> Iterator[tuple[int, str, str, int, float | None]]:
+        """``(line, qid, docno, grade, inclusion)`` of every line, ids decoded as strict
+        UTF-8 (:class:`InputError` naming the line and the field otherwise)."""
+        inclusion = self.inclusion.tolist() if self.inclusion is not None else None
+        columns = (self.lines.tolist(), self.qids.tolist(), self.docnos.tolist(), self.grades.tolist())
+        for i, (number, qid, docno, grade) in enumerate(zip(*columns, strict=True)):
+            ids: list[str] = []
+            for name, raw in (("qid", qid), ("docno", docno)):
+                try:
+                    ids.append(bytes(raw).decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise InputError(
+                        f"invalid UTF-8 at byte {exc.start}", path=self.path, line=number, field=name
+                    ) from None
+            yield number, ids[0], ids[1], grade, None if inclusion is None else float(inclusion[i])
+
+
+def read_qrels_lines(path: str | os.PathLike[str], *, inclusion: bool = False) -> QrelsLines:
+    """The one reader of TREC qrels lines (``qid iter docno grade``; with ``inclusion``
+    an optional fifth column, the probability the pair was drawn with, in (0, 1], given by
+    every line of the file or by none). Bad input (no data line, a wrong number of columns,
+    a grade that is not an integer, an inclusion probability that is not a finite number
+    in (0, 1]) raises :class:`InputError` naming the file, the line and the field."""
     where = str(path)
-    columns, lines, _ = _read_columns(path, names=_QRELS_COLUMNS, wanted=(0, 2, 3))
+    names = (*_QRELS_COLUMNS, "inclusion") if inclusion else _QRELS_COLUMNS
+    wanted = (0, 2, 3, 4) if inclusion else (0, 2, 3)
+    columns, lines, _ = _read_columns(path, names=names, wanted=wanted, optional=inclusion)
     grades = _parse_ints(columns.pop(3), lines, path=where, field="grade")
-    return _build_qrels(_as_strings(columns[0]), _as_strings(columns[2]), grades, lines, where)
+    probabilities = None
+    if 4 in columns:
+        matrix = columns.pop(4)
+        probabilities = _parse_floats(
+            matrix, lines, path=where, field="inclusion", what="inclusion probability must be a number"
+        )
+        bad = np.flatnonzero(~(np.isfinite(probabilities) & (probabilities > 0.0) & (probabilities <= 1.0)))
+        if bad.shape[0]:
+            i, text = int(bad[0]), _as_strings(matrix)
+            raise _parse_error(text, lines, i, path=where, field="inclusion", what="must be in (0, 1]")
+    return QrelsLines(where, lines, _as_strings(columns[0]), _as_strings(columns[2]), grades, probabilities)
 
 
 # ---------------------------------------------------------------------------- runs

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.batch import (
     label_for_passage,
+    sample_queue,
 )
 from judge.io import MAX_ID_CHARS, InputError
 from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_mapping
@@ -32,10 +33,13 @@ from judge.store import (
     label_type_problem,
     labels_to_qrels,
     read_label_lines,
+    sample_label_lines,
 )
 from judge.store import parse_label as store_parse_label
 
 ANONYMOUS = "anonymous"
+#: the most pairs one sample-mode draw may expect (a job has at most max_records x passages)
+MAX_SAMPLE = 100_000
 
 
 class LabelIn(BaseModel):
@@ -61,6 +65,17 @@ class LabelIn(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+
+class SampleIn(BaseModel):
+    """``POST /v1/jobs/{id}/sample``: draw pairs of the job for review with known inclusion
+    probabilities (the sample mode, as ``judge labels sample``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: float = Field(strict=True, gt=0, le=MAX_SAMPLE, allow_inf_nan=False)  # pairs expected (a number)
+    design: Literal["uniform", "uncertainty"] = "uniform"
+    seed: _bounds.Seed = 0
 
 
 def keys_on(request: Request) -> bool:
@@ -187,6 +202,52 @@ async def add_label(job_id: str, body: LabelIn, request: Request, state: State) 
     )
 
 
+@router.post("/v1/jobs/{job_id}/sample", tags=["review"])
+async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
+    """The review queue's **sample mode**: draw about ``n`` of the finished job's judged
+    pairs, each independently with a known inclusion probability (``design``: ``uniform``,
+    or ``uncertainty``, proportional to sqrt(P(yes)(1 - P(yes))) as in active statistical
+    inference; ``seed``), by the draw of ``judge labels sample``. The draws are recorded in
+    the label store (the job is this one, the time the store's clock; a pair drawn before
+    keeps its first probability), so a label later given on a drawn pair carries its
+    probability and enters a prediction-powered estimate (``GET /v1/labels?format=sample``);
+    a label on a pair never drawn does not. Answers the draw and the job's drawn pairs as
+    ``GET /v1/jobs/{id}/sample`` lists them. 409 while the job is not done (its pairs are
+    the population)."""
+    review, job = state.review, state.job(job_id)
+    if job["status"] != "done":
+        return JSONResponse(
+            {"detail": f"job {job_id} is {job['status']}: draw a sample when it is done"}, status_code=409
+        )
+    data = await asyncio.to_thread(review.data, job)
+    try:
+        items = sample_queue(data.records, expected=body.n, design=body.design, seed=body.seed)
+        added = await asyncio.to_thread(
+            review.store.record_sample_draws,
+            job_id,
+            [(i.qid, i.docno, i.inclusion) for i in items],
+            design=body.design,
+            collection=review.collection,
+        )
+    except InputError as err:
+        raise field_error(("body", (err.field or "n").lstrip("-")), err.message) from None
+    listed = await asyncio.to_thread(_drawn, review, job)
+    drew = {"design": body.design, "seed": body.seed, "n": body.n, "drawn": len(items), "new": added}
+    return drew | listed
+
+
+@router.get("/v1/jobs/{job_id}/sample", tags=["review"])
+async def list_sample(job_id: str, state: State) -> Any:
+    """The job's pairs the sample mode drew (``POST /v1/jobs/{id}/sample``), for the review
+    screen: each with its query, passage text, rank index, the judge's verdict and P(yes),
+    the recorded ``inclusion`` probability and design, and the current ``label`` (null until
+    someone labels it; label it with ``POST /v1/jobs/{id}/labels``). ``unlabelled`` counts
+    the drawn pairs still waiting: label every one (a drawn pair left unlabelled counts as
+    agreeing with the judge)."""
+    review, job = state.review, state.job(job_id)
+    return await asyncio.to_thread(_drawn, review, job)
+
+
 @router.get("/v1/jobs/{job_id}/agreement", tags=["review"])
 async def agreement(job_id: str, state: State) -> Any:
     """Agreement of the judge with people on the job's labelled items: Cohen's kappa with
@@ -222,7 +283,7 @@ async def calibrate(job_id: str, state: State, body: CalibrateIn | None = None) 
 @router.get("/v1/labels", tags=["review"], response_model=None)
 async def export_labels(
     state: State,
-    format: str = Query(default="json", pattern="^(json|qrels)$"),
+    format: str = Query(default="json", pattern="^(json|qrels|sample)$"),
     history: bool = False,
     collection: str | None = Query(default=None, min_length=1, max_length=200),
     limit: int = Query(default=MAX_PAGE, ge=1, le=MAX_PAGE),
@@ -231,7 +292,10 @@ async def export_labels(
     """The human labels of a collection (default and only one: the server's, listed under
     ``collections``; another is refused, 422). ``format=qrels``: the resolved label of each
     passage as TREC qrels (``qid 0 docno label``, ids percent-encoded where they hold
-    whitespace, ``%`` or control characters). ``format=json``: one page, in write order, of
+    whitespace, ``%`` or control characters). ``format=sample``: the labels of the pairs the
+    sample mode drew, each with its inclusion probability (``qid 0 docno label inclusion``,
+    what a job's ``sample_labels`` option and ``--sample-labels`` read); a label on a pair
+    never drawn is not there, so it never enters an estimate. ``format=json``: one page, in write order, of
     every reviewer's latest label with its provenance (``history=true``: every change), at
     most ``limit`` (<= 1000) labels; ``next`` is the ``cursor`` of the next page (null at
     the end); ``conflicts`` are those among the page's passages."""
@@ -243,6 +307,11 @@ async def export_labels(
     if format == "qrels":
         text = await asyncio.to_thread(_qrels_text, review)
         return PlainTextResponse(text, headers={"Content-Disposition": 'inline; filename="labels.qrels"'})
+    if format == "sample":
+        lines = await asyncio.to_thread(sample_label_lines, review.store, collection=review.collection)
+        return PlainTextResponse(
+            "".join(lines), headers={"Content-Disposition": 'inline; filename="sample.qrels"'}
+        )
     try:
         after = decode_cursor(cursor) if cursor else 0
     except InputError as err:
@@ -325,6 +394,49 @@ async def review_page(job_id: str) -> FileResponse:
     return index_page()
 
 
+def _drawn(review: Review, job: Any) -> dict[str, Any]:
+    """The job's drawn pairs (the store's draws on the job's passages) with their labels."""
+    data = review.data(job)
+    texts = review.texts(job)
+    labels = {lab.key: lab for lab in data.labels if lab.label is not None}  # the latest wins
+    items: list[dict[str, Any]] = []
+    for qid, docno, inclusion, design in review.store.sample_draws(collection=review.collection):
+        at = data.by_qid.get(qid)
+        record = None if at is None else data.records[at]
+        docnos = [] if record is None else [str(d) for d in record["docnos"]]
+        if record is None or docno not in docnos:
+            continue
+        index = docnos.index(docno)
+        verdict = record["verdicts"][index]
+        lab = labels.get((qid, docno))
+        items.append(
+            {
+                "key": f"{qid}\t{docno}",
+                "query_id": qid,
+                "query": record.get("query"),
+                "docno": docno,
+                "index": index,
+                "rank": index + 1,
+                "text": texts.get(qid, {}).get(docno),
+                "verdict": verdict.get("verdict"),
+                "grade": verdict.get("grade"),
+                "p_yes": verdict.get("p_yes"),
+                "threshold": data.threshold,
+                "reason": verdict.get("reason", ""),
+                "template_id": verdict.get("template_id"),
+                "inclusion": inclusion,
+                "design": design,
+                "label": None if lab is None else lab.label,
+            }
+        )
+    return {
+        "job": job["id"],
+        "items": items,
+        "count": len(items),
+        "unlabelled": sum(1 for it in items if it["label"] is None),
+    }
+
+
 def _qrels_text(review: Review) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "labels.qrels"
@@ -342,4 +454,4 @@ def _read_labels(raw: bytes, reviewer: str, scale: str | None, collection: str) 
         return read_label_lines(path, reviewer=reviewer, scale=scale, collection=collection)  # type: ignore[arg-type]
 
 
-__all__ = ["LabelIn", "parse_label", "reviewer_of", "router"]
+__all__ = ["LabelIn", "SampleIn", "parse_label", "reviewer_of", "router"]

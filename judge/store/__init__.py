@@ -17,6 +17,7 @@ from judge.store._label_files import (
     labels_to_qrels,
     read_label_file,
     read_label_lines,
+    sample_label_lines,
 )
 from judge.store._label_model import (
     DEFAULT_COLLECTION,
@@ -105,6 +106,7 @@ __all__ = [
     "read_label_lines",
     "recover_output",
     "run_migrations",
+    "sample_label_lines",
     "scan_output",
     "schema_version",
     "trec_token",

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem
+from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem, read_qrels_lines
 from judge.metrics import Scale
 from judge.metrics import scale_of_labels as _scale_of_labels
 from judge.store._label_model import (
@@ -33,6 +33,7 @@ __all__ = [
     "labels_to_qrels",
     "read_label_file",
     "read_label_lines",
+    "sample_label_lines",
 ]
 
 
@@ -108,30 +109,19 @@ def _text_lines(p: Path) -> Iterator[tuple[int, str]]:
 
 
 def _read_qrels_lines(p: Path) -> list[tuple[int, str, str, int]]:
-    """(line, qid, docno, grade) of each line of a qrels file (``qid iter docno grade``),
-    ids unescaped (:func:`qrels_unescape`); strict UTF-8, :class:`InputError` naming the line."""
+    """(line, qid, docno, grade) of each line of a qrels file (``qid iter docno grade``) as
+    the one qrels reader reads them (:func:`judge.io.read_qrels_lines`: strict UTF-8 ids,
+    :class:`InputError` naming the line and the field), ids unescaped
+    (:func:`qrels_unescape`)."""
     out: list[tuple[int, str, str, int]] = []
-    for number, line in _text_lines(p):
-        parts = line.split()
-        if len(parts) != 4:
-            raise InputError(
-                f"expected 4 columns (qid iter docno grade), got {len(parts)}", path=p, line=number
-            )
-        try:
-            grade = int(parts[3])
-        except ValueError:
-            raise InputError(
-                f"not an integer: {parts[3][:40]!r}", path=p, line=number, field="grade"
-            ) from None
+    for number, qid, docno, grade, _ in read_qrels_lines(p).rows():
         ids: list[str] = []
-        for name, token in (("qid", parts[0]), ("docno", parts[2])):
+        for name, token in (("qid", qid), ("docno", docno)):
             try:
                 ids.append(qrels_unescape(token))
             except UnicodeDecodeError:
                 raise InputError("a %XX escape that is not UTF-8", path=p, line=number, field=name) from None
         out.append((number, ids[0], ids[1], grade))
-    if not out:
-        raise InputError("empty file: no data lines", path=p, line=1)
     return out
 
 
@@ -178,6 +168,22 @@ def labels_to_qrels(
             for docno, value in docs.items():
                 fh.write(f"{qrels_escape(qid)} 0 {qrels_escape(docno)} {value}\n")
     return sum(len(d) for d in qrels.values())
+
+
+def sample_label_lines(store: LabelStore, *, collection: str = DEFAULT_COLLECTION) -> list[str]:
+    """The latest label of each pair the sample mode drew (``label_history.inclusion``), as
+    the five-column qrels lines ``--sample-labels`` reads (``qid 0 docno label inclusion``,
+    ids by :func:`qrels_escape`, sorted by pair). A label without a recorded inclusion
+    probability (chosen by the review queue, or given on a pair never drawn) is left out:
+    it never enters an estimate."""
+    by_pair: dict[tuple[str, str], Label] = {}
+    for lab in store.latest(collection=collection):  # ordered by time: the last one wins
+        if lab.inclusion is not None:
+            by_pair[lab.key] = lab
+    return [
+        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
+        for (q, d), lab in sorted(by_pair.items())
+    ]
 
 
 def labels_to_jsonl(labels: Iterable[Label], path: str | Path) -> int:

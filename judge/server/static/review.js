@@ -1,4 +1,5 @@
-// judge results viewer: the review page of a job ("/jobs/<id>/review") and the agreement card
+// judge results viewer: the review page of a job ("/jobs/<id>/review"; "?mode=sample": the
+// pairs the sample mode drew, each with its inclusion probability) and the agreement card
 // of the job page. Plain JavaScript, no build step, nothing from the network; uses el/api/fmt
 // of app.js (loaded after this file, called only once both are loaded).
 //
@@ -128,6 +129,27 @@ function calibrateCard(jobId) {
     el("div", { class: "row filters" }, name, button, apply), out, reason);
 }
 
+function sampleCard(jobId, sampleMode) {
+  const out = el("div", { id: "sample-result", class: "muted" });
+  const n = el("input", { type: "number", id: "sample-n", min: "1", step: "any", value: "30", title: "pairs expected" });
+  const design = el("select", { id: "sample-design" }, el("option", { value: "uniform" }, "uniform"), el("option", { value: "uncertainty" }, "uncertainty"));
+  const seed = el("input", { type: "number", id: "sample-seed", min: "0", step: "1", value: "0", title: "seed" });
+  const button = el("button", { type: "button", id: "sample-draw" }, "Draw a random sample");
+  button.addEventListener("click", async () => {
+    const body = { n: Number(n.value), design: design.value, seed: Number(seed.value) };
+    const resp = await api(jobUrl(jobId, "/sample"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    const data = await resp.json();
+    if (!resp.ok) { out.className = "err"; out.textContent = typeof data.detail === "string" ? data.detail : data.detail.map((d) => d.msg).join("; "); return; }
+    location.href = `/jobs/${encodeURIComponent(jobId)}/review?mode=sample`;
+  });
+  const other = sampleMode
+    ? el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review`, id: "to-queue" }, "back to the queue")
+    : el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review?mode=sample`, id: "to-sample" }, "review the drawn pairs");
+  return el("div", { class: "card", id: "sample-card" }, el("h2", {}, "Sample mode"),
+    el("p", { class: "muted" }, "Draws pairs with known inclusion probabilities (uniform, or where the judge is least sure). Labels on drawn pairs carry their probability and can correct the judge's figures without bias (GET /v1/labels?format=sample); labels chosen from the queue never enter an estimate. Label every drawn pair."),
+    el("div", { class: "row filters" }, n, design, seed, button), out, other);
+}
+
 async function loadAgreement(jobId) {
   const resp = await api(jobUrl(jobId, "/agreement"));
   return resp.ok ? resp.json() : null;
@@ -156,7 +178,8 @@ function reviewStats(state) {
 }
 
 async function reviewPage(jobId) {
-  document.title = "judge · review " + jobId;
+  const sampleMode = new URLSearchParams(location.search).get("mode") === "sample";
+  document.title = "judge · review " + jobId + (sampleMode ? " · sample" : "");
   const state = { items: [], pos: 0, total: 0, scale: "binary", pending: null, panel: null };
   const who = el("input", { id: "reviewer", type: "text", placeholder: "your name", autocomplete: "name" });
   who.value = localStorage.getItem(REVIEWER_KEY) || "";
@@ -170,7 +193,7 @@ async function reviewPage(jobId) {
     el("h1", {}, "Review ", el("a", { href: `/jobs/${encodeURIComponent(jobId)}` }, el("code", {}, jobId))),
     el("div", { class: "filters" }, el("label", {}, "Reviewer ", who), msg,
       el("span", { class: "muted keys" }, "j/k next/previous · y/n or 0-3 label · c comment · Enter save")),
-    el("div", { class: "review" }, el("div", { class: "review-main" }, current, el("h2", {}, "Queue"), list), side));
+    el("div", { class: "review" }, el("div", { class: "review-main" }, current, el("h2", {}, sampleMode ? "Drawn pairs" : "Queue"), list), side));
 
   function all() { return state.items; }
 
@@ -186,7 +209,7 @@ async function reviewPage(jobId) {
   function drawCurrent() {
     const it = all()[state.pos];
     if (!it) {
-      current.replaceChildren(el("p", { class: "muted", id: "queue-empty" }, "Nothing left to review in this job."));
+      current.replaceChildren(el("p", { class: "muted", id: "queue-empty" }, sampleMode ? "No pair drawn yet: draw a sample (Sample mode, beside)." : "Nothing left to review in this job."));
       return;
     }
     const choices = state.scale === "binary" ? [["y", 1, "yes"], ["n", 0, "no"]] : [0, 1, 2, 3].map((g) => [String(g), g, String(g)]);
@@ -203,7 +226,7 @@ async function reviewPage(jobId) {
     if (it.p_yes !== null && it.p_yes !== undefined) pbar.firstChild.style.width = `${Math.round(100 * it.p_yes)}%`;
     if (it.threshold !== null && it.threshold !== undefined) pbar.lastChild.style.left = `${(100 * it.threshold).toFixed(1)}%`;
     current.replaceChildren(
-      el("div", { class: "muted" }, `${state.pos + 1} of ${all().length} · query ${it.query_id} · rank ${it.rank} · ${it.docno}`, it.audit ? " · audit item (drawn uniformly)" : "", it.systems ? ` · in ${it.systems.join(", ")}` : ""),
+      el("div", { class: "muted" }, `${state.pos + 1} of ${all().length} · query ${it.query_id} · rank ${it.rank} · ${it.docno}`, it.audit ? " · audit item (drawn uniformly)" : "", it.inclusion ? ` · drawn with probability ${fmt(it.inclusion, 3)} (${it.design})` : "", it.systems ? ` · in ${it.systems.join(", ")}` : ""),
       el("h2", { id: "cur-query" }, it.query),
       el("div", { class: "passage", id: "cur-text" }, it.text === null || it.text === undefined ? "(text not available)" : it.text),
       el("div", { class: "judge-says", id: "cur-judge" },
@@ -218,6 +241,7 @@ async function reviewPage(jobId) {
   function drawSide(agreement) {
     const parts = [reviewStats(state)];
     if (state.panel && state.panel.error) parts.unshift(el("p", { class: "err", id: "review-error" }, state.panel.error));
+    parts.push(sampleCard(jobId, sampleMode));
     if (agreement) parts.push(agreementCard(agreement), conflictsCard(agreement.conflicts, state.scale), calibrateCard(jobId));
     side.replaceChildren(...parts);
   }
@@ -233,6 +257,13 @@ async function reviewPage(jobId) {
     state.total = data.total;
     state.items = data.items;
     state.pos = 0;
+    if (sampleMode) {
+      const drawn = await api(jobUrl(jobId, "/sample"));
+      const sample = await drawn.json();
+      if (!drawn.ok) { current.replaceChildren(el("p", { class: "err" }, JSON.stringify(sample.detail))); return false; }
+      state.items = sample.items.map((it) => Object.assign({}, it, { saved: it.label === null ? null : { label: it.label, reviewer: "a reviewer" } }));
+      state.total = sample.unlabelled;
+    }
     return true;
   }
 
@@ -257,7 +288,7 @@ async function reviewPage(jobId) {
     it.saved = data.label;
     state.pending = null;
     comment.value = "";
-    state.total = data.review.queue;
+    state.total = sampleMode ? all().filter((x) => !x.saved).length : data.review.queue;
     state.panel = data.review;
     // Walk the queue as it was fetched (its audit items keep their place); a reload fetches it anew.
     const next = all().findIndex((x, i) => i > state.pos && !x.saved);
