@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from _helpers import passage_of
-from _server import MARKER, make_config
+from _helpers import passage_of  # noqa: E402
+from _server import MARKER, make_config  # noqa: E402
 
-from judge.backends import ChatRequest, PermanentError, RuleBackend, TransientError
-from judge.server import _engine, create_app
+from judge.backends import ChatRequest, PermanentError, RuleBackend, TransientError  # noqa: E402
+from judge.server import _engine, create_app  # noqa: E402
 
 # one query; every passage relevant (so every P(yes) is the same 0.9 and the review queue's
 # order is the passages' rank weight: a rank-1 passage of one system only comes first)
@@ -88,7 +88,9 @@ def _serve(tmp: Path, fake: Explaining, scenario: Any) -> Any:
 
 
 async def _compare(client: Any, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    r = await client.post("/v1/compare", json={"systems": systems(), "options": {**OPTIONS, **(options or {})}})
+    r = await client.post(
+        "/v1/compare", json={"systems": systems(), "options": {**OPTIONS, **(options or {})}}
+    )
     assert r.status_code == 202, r.text
     job = await _done(client, r.json()["id"])
     assert job["status"] == "done", job.get("error")
@@ -168,7 +170,9 @@ def test_opening_a_pair_asks_its_reason_once_and_keeps_it(tmp_path: Path) -> Non
         assert await _pooled(client, job_id) == before
         # Two opens of another pair at once make one call.
         other = {"query_id": missing[1]["query_id"], "docno": missing[1]["docno"]}
-        both = await asyncio.gather(*(client.post(f"/v1/jobs/{job_id}/reasons", json=other) for _ in range(2)))
+        both = await asyncio.gather(
+            *(client.post(f"/v1/jobs/{job_id}/reasons", json=other) for _ in range(2))
+        )
         assert [x.status_code for x in both] == [200, 200]
         assert sorted(x.json()["calls"] for x in both) == [0, 2]
         assert fake.explained[asked + 1 :] == [other["docno"]]

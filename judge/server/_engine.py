@@ -640,9 +640,7 @@ def queue_head_pairs(
     it: ``labels`` gives the label store's labels of the job's queries)."""
     records = list(iter_pool_records(job_dir))
     found = labels({str(r["id"]) for r in records})[0] if labels is not None and records else None
-    items = comparison_review_queue(
-        records, system_rankings(job_dir, options), found, limit=QUEUE_REASONS
-    )
+    items = comparison_review_queue(records, system_rankings(job_dir, options), found, limit=QUEUE_REASONS)
     by_token = {token_of(str(r["id"])): r for r in records}
     have = explained(job_dir)
     pairs: dict[str, list[str]] = {}

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from judge.backends import BackendError
@@ -41,7 +40,9 @@ class ReasonIn(BaseModel):
     docno: str = Field(min_length=1, max_length=MAX_ID_CHARS)
 
 
-def pooled_verdict(state: AppState, job: Mapping[str, Any], body: ReasonIn) -> tuple[str, str, PassageVerdict]:
+def pooled_verdict(
+    state: AppState, job: Mapping[str, Any], body: ReasonIn
+) -> tuple[str, str, PassageVerdict]:
     """The comparison's pooled verdict of the pair (its query id or query token, as the
     queue names it): ``(query id, docno, verdict)``, or a 422 naming the field."""
     records = state.review.data(job).records
@@ -127,7 +128,9 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
         if explained is None or not explained.judged or not explained.reason:
             why = (explained.error if explained is not None else None) or "the explaining call failed"
             return json_error(
-                502, f"the judge gave no reason for query {qid!r}, passage {docno!r} ({why}); ask again", **pair
+                502,
+                f"the judge gave no reason for query {qid!r}, passage {docno!r} ({why}); ask again",
+                **pair,
             )
         if explained.verdict != verdict.verdict:
             return json_error(

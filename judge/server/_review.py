@@ -529,7 +529,9 @@ class Review:
                     self._ranks.pop(next(iter(self._ranks)))
         return hit
 
-    def item(self, job: Mapping[str, Any], q: QueueItem, reasons: Mapping[Any, Any] | None = None) -> dict[str, Any]:
+    def item(
+        self, job: Mapping[str, Any], q: QueueItem, reasons: Mapping[Any, Any] | None = None
+    ) -> dict[str, Any]:
         """One queue item as the review page shows it; ``reasons``: a comparison's reasons
         asked after its verdicts (:func:`judge.server._engine.explained`), shown beside the
         verdict they explain."""

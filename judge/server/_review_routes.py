@@ -136,9 +136,13 @@ async def queue(
     await asyncio.to_thread(review.store.record_audit_draws, job_id, drawn, collection=review.collection)
     total = await asyncio.to_thread(review.pending, job)
     data = review.data(job)
-    on_request = job["kind"] == "compare" and _engine.explaining_config(
-        state.runtime.backend, job_spec(job["options"], state.runtime.spec), job["options"]
-    ) is not None
+    on_request = (
+        job["kind"] == "compare"
+        and _engine.explaining_config(
+            state.runtime.backend, job_spec(job["options"], state.runtime.spec), job["options"]
+        )
+        is not None
+    )
     kept = await asyncio.to_thread(_engine.explained, state.manager.job_dir(job_id)) if on_request else None
     return {
         "job": job_id,
