@@ -8,8 +8,8 @@ pool's engine, under the explaining config's cache key, kept in the job's ``reas
 second open costs no call. Two opens of the same pair at once make one call (one lock per
 pair). The pooled verdict and P(yes) never change: a reason is shown only beside the verdict
 it explains. Who asked and when come from the server (the caller's principal, the server's
-clock), never from the body. A backend that fails answers 503 (an error that dooms every
-request) or 502 (no reason for this pair), naming the pair; the page says so.
+clock), never from the body. A backend that refuses for good answers 502 and one that gave
+no reason this time 503, both naming the pair; the page says so and offers to ask again.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from judge.backends import BackendError
+from judge.backends import BackendError, PermanentError, redact
 from judge.io import MAX_ID_CHARS
 from judge.judging import PassageVerdict
 from judge.server import _bounds, _engine
 from judge.server._app_state import AppState, State, field_error, json_error
+from judge.server._failures import upstream_status
 from judge.server._jobs import job_spec
 from judge.server._review_routes import reviewer_of
 
@@ -58,6 +59,20 @@ def pooled_verdict(
     return str(record["id"]), body.docno, PassageVerdict.model_validate(raw, strict=False)
 
 
+def _unavailable(qid: str, docno: str, why: str) -> Any:
+    """503: the judge gave no reason for the pair this time (nothing was kept; ask again)."""
+    return json_error(
+        503,
+        f"the judge gave no reason for query {qid!r}, passage {docno!r}"
+        + (f" ({why})" if why else " (the explaining call failed)")
+        + "; ask again",
+        query_id=qid,
+        docno=docno,
+        cause="backend",
+        headers={"Retry-After": "30"},
+    )
+
+
 router = APIRouter(route_class=_bounds.ParsedBodyRoute)
 
 
@@ -69,8 +84,9 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
     first asked it on the review page and when (the server's principal and clock; null for
     the reasons the job asked itself). The verdict and P(yes) are the pool's, unchanged.
     409: the job is not done, the pair is unjudged, or the job gets no reasons on request
-    (``explain``/``probability`` set in its options, or listwise); 502: the judge gave no
-    reason for the pair; 503: the backend failed for every request (both name the pair)."""
+    (``explain``/``probability`` set in its options, or listwise); 502: the LLM upstream
+    refused the request for good (``backend``, ``upstream_status``); 503 (``Retry-After``):
+    the judge gave no reason this time (both name the pair; nothing failed is kept)."""
     job = state.compare_job(job_id)
     if job["status"] != "done":
         return json_error(409, f"job is {job['status']}; reasons are asked once the comparison is done")
@@ -118,20 +134,23 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
                 settings={**rt.settings, "job": job_id},
                 executor=rt.executor,
             )
-        except BackendError as exc:
-            return json_error(
-                503,
-                f"the judge could not give the reason of query {qid!r}, passage {docno!r}: "
-                f"{type(exc).__name__}: {exc}",
-                **pair,
-            )
-        if explained is None or not explained.judged or not explained.reason:
-            why = (explained.error if explained is not None else None) or "the explaining call failed"
+        except PermanentError as exc:  # refused for good: as every route answers it
+            status = upstream_status(exc)
             return json_error(
                 502,
-                f"the judge gave no reason for query {qid!r}, passage {docno!r} ({why}); ask again",
+                redact(
+                    f"the LLM backend {rt.backend.name} refused the reason of query {qid!r}, passage "
+                    f"{docno!r} ({f'HTTP {status}' if status is not None else 'a permanent error'}): "
+                    f"{type(exc).__name__}: {exc}"
+                ),
                 **pair,
+                backend=rt.backend.name,
+                upstream_status=status,
             )
+        except BackendError as exc:
+            return _unavailable(qid, docno, redact(f"{type(exc).__name__}: {exc}"))
+        if explained is None or not explained.judged or not explained.reason:
+            return _unavailable(qid, docno, (explained.error if explained is not None else None) or "")
         if explained.verdict != verdict.verdict:
             return json_error(
                 502,
