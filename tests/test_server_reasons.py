@@ -248,3 +248,19 @@ def test_no_reasons_on_request_when_the_job_set_probability(tmp_path: Path) -> N
         assert r.status_code == 409 and "explain" in r.json()["detail"] and fake.explained == []
 
     _serve(tmp_path, fake, scenario)
+
+
+def test_a_pair_missing_from_the_pool_input_is_explained_from_the_systems_records(tmp_path: Path) -> None:
+    """An adaptive comparison judges in rounds and writes no ``pool.input.jsonl``: the pair's
+    text then comes from the systems' saved records (the same text, so the same reason)."""
+    fake = Explaining()
+
+    async def scenario(client: Any) -> None:
+        job_id, _ = await _compare(client)
+        (tmp_path / "jobs" / job_id / "pool.input.jsonl").unlink()
+        it = next(x for x in (await _queue(client, job_id))["items"] if not x["reason"])
+        r = await client.post(f"/v1/jobs/{job_id}/reasons", json={"query_id": "q0", "docno": it["docno"]})
+        assert r.status_code == 200 and r.json()["calls"] == 2, r.text
+        assert r.json()["reason"] == "段落包含回答查询所需的信息。" and fake.explained[-1] == it["docno"]
+
+    _serve(tmp_path, fake, scenario)

@@ -582,7 +582,7 @@ async def run_compare(
         pairs = await asyncio.to_thread(queue_head_pairs, job_dir, options, labels)
         calls = 0
         if pairs:
-            lines = await asyncio.to_thread(pool_lines, job_dir, pairs)
+            lines = await asyncio.to_thread(pool_lines, job_dir, pairs, options)
             got = await explain_pairs(job_dir, "queue", lines, backend, explaining, store=store, run=run)
             calls = got.calls
         summary["reasons"] = {"queue": sum(len(d) for d in pairs.values()), "calls": calls}
@@ -616,11 +616,15 @@ def explained(job_dir: Path) -> dict[tuple[str, str], PassageVerdict]:
     return {**found, **{(token_of(q), d): v for (q, d), v in found.items()}}
 
 
-def pool_lines(job_dir: Path, pairs: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
-    """The pool input's lines (``pool.input.jsonl``) cut to ``pairs`` (``{query id: [docno]}``),
-    in the pool's order."""
+def pool_lines(
+    job_dir: Path, pairs: Mapping[str, Sequence[str]], options: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Dataset lines of ``pairs`` (``{query id: [docno]}``) with the texts the pool was judged
+    on: the pool input's lines (``pool.input.jsonl``) cut to them, in the pool's order; a
+    pair it lacks (an adaptive comparison judges in rounds) from the systems' saved records
+    (``options``: the job's)."""
     lines, _ = complete_lines(ReportFolder(job_dir).pool_input)
-    out: list[dict[str, Any]] = []
+    out: dict[str, dict[str, Any]] = {}
     for raw in lines:
         if not raw.strip():
             continue
@@ -628,8 +632,20 @@ def pool_lines(job_dir: Path, pairs: Mapping[str, Sequence[str]]) -> list[dict[s
         wanted = set(pairs.get(str(line["id"]), ()))
         context = [p for p in line["retrieval_context"] if str(p["id"]) in wanted]
         if context:
-            out.append({**line, "retrieval_context": context})
-    return out
+            out[str(line["id"])] = {**line, "retrieval_context": context}
+    rest = {
+        q: [d for d in docs if d not in {str(p["id"]) for p in out.get(q, {}).get("retrieval_context", [])}]
+        for q, docs in pairs.items()
+    }
+    if options is not None and any(rest.values()):
+        inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
+        for qid, docs in rest.items():
+            texts = inputs.passages.get(qid, {})
+            context = [{"id": d, "text": texts[d].text} for d in docs if d in texts]
+            if context:
+                line = out.setdefault(qid, {"id": qid, "query": inputs.queries[qid], "retrieval_context": []})
+                line["retrieval_context"] = [*line["retrieval_context"], *context]
+    return list(out.values())
 
 
 def queue_head_pairs(
@@ -695,7 +711,7 @@ async def explain_one(
         return None
     name, base = _asked_paths(job_dir, qid, docno)
     run = _pool_run(options, spec, concurrency=concurrency, settings=settings, executor=executor)
-    lines = await asyncio.to_thread(pool_lines, job_dir, {qid: [docno]})
+    lines = await asyncio.to_thread(pool_lines, job_dir, {qid: [docno]}, options)
     got: PoolVerdicts | None = None
     try:
         got = await explain_pairs(job_dir, name, lines, backend, explaining, store=store, run=run)
