@@ -577,7 +577,7 @@ async def run_compare(
     )
     await asyncio.to_thread(comparison.save_differences)
     summary = await asyncio.to_thread(compare_summary, job_dir, comparison.report)
-    explaining = reasons_config(spec.config, backend, listwise=run.listwise)
+    explaining = explaining_config(backend, spec, options)
     if explaining is not None:
         pairs = await asyncio.to_thread(queue_head_pairs, job_dir, options, labels)
         calls = 0
