@@ -75,13 +75,16 @@ async def _done(client: Any, job_id: str) -> dict[str, Any]:
     raise AssertionError(f"job {job_id} did not finish")
 
 
-def _serve(tmp: Path, fake: Explaining, scenario: Any) -> Any:
-    app = create_app(make_config(tmp, backend=fake.backend))
+def _serve(tmp: Path, fake: Explaining, scenario: Any, key: str | None = None) -> Any:
+    app = create_app(make_config(tmp, backend=fake.backend, keys=[key] if key else []))
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     async def main() -> Any:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1:8000", headers=headers
+            ) as client:
                 return await asyncio.wait_for(scenario(client), 120)
 
     return asyncio.run(main())
@@ -264,3 +267,20 @@ def test_a_pair_missing_from_the_pool_input_is_explained_from_the_systems_record
         assert r.json()["reason"] == "段落包含回答查询所需的信息。" and fake.explained[-1] == it["docno"]
 
     _serve(tmp_path, fake, scenario)
+
+
+def test_who_asked_is_the_callers_principal_never_the_body(tmp_path: Path) -> None:
+    fake = Explaining()
+
+    async def scenario(client: Any) -> None:
+        job_id, _ = await _compare(client)
+        queue = await _queue(client, job_id)
+        it = next(x for x in queue["items"] if not x["reason"])
+        body = {"query_id": it["query_id"], "docno": it["docno"]}
+        r = await client.post(f"/v1/jobs/{job_id}/reasons", json={**body, "asked_by": "mallory"})
+        assert r.status_code == 422 and r.json()["fields"] == ["body.asked_by"]
+        r = await client.post(f"/v1/jobs/{job_id}/reasons", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["asked"]["asked_by"] == queue["signed_in"] and queue["signed_in"].startswith("key-")
+
+    _serve(tmp_path, fake, scenario, key="reasons-test-key")
