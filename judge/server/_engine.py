@@ -368,7 +368,9 @@ def query_detail(job_dir: Path, query_id: str, options: Mapping[str, Any]) -> di
 # its report folder (:class:`judge.systems.ReportFolder`): ``systems/NAME.jsonl`` (each
 # system's submitted records), ``human.qrels`` (the optional human labels), then what
 # compare-systems writes there. Resuming is re-running it: the pool's output and the
-# verdict cache hold what was judged.
+# verdict cache hold what was judged. Verdicts come first; the reasons asked afterwards (the
+# report's, the review queue's first items, the pairs the review page opens) are in
+# ``reasons/`` (see "reasons on request" below), never in the pool's records.
 SYSTEMS_DIR = "systems"
 HUMAN_QRELS = "human.qrels"
 COMPARE_REJECTS = "compare.rejects.jsonl"
