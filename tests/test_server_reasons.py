@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from _helpers import passage_of  # noqa: E402
-from _server import MARKER, make_config  # noqa: E402
+from _server import MARKER, make_config, records  # noqa: E402
 
 from judge.backends import ChatRequest, PermanentError, RuleBackend, TransientError  # noqa: E402
 from judge.server import _engine, create_app  # noqa: E402
@@ -284,3 +284,20 @@ def test_who_asked_is_the_callers_principal_never_the_body(tmp_path: Path) -> No
         assert r.json()["asked"]["asked_by"] == queue["signed_in"] and queue["signed_in"].startswith("key-")
 
     _serve(tmp_path, fake, scenario, key="reasons-test-key")
+
+
+def test_a_scoring_job_has_no_reasons_on_request(tmp_path: Path) -> None:
+    """A scoring job writes every reason with its verdict (the route is for comparisons)."""
+    fake = Explaining()
+
+    async def scenario(client: Any) -> None:
+        r = await client.post("/v1/jobs", json={"records": records(1, 2)})
+        assert r.status_code == 202, r.text
+        job_id = r.json()["id"]
+        assert (await _done(client, job_id))["status"] == "done"
+        queue = await _queue(client, job_id)
+        assert queue["reasons_on_request"] is False and all(it["reason"] for it in queue["items"])
+        r = await client.post(f"/v1/jobs/{job_id}/reasons", json={"query_id": "q0", "docno": "d0"})
+        assert r.status_code == 409 and "not a comparison" in r.json()["detail"]
+
+    _serve(tmp_path, fake, scenario)
