@@ -95,3 +95,37 @@ def _shown(report: Any) -> dict[str, list[str]]:
         q["id"]: [p["docno"] for s in q["systems"] for p in s["passages"]]
         for q in report.differences()["queries"]
     }
+
+
+async def test_a_reason_that_failed_is_asked_again_on_the_next_run(tmp_path: Path) -> None:
+    """A reason whose generation failed is neither cached nor kept in ``reasons/``: the same
+    comparison run again (the backend back) asks it again and shows it."""
+    from judge.backends import TransientError
+    from judge.store import SQLiteVerdictStore
+
+    systems = _systems(tmp_path)
+    options = SystemsOptions(top_queries=2, top_passages=2)
+    failing = {"on": True}
+    keyword = RuleBackend.keyword("RELEVANT")
+    asked: list[ChatRequest] = []
+
+    def rule(request: ChatRequest) -> Any:
+        asked.append(request)
+        if not request.candidates and failing["on"]:
+            raise TransientError("the reason's generation failed")
+        return keyword.rule(request)
+
+    backend = ensure_resilient(RuleBackend(rule, prefers_probabilities=True), max_retries=0)
+    store = SQLiteVerdictStore(tmp_path / "cache.sqlite")
+    first = await run_comparison(
+        systems, tmp_path / "out", backend, JudgeConfig(), store=store, options=options
+    )
+    shown = shown_pairs(first.data)  # every shown pair still lacks its reason
+    assert shown and sum(len(d) for d in shown.values()) == _reasons_asked(asked)
+    failing["on"] = False
+    before = _reasons_asked(asked)
+    again = await run_comparison(
+        systems, tmp_path / "out", backend, JudgeConfig(), store=store, options=options
+    )
+    assert _reasons_asked(asked) - before == sum(len(d) for d in shown.values())
+    assert shown_pairs(again.data) == {}

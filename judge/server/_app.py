@@ -5,6 +5,7 @@
 * :mod:`judge.server._job_routes`: scoring jobs (submit, list, view, events, results, ...);
 * :mod:`judge.server._compare_routes`: comparisons of systems (submit, report, differences);
 * :mod:`judge.server._review_routes`: review queue, labels, agreement, calibration;
+* :mod:`judge.server._reason_routes`: a pooled pair's reason, asked when the review page opens it;
 * :mod:`judge.server._viewer_routes`: the viewer's pages, sign-in and sign-out; ``/static``.
 
 Each route reaches the server's :class:`~judge.server._app_state.AppState` (settings, job
@@ -26,7 +27,14 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from judge.io import InputError
-from judge.server import _compare_routes, _job_routes, _review_routes, _service_routes, _viewer_routes
+from judge.server import (
+    _compare_routes,
+    _job_routes,
+    _reason_routes,
+    _review_routes,
+    _service_routes,
+    _viewer_routes,
+)
 from judge.server._app_state import AppState, ServerConfig, add_error_handlers
 from judge.server._bounds import ParsedBodyRoute
 from judge.server._db import JobDB
@@ -105,6 +113,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     add_error_handlers(app)
     app.include_router(evaluate_router(config.runtime, config.defaults, config.max_passages, state.metrics))
     app.include_router(_review_routes.router)  # queue, labels, agreement
+    app.include_router(_reason_routes.router)  # reasons on request
     app.include_router(_service_routes.router)
     app.include_router(_job_routes.router)
     app.include_router(_compare_routes.router)

@@ -7,9 +7,11 @@ full queue, a job accepted with 202).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,6 +98,10 @@ class AppState:
     metrics: ServerMetrics
     manager: JobManager
     review: Review
+    # one lock per (job, query id, docno) whose reason is being asked on the review page
+    reason_locks: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
 
     @property
     def runtime(self) -> Runtime:

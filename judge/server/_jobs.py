@@ -135,6 +135,7 @@ async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: P
         settings={**rt.settings, "job": job["id"]},
         retry=job["phase"] == "retry",
         executor=rt.executor,
+        labels=rt.labels,
     )
 
 

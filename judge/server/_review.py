@@ -529,11 +529,19 @@ class Review:
                     self._ranks.pop(next(iter(self._ranks)))
         return hit
 
-    def item(self, job: Mapping[str, Any], q: QueueItem) -> dict[str, Any]:
+    def item(
+        self, job: Mapping[str, Any], q: QueueItem, reasons: Mapping[Any, Any] | None = None
+    ) -> dict[str, Any]:
+        """One queue item as the review page shows it; ``reasons``: a comparison's reasons
+        asked after its verdicts (:func:`judge.server._engine.explained`), shown beside the
+        verdict they explain."""
         c = q.candidate
         data = self.data(job)
         texts = self.texts(job)
         extra = dict(c.extra)
+        kept = (reasons or {}).get((c.qid, c.docno))
+        if not extra.get("reason") and kept is not None and kept.verdict == c.verdict:
+            extra["reason"] = kept.reason
         rank = min(c.ranks.values()) if c.ranks else None
         return {
             "key": f"{c.qid}\t{c.docno}",

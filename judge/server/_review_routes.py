@@ -21,8 +21,9 @@ from judge.batch import (
 )
 from judge.io import MAX_ID_CHARS, InputError
 from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_mapping
-from judge.server import _bounds
+from judge.server import _bounds, _engine
 from judge.server._app_state import State, field_error
+from judge.server._jobs import job_spec
 from judge.server._review import CalibrateIn, Conflict, Review, conflict_rows, serve_flags
 from judge.server._viewer_routes import index_page
 from judge.store import (
@@ -140,7 +141,9 @@ async def queue(
     is recorded: a label on it counts in ``agreement.audit``). Each
     item: query, passage text, rank, verdict, grade, P(yes), threshold, reason,
     template, audit flag. ``signed_in``: the caller's
-    name when the server knows it (then labels are stored under it)."""
+    name when the server knows it (then labels are stored under it).
+    ``reasons_on_request``: a finished comparison whose reasons are asked after its
+    verdicts; an item without a reason gets it from ``POST /v1/jobs/{id}/reasons``."""
     review, job = state.review, state.job(job_id)
     items = await asyncio.to_thread(review.queue, job, offset + limit)
     page = items[offset : offset + limit]
@@ -148,9 +151,18 @@ async def queue(
     await asyncio.to_thread(review.store.record_audit_draws, job_id, drawn, collection=review.collection)
     total = await asyncio.to_thread(review.pending, job)
     data = review.data(job)
+    on_request = (
+        job["kind"] == "compare"
+        and _engine.explaining_config(
+            state.runtime.backend, job_spec(job["options"], state.runtime.spec), job["options"]
+        )
+        is not None
+    )
+    kept = await asyncio.to_thread(_engine.explained, state.manager.job_dir(job_id)) if on_request else None
     return {
         "job": job_id,
         "kind": job["kind"],
+        "reasons_on_request": on_request and job["status"] == "done",
         "signed_in": reviewer_of(request, None) if reviewer_of(request, None) != ANONYMOUS else None,
         "scale": data.scale,
         "threshold": data.threshold,
@@ -158,7 +170,7 @@ async def queue(
         "labelled": data.applied,
         "offset": offset,
         "limit": limit,
-        "items": [review.item(job, q) for q in page],
+        "items": [review.item(job, q, kept) for q in page],
     }
 
 

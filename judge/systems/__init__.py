@@ -28,9 +28,10 @@ from judge.systems._model import (
     SystemSummary,
 )
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
-from judge.systems._pool import PoolRun, build_pool, pool_dataset_lines
+from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
 from judge.systems._ppi_report import check_sample_pairs
+from judge.systems._reasons import REASONS_DIR, explain_pairs, read_reasons, reasons_config
 from judge.systems._run import (
     DEFAULT_REPORT_DIR,
     acompare_systems,
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_REPORT_DIR",
     "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
+    "REASONS_DIR",
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
     "ComparisonReport",
@@ -67,6 +69,7 @@ __all__ = [
     "Knob",
     "PoolRun",
     "PoolSummary",
+    "PoolVerdicts",
     "PooledKeywords",
     "ReportFolder",
     "SearchNightlyConfig",
@@ -83,6 +86,7 @@ __all__ = [
     "check_sample_pairs",
     "compare_systems",
     "experiment",
+    "explain_pairs",
     "has_search_section",
     "load_search_nightly",
     "map_human",
@@ -94,7 +98,9 @@ __all__ = [
     "pool_example_bank",
     "pool_scale",
     "read_human_labels",
+    "read_reasons",
     "read_systems",
+    "reasons_config",
     "run_compare_systems",
     "run_comparison",
     "run_experiment",

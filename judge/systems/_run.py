@@ -54,7 +54,7 @@ from judge.systems._pool import (
 )
 from judge.systems._pooled_call import PooledKeywords, pooled_call
 from judge.systems._ppi_report import CHOICE, check_sample_pairs, system_ppi
-from judge.systems._reasons import explain_shown
+from judge.systems._reasons import explain_shown, reasons_config
 from judge.systems._scoring import (
     Paired,
     compare_systems_paired,
@@ -277,8 +277,9 @@ async def run_comparison(
         adaptive=adaptive,
         scale=scale,
     )
-    if config.explain is None and judged_config.explain:  # reasons on request: the pairs shown
-        await explain_shown(comparison, backend, judged_config, store=store, run=run)
+    explaining = reasons_config(config, backend, listwise=run.listwise)
+    if explaining is not None:  # reasons on request: the pairs shown
+        await explain_shown(comparison, backend, explaining, store=store, run=run)
     return comparison
 
 

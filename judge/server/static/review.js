@@ -180,7 +180,7 @@ function reviewStats(state) {
 async function reviewPage(jobId) {
   const sampleMode = new URLSearchParams(location.search).get("mode") === "sample";
   document.title = "judge · review " + jobId + (sampleMode ? " · sample" : "");
-  const state = { items: [], pos: 0, total: 0, scale: "binary", pending: null, panel: null };
+  const state = { items: [], pos: 0, total: 0, scale: "binary", pending: null, panel: null, reasonsOnRequest: false };
   const who = el("input", { id: "reviewer", type: "text", placeholder: "your name", autocomplete: "name" });
   who.value = localStorage.getItem(REVIEWER_KEY) || "";
   who.addEventListener("change", () => localStorage.setItem(REVIEWER_KEY, who.value.trim()));
@@ -204,6 +204,35 @@ async function reviewPage(jobId) {
       it.audit ? el("span", { class: "badge" }, "audit") : null));
     for (const li of rows) li.addEventListener("click", () => { state.pos = Number(li.dataset.pos); draw(); });
     list.replaceChildren(...rows);
+  }
+
+  // A comparison's pair judged without a reason: the server asks the judge once, keeps the
+  // reason and answers it (POST /v1/jobs/<id>/reasons); a failure is said here, with a retry.
+  function wantsReason(it) { return state.reasonsOnRequest && !it.reason && it.verdict !== "unjudged"; }
+
+  async function askReason(it) {
+    if (!wantsReason(it) || it.reasonAsked) return;
+    it.reasonAsked = true;
+    it.reasonError = null;
+    let resp = null, data = {};
+    try {
+      resp = await api(jobUrl(jobId, "/reasons"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ query_id: it.query_id, docno: it.docno }) });
+      data = await resp.json();
+    } catch (e) { data = { detail: String(e.message || e) }; }
+    if (resp && resp.ok) it.reason = data.reason;
+    else it.reasonError = typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail || `HTTP ${resp ? resp.status : "?"}`);
+    if (all()[state.pos] === it) drawCurrent();
+  }
+
+  function reasonLine(it) {
+    if (it.reason || !wantsReason(it)) return el("div", { class: "reason", id: "cur-reason" }, it.reason || "");
+    if (it.reasonError) {
+      const again = el("button", { type: "button", id: "reason-again" }, "Ask again");
+      again.addEventListener("click", () => { it.reasonAsked = false; it.reasonError = null; drawCurrent(); });
+      return el("div", { class: "reason err", id: "cur-reason", "data-error": "1" }, `No reason: ${it.reasonError} `, again);
+    }
+    if (!it.reasonAsked) setTimeout(() => askReason(it), 0);
+    return el("div", { class: "reason muted", id: "cur-reason", "data-asking": "1" }, "Asking the judge for its reason…");
   }
 
   function drawCurrent() {
@@ -232,7 +261,7 @@ async function reviewPage(jobId) {
       el("div", { class: "judge-says", id: "cur-judge" },
         "Judge: ", el("span", { class: "v-" + it.verdict, id: "cur-verdict" }, it.verdict), it.grade !== null && it.grade !== undefined ? ` (grade ${it.grade})` : "",
         " · P(yes) ", el("strong", { id: "cur-p" }, fmt(it.p_yes, 3)), " vs threshold ", el("strong", { id: "cur-threshold" }, fmt(it.threshold, 3)), pbar),
-      el("div", { class: "reason", id: "cur-reason" }, it.reason || ""),
+      reasonLine(it),
       it.saved ? el("div", { class: "others", id: "cur-saved" }, `saved: ${labelText(state.scale, it.saved.label)} by ${it.saved.reviewer}`) : "",
       el("div", { class: "row choices" }, buttons, save),
       comment);
@@ -254,6 +283,7 @@ async function reviewPage(jobId) {
     if (!resp.ok) { current.replaceChildren(el("p", { class: "err" }, typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail))); return false; }
     if (data.signed_in) { who.value = data.signed_in; who.disabled = true; }
     state.scale = data.scale;
+    state.reasonsOnRequest = !!data.reasons_on_request;
     state.total = data.total;
     state.items = data.items;
     state.pos = 0;
