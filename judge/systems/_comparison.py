@@ -120,6 +120,7 @@ class ComparisonReport:
         paired: Sequence[Paired] | None = None,
         top_queries: int = 10,
         top_passages: int = 5,
+        objective: str | None = None,
     ) -> None:
         self.folder = ReportFolder(Path(folder))
         self.report = report
@@ -137,6 +138,7 @@ class ComparisonReport:
             top_queries=top_queries,
             top_passages=top_passages,
             thresholds=dict(conv.get("p_yes_thresholds") or {}),
+            objective=objective,
         )
 
     @classmethod

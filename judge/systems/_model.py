@@ -8,6 +8,7 @@ it; the keys the issue fixed are never renamed. Extra keys (``path``, ``ci``, ``
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -199,6 +200,16 @@ class SystemsReport(_Model):
     warnings: list[str] = Field(default_factory=list)
     adaptive: AdaptiveSummary | None = None
     experiment: ExperimentSummary | None = None
+
+    def ranked(self, measure: str) -> list[str]:
+        """The systems with a finite mean of ``measure``, best first (ties in the report's
+        order, so the first of equals leads): an experiment's best is the first."""
+        scored = []
+        for name, s in self.systems.items():
+            value = s.measures.get(measure)
+            if isinstance(value, int | float) and math.isfinite(value):
+                scored.append((name, float(value)))
+        return [name for name, _ in sorted(scored, key=lambda item: -item[1])]
 
     def to_json(self) -> dict[str, Any]:
         """The ``report.json`` object (``schema`` first, NaN/inf as null)."""

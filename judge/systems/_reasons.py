@@ -6,7 +6,8 @@ the verdict already chosen), and with the embedded judge it costs more than the 
 A comparison or an experiment judges hundreds of pooled pairs and shows a few dozen, so
 :func:`judge_pool` asks for verdicts only (``explain`` off) unless ``--explain`` asked for
 every reason; :func:`explain_shown` then asks for the reasons of the pairs the report shows
-(each differing query's top passages of every system), through the same engine
+(each differing query's top passages of every system the block shows: an experiment's two),
+through the same engine
 (``reasons/`` in the report folder: cached under the explaining config's key, resumable)
 and writes them into the report. A verdict is the same either way: the probability pass
 does not depend on whether a reason follows (bit-identical P(yes) on the embedded judge).
@@ -32,7 +33,7 @@ from judge.judging import JudgeConfig, PassageVerdict, VerdictStore, resolve_con
 from judge.store import atomic_write_lines, recover_output
 from judge.systems._comparison import ComparisonReport
 from judge.systems._pool import PoolRun, PoolVerdicts, judge_pool, verdicts_first
-from judge.systems._render import ReportData, differing_queries
+from judge.systems._render import ReportData, differing_queries, example_systems
 
 __all__ = [
     "REASONS_DIR",
@@ -144,13 +145,16 @@ def read_reasons(report_dir: str | os.PathLike[str]) -> dict[tuple[str, str], Pa
 
 def shown_pairs(data: ReportData) -> dict[str, list[str]]:
     """``{qid: [docno, ...]}``: the judge's verdicts (judged, without a reason) that the
-    report shows: every system's top ``top_passages`` of each query where the systems
-    differ most. Human labels and unjudged pairs need no reason."""
+    report shows: the top ``top_passages`` of each system the example block shows
+    (:func:`~judge.systems._render.example_systems`: every system of a comparison, an
+    experiment's best and baseline or runner-up) on each query where those differ most.
+    Human labels and unjudged pairs need no reason."""
     _, rows = differing_queries(data)
+    shown = example_systems(data).systems
     wanted: dict[str, list[str]] = {}
     for qid, _ in rows:
         judged = data.verdicts.verdicts.get(qid, {})
-        for system in data.inputs.systems:
+        for system in shown:
             ranking = system.queries.get(qid)
             for docno in ranking.docnos[: data.top_passages] if ranking is not None else []:
                 verdict = judged.get(docno)

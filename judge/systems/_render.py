@@ -11,6 +11,7 @@ differ most (each system's top passages with verdicts and reasons), then convent
 
 from __future__ import annotations
 
+import colorsys
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,24 @@ _PALETTE = ("#3366aa", "#dd7733", "#339966", "#aa3377", "#7766bb", "#999933", "#
 _WIN, _LOSS, _TIE = "#2a9d63", "#d1495b", "#999999"
 
 
+def palette(n: int) -> list[str]:
+    """``n`` colours, none twice: the report's eight, then hues a golden angle apart at
+    varied brightness, skipping any already given (a chart or block of more than eight
+    systems never repeats a colour)."""
+    colors = list(_PALETTE[:n])
+    seen = set(colors)
+    step = 0
+    while len(colors) < n:
+        step += 1
+        value = 0.45 + 0.4 * ((step * 0.7548776662466927) % 1.0)
+        rgb = colorsys.hsv_to_rgb((step * 0.6180339887498949) % 1.0, 0.65, value)
+        color = "#" + "".join(f"{round(c * 255):02x}" for c in rgb)
+        if color not in seen:
+            seen.add(color)
+            colors.append(color)
+    return colors
+
+
 @dataclass
 class ReportData:
     """What the renderers need beyond the report: inputs, pool, verdicts, per-query values."""
@@ -56,6 +75,10 @@ class ReportData:
     top_passages: int = 5
     thresholds: Mapping[str, float] = field(default_factory=dict)
     """The P(yes) threshold each verdict template decided with (binary probability mode)."""
+    objective: str | None = None
+    """An experiment's objective measure, known before its section is added to the report
+    (its reasons on request are asked before): the example block then compares two
+    configurations (:func:`example_systems`). None: a comparison of systems."""
 
     def differences(self) -> Sequence[Paired]:
         if callable(self.paired):
@@ -67,9 +90,14 @@ class ReportData:
         """The measure the per-query views use: an experiment's objective, else ``map`` if
         compared, else the first."""
         names = [m.trec_name for m in self.measures]
-        if self.report.experiment is not None and self.report.experiment.objective in names:
-            return self.report.experiment.objective
+        if self.experiment_objective in names:
+            return self.experiment_objective
         return "map" if "map" in names else (names[0] if names else None)
+
+    @property
+    def experiment_objective(self) -> str | None:
+        """The objective of an experiment (None: a comparison of systems)."""
+        return self.report.experiment.objective if self.report.experiment is not None else self.objective
 
 
 def _f(x: float | int | None, digits: int = 4) -> str:
@@ -348,6 +376,7 @@ def means_chart(data: ReportData) -> str:
     """One panel per measure: each system's mean (dot) and bootstrap interval (line)."""
     r = data.report
     names = list(r.systems)
+    colors = palette(len(names))
     label_w, plot_w, right_w, row_h = 150, 380, 70, 22
     panels: list[str] = []
     y = 0
@@ -381,7 +410,7 @@ def means_chart(data: ReportData) -> str:
             )
         for i, (name, value, ci) in enumerate(values):
             cy = y + i * row_h + row_h / 2
-            color = _PALETTE[i % len(_PALETTE)]
+            color = colors[i]
             panels.append(_svg_text(label_w - 8, cy + 4, name, anchor="end"))
             if ci is not None:
                 panels.append(
@@ -515,14 +544,54 @@ def _snippet(text: str, limit: int = 280) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+@dataclass(frozen=True)
+class Examples:
+    """The systems whose top passages the example block shows (``systems``: an experiment's
+    best first) and the block's heading, which says which they are."""
+
+    systems: tuple[SystemInput, ...]
+    heading: str
+
+
+def example_systems(data: ReportData) -> Examples:
+    """Whose passages the example block shows: every system of a comparison; in an experiment
+    two configurations, the best on its objective and the baseline, or, when the best is the
+    baseline, the best and the runner-up (nobody reads one column per grid point, and each
+    column's reasons cost calls). The one choice the views and the reasons on request follow
+    (:func:`differing_queries`, :func:`judge.systems.shown_pairs`)."""
+    objective = data.experiment_objective
+    systems = tuple(data.inputs.systems)
+    if objective is None or not systems:
+        return Examples(systems, "Queries where the systems differ most")
+    by_name = {s.name: s for s in systems}
+    baseline = systems[0].name
+    ranked = data.report.ranked(objective)
+    best = ranked[0] if ranked else baseline
+    if best != baseline:
+        return Examples(
+            (by_name[best], by_name[baseline]),
+            f"Queries where the best ({best}) and the baseline ({baseline}) differ most",
+        )
+    runners = [n for n in ranked if n != best] or [s.name for s in systems[1:2]]
+    if not runners:  # a single configuration
+        return Examples(systems, f"Queries of the only configuration ({best})")
+    return Examples(
+        (by_name[best], by_name[runners[0]]),
+        f"Queries where the best, the baseline ({best}), and the runner-up ({runners[0]}) differ most",
+    )
+
+
 def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
-    """The queries with the largest spread of the primary measure across systems."""
+    """The queries with the largest spread of the primary measure across the systems the
+    example block shows (:func:`example_systems`), each with those systems' values."""
     primary = data.primary
     if primary is None:
         return None, []
     excluded = set(data.report.not_in_all_systems)
+    names = [s.name for s in example_systems(data).systems]
     per: dict[str, dict[str, float]] = {}
-    for name, ev in data.evaluations.items():
+    for name in names:
+        ev = data.evaluations.get(name)
         if ev is None:
             continue
         for qid, values in ev.per_query.items():
@@ -533,7 +602,7 @@ def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dic
     rows = [
         (by_token[t], values)
         for t, values in per.items()
-        if t in by_token and by_token[t] not in excluded and len(values) == len(data.evaluations)
+        if t in by_token and by_token[t] not in excluded and len(values) == len(names)
     ]
     rows.sort(key=lambda item: (-(max(item[1].values()) - min(item[1].values())), item[0]))
     return primary, [r for r in rows if max(r[1].values()) - min(r[1].values()) > 0][: data.top_queries]
@@ -541,9 +610,10 @@ def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dic
 
 def _query_block(data: ReportData, qid: str, values: Mapping[str, float], primary: str) -> str:
     cols: list[str] = []
-    for i, system in enumerate(data.inputs.systems):
+    colors = dict(zip([s.name for s in data.inputs.systems], palette(len(data.inputs.systems)), strict=True))
+    for system in example_systems(data).systems:
         sq = system.queries.get(qid)
-        color = _PALETTE[i % len(_PALETTE)]
+        color = colors[system.name]
         head = (
             f'<h4 style="color:{color};margin:.2em 0">{escape(system.name)} '
             f'<span class="muted">{escape(primary)} {_f(values.get(system.name))}</span></h4>'
@@ -678,15 +748,28 @@ def render_html(data: ReportData) -> str:
         )
         parts.extend(difference_chart(pd) for pd in diffs)
     measure, queries = differing_queries(data)
-    parts.append('<h2 id="queries">Queries where the systems differ most</h2>')
+    examples = example_systems(data)
+    parts.append(f'<h2 id="queries">{escape(examples.heading)}</h2>')
+    experiment = data.experiment_objective is not None
     if measure is not None and queries:
+        among, whose, tail = (
+            (
+                "between these two configurations",
+                "one",
+                " Every configuration's figures are in the tables above.",
+            )
+            if experiment
+            else ("across systems", "system", "")
+        )
         parts.append(
-            f'<p class="muted">By the spread of per-query {escape(measure)} across systems; each '
-            f"system's top {data.top_passages} passages with the pooled verdict and its reason.</p>"
+            f'<p class="muted">By the spread of per-query {escape(measure)} {among}; each '
+            f"{whose}'s top {data.top_passages} passages with the pooled verdict and its reason.{tail}</p>"
         )
         parts.extend(_query_block(data, qid, values, measure) for qid, values in queries)
     else:
-        parts.append("<p>The systems score the same on every query.</p>")
+        parts.append(
+            f"<p>The {'configurations shown' if experiment else 'systems'} score the same on every query.</p>"
+        )
     if r.not_in_all_systems:
         parts.append('<h2 id="missing">Queries not in every system (left out of the paired tests)</h2>')
         parts.append("<p>" + ", ".join(f"<code>{escape(q)}</code>" for q in r.not_in_all_systems) + "</p>")
@@ -736,12 +819,14 @@ def _shown_passages(data: ReportData, system: SystemInput, qid: str) -> list[dic
 
 def render_differences(data: ReportData) -> dict[str, Any]:
     """The queries where the systems differ most on the primary measure (as report.html
-    picks them), each with every system's value and top passages."""
+    picks them), each with the value and top passages of every system it shows
+    (:func:`example_systems`)."""
     primary, rows = differing_queries(data)
+    shown = example_systems(data).systems
     queries = []
     for qid, values in rows:
         systems: list[dict[str, Any]] = []
-        for system in data.inputs.systems:
+        for system in shown:
             sq = system.queries.get(qid)
             systems.append(
                 {

@@ -158,10 +158,13 @@ async def run_comparison(
     options: SystemsOptions | None = None,
     pool_run: PoolRun | None = None,
     prior: Mapping[tuple[str, str], float] | None = None,
+    objective: str | None = None,
 ) -> ComparisonReport:
     """Pool, judge, score and compare ``systems`` (name -> dataset path; the first is the
     baseline); write every file into ``report_dir``; return the report and its views. ``prior``: P(yes)
-    per (query id, docno) from a cheap judge, the prior of ``until_decided``."""
+    per (query id, docno) from a cheap judge, the prior of ``until_decided``. ``objective``: an
+    experiment's objective measure (:func:`run_experiment`): the example block, and so the
+    reasons on request, compare only its best configuration with the baseline or runner-up."""
     opts = options or SystemsOptions()
     run = pool_run or PoolRun()
     opts.check()
@@ -276,6 +279,7 @@ async def run_comparison(
         backend_name=backend.name,
         adaptive=adaptive,
         scale=scale,
+        objective=objective,
     )
     explaining = reasons_config(config, backend, listwise=run.listwise)
     if explaining is not None:  # reasons on request: the pairs shown
@@ -343,9 +347,11 @@ def score_and_report(
     backend_name: str,
     adaptive: AdaptiveOutcome | None = None,
     scale: PoolScale | None = None,
+    objective: str | None = None,
 ) -> ComparisonReport:
     """Everything after judging: pooled files, metrics, comparisons, report files.
-    ``scale``: how the labels met (None: resolved here from ``options``, no human labels)."""
+    ``scale``: how the labels met (None: resolved here from ``options``, no human labels);
+    ``objective``: an experiment's (see :func:`run_comparison`)."""
     mode = config.mode
     if scale is None:
         scale = pool_scale(options, config, None)
@@ -552,6 +558,7 @@ def score_and_report(
         paired=paired,
         top_queries=options.top_queries,
         top_passages=options.top_passages,
+        objective=objective,
     )
     comparison.write()
     return comparison

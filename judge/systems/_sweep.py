@@ -263,12 +263,11 @@ def _coverage(comparison: ComparisonReport, name: str, ks: Sequence[int]) -> dic
 
 
 def _best(report: SystemsReport, objective: str) -> tuple[str | None, float | None]:
-    best: tuple[str | None, float | None] = (None, None)
-    for name, s in report.systems.items():
-        v = s.measures.get(objective)
-        if isinstance(v, int | float) and (best[1] is None or v > best[1]):
-            best = (name, float(v))
-    return best
+    ranked = report.ranked(objective)
+    if not ranked:
+        return None, None
+    value = report.systems[ranked[0]].measures[objective]
+    return ranked[0], float(value) if value is not None else None
 
 
 def _p(x: float | None) -> str:
@@ -433,7 +432,14 @@ async def run_experiment(
                     )
             systems = {p.name: Path(p.run.dataset_path) for p in planned if p.run is not None}
             comparison = await run_comparison(
-                systems, out, backend, config, store=store, options=opts, pool_run=run
+                systems,
+                out,
+                backend,
+                config,
+                store=store,
+                options=opts,
+                pool_run=run,
+                objective=objective.trec_name,
             )
             # A Ray engine's workers call their own backends: count what the pools reported.
             ledger.extra = max(0, trial_calls + comparison.report.pool.calls - ledger.this_run)
