@@ -6,7 +6,8 @@ script, no font or image from anywhere (it opens offline); UTF-8 with a ``<meta 
 so Chinese queries, passages and reasons render. Sections: the verdict in one sentence per
 system, the pool, the systems' means, the means with their bootstrap intervals as a chart,
 the comparisons, the per-query differences as a chart, the queries where the systems
-differ most (each system's top passages with verdicts and reasons), then conventions.
+differ most (each system's top passages with verdicts and reasons; in an experiment two
+configurations', :func:`example_systems`), then conventions.
 """
 
 from __future__ import annotations
@@ -558,7 +559,8 @@ def example_systems(data: ReportData) -> Examples:
     two configurations, the best on its objective and the baseline, or, when the best is the
     baseline, the best and the runner-up (nobody reads one column per grid point, and each
     column's reasons cost calls). The one choice the views and the reasons on request follow
-    (:func:`differing_queries`, :func:`judge.systems.shown_pairs`)."""
+    (:func:`differing_queries`, :func:`render_differences` and the reasons step's
+    ``shown_pairs``)."""
     objective = data.experiment_objective
     systems = tuple(data.inputs.systems)
     if objective is None or not systems:
