@@ -658,13 +658,18 @@ def _text_of(texts: Mapping[str, Mapping[str, str]], qid: str, docno: str) -> st
 
 
 def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
-    """(passages of ``record`` decided by people, of which the label changed the verdict)."""
+    """(passages of ``record`` decided by people, of which the label changed the verdict). A
+    label that decided a passage the judge was never asked (a job with ``examples``: the
+    judge side is ``unjudged`` with no attempt) changes nothing, as
+    :func:`judge.batch.relabel_record` counts it."""
     applied = changed = 0
     for v in record.get("verdicts") or []:
         if v.get("source") != "human":
             continue
         applied += 1
         old = v.get("replaced") or {}
+        if old.get("verdict") == "unjudged" and not v.get("attempts"):
+            continue
         if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
             changed += 1
     return applied, changed
