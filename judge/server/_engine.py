@@ -43,8 +43,8 @@ from judge.io import (
     read_qrels,
     read_sample_labels,
 )
-from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
-from judge.store import atomic_write_text
+from judge.judging import ExampleBank, JudgeConfig, PassageVerdict, VerdictStore
+from judge.store import LabelSet, atomic_write_text, read_label_file
 from judge.systems import (
     REASONS_DIR,
     ComparisonReport,
@@ -202,27 +202,26 @@ class JobExamples:
     """A scoring job's worked examples and the labels that decide its labelled passages
     (the same snapshot, :data:`EXAMPLE_LABELS`), with the server's stated mapping."""
 
-    bank: Any
-    labels: Any
+    bank: ExampleBank | None
+    labels: LabelSet
     level: int | None
     yes_grade: int | None
 
 
-def _label_snapshot(job_dir: Path, ids: set[str], labels: Any) -> tuple[Any, int | None, int | None]:
+def _label_snapshot(job_dir: Path, ids: set[str], labels: Any) -> tuple[LabelSet, int | None, int | None]:
     """The job's labels for ``examples``: read from :data:`EXAMPLE_LABELS` when the job has
     one (a resumed or retried job), else taken from the label store (``labels``, the
     runtime's reader) now and saved there first. A label given, changed or retracted after
     the job first started never changes which passages the job decides by label or which
     examples its prompts show (the job page still shows the latest label). The file keeps
     the label that counts for each passage (:class:`judge.store.LabelSet`'s resolution)."""
-    from judge.store import LabelSet, read_label_file
-
+    path = job_dir / EXAMPLE_LABELS
+    if path.is_file():  # the server's stated mapping with the job's own labels
+        level, yes_grade = labels(set())[1:] if labels is not None else (None, None)
+        return LabelSet(read_label_file(path), source="the label store"), level, yes_grade
     if labels is None:
         return LabelSet([], source="the label store"), None, None
     found, level, yes_grade = labels(ids)
-    path = job_dir / EXAMPLE_LABELS
-    if path.is_file():
-        return LabelSet(read_label_file(path), source="the label store"), level, yes_grade
     text = "".join(json.dumps(r.label.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in found)
     atomic_write_text(path, text)
     return found, level, yes_grade
