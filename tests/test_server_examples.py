@@ -129,6 +129,17 @@ def test_a_job_with_examples_decides_labelled_passages_without_a_call(
         ("q0", "d0", 1),
         ("q0", "d2", 0),
     ]
+    # later labels show on the page: bob's newer label of d2 is shown; alice's d0 retracted
+    # leaves d0 unjudged (never asked) and back in the review queue
+    label(client, job_id, "q0", "d2", 1)
+    review = client.app.state.judge.review
+    review.store.retract("q0", "d0", "alice")
+    review.bump()
+    q0 = results(client, job_id)["q0"]["verdicts"]
+    assert (q0[2]["verdict"], q0[2]["reviewer"]) == ("yes", "bob")
+    assert q0[0]["source"] == "judge" and q0[0]["verdict"] == "unjudged" and q0[0]["attempts"] == 0
+    queue = client.get(f"/v1/jobs/{job_id}/queue?limit=24").json()
+    assert queue["total"] == 23 and ("q0", "d0") in {(it["query_id"], it["docno"]) for it in queue["items"]}
 
 
 def test_agreement_and_calibration_leave_the_decided_passages_out(client: Any) -> None:

@@ -496,7 +496,12 @@ class Review:
         labels = LabelSet(data.labels, source="the label store")
         if job["kind"] == "compare":
             return comparison_review_queue(data.records, self._rankings(job), labels, limit=limit)
-        return job_review_queue(data.records, labels, limit=limit)
+        records = data.records
+        if any(v.get("source") == "human" for r in records for v in r.get("verdicts") or []):
+            # a job with ``examples`` decided its labelled passages at its start: the queue
+            # leaves out what the store labels now, so one whose label was retracted is back
+            records = apply_labels(records, LabelSet([])).records
+        return job_review_queue(records, labels, limit=limit)
 
     def pending(self, job: Mapping[str, Any]) -> int:
         """How many of the job's passages nobody has labelled (the queue's full length)."""
