@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,11 +43,19 @@ def _text(qid: str, docno: str) -> str:
 
 
 class Recorder:
-    """The fake judge of ``tests/_review.py`` (P(yes) written in the passage slot's text) that records the
-    passage in each prompt's passage slot and the examples shown with it."""
+    """The fake judge of ``tests/_review.py`` (P(yes) written in the passage slot's text) that
+    records the passage in each prompt's passage slot and the examples shown with it. Its
+    calls wait while ``opened`` is clear (at most 30 s)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, list[str]]] = []
+        self.opened = threading.Event()
+        self.opened.set()
+
+        async def sleep(_: float) -> None:
+            deadline = time.monotonic() + 30
+            while not self.opened.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
 
         def rule(request: ChatRequest) -> Any:
             user = next(m.content for m in request.messages if m.role == "user")
@@ -57,7 +67,13 @@ class Recorder:
             return json.dumps({"verdict": "yes" if p >= 0.5 else "no", "reason": "x"})
 
         self.backend = RuleBackend(
-            rule, name="fake:p", model="p", supports_probabilities=True, prefers_probabilities=True
+            rule,
+            name="fake:p",
+            model="p",
+            supports_probabilities=True,
+            prefers_probabilities=True,
+            latency_s=0.001,
+            sleep=sleep,
         )
 
 
@@ -160,7 +176,7 @@ def test_a_job_without_examples_is_unchanged(client: Any, recorder: Recorder, tm
     judged = [p for p, ex in recorder.seen]
     assert len(judged) == 24 and {_text(q, d) for q, d in LABELLED} <= set(judged)
     assert all(not ex for _, ex in recorder.seen)
-    assert not (tmp_path / "jobs" / job_id / _engine.EXAMPLE_LABELS).exists()
+    assert not (tmp_path / "jobs" / job_id / "examples.labels.jsonl").exists()  # no snapshot
     # the labels override the judge's verdicts on the page, and agreement counts both
     q0 = results(client, job_id)["q0"]["verdicts"]
     assert q0[0]["source"] == "human" and q0[0]["replaced"]["p_yes"] == pytest.approx(0.52)
@@ -168,6 +184,37 @@ def test_a_job_without_examples_is_unchanged(client: Any, recorder: Recorder, tm
     # q0/d0: judge yes (0.52), people yes; q0/d2: judge yes (0.95), people no
     assert data["overall"]["n"] == 2 and data["overall"]["confusion"]["matrix"] == [[0, 1], [0, 1]]
     assert "examples" not in client.get(f"/v1/jobs/{job_id}").json()["summary"]
+
+
+def test_a_label_given_while_the_job_runs_leaves_its_passage_to_the_judge(
+    client: Any, recorder: Recorder, tmp_path: Path
+) -> None:
+    recorder.opened.clear()  # the job starts, then its calls wait
+    r = client.post("/v1/jobs", json={"records": records(), "options": {**OPTIONS, "examples": 2}})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 30
+    while not recorder.backend.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recorder.backend.requests, "the job never asked the judge"
+    # while it runs, bob labels q1/d0 (P(yes) 0.49: the judge says no) as relevant
+    review = client.app.state.judge.review
+    review.store.put(Label(qid="q1", docno="d0", label=1, reviewer="bob"))
+    review.bump()
+    recorder.opened.set()
+    assert wait_job(client, job_id)["status"] == "done"
+    # the job decided by the labels of its start: q1/d0 was judged, and only the 2 were not
+    judged = [p for p, _ in recorder.seen]
+    assert _text("q1", "d0") in judged and len(judged) == 22
+    snap = (tmp_path / "jobs" / job_id / _engine.EXAMPLE_LABELS).read_text(encoding="utf-8")
+    assert len(snap.splitlines()) == 2
+    v = results(client, job_id)["q1"]["verdicts"][0]  # bob's label laid over the judge's verdict
+    assert v["source"] == "human" and v["replaced"]["verdict"] == "no"
+    assert v["replaced"]["p_yes"] == pytest.approx(0.49)
+    page = client.get(f"/v1/jobs/{job_id}").json()
+    assert (page["review"]["human"], page["review"]["changed"]) == (3, 1)
+    overall = client.get(f"/v1/jobs/{job_id}/agreement").json()["overall"]
+    assert overall["n"] == 1 and overall["confusion"]["matrix"] == [[0, 0], [1, 0]]
 
 
 def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path: Path) -> None:
