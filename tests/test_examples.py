@@ -567,13 +567,17 @@ def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path:
         return LabelSet(found, source="the label store"), 2, None
 
     spec = run_spec(None, examples=2)
-    bank = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, labels))
+    got = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, labels))
     assert asked == [{"q1", "q2"}]
-    assert bank is not None and bank.labelled_passages == 4
-    assert [e.id for e in bank.for_passage("q1", "d3", "D1")] == ["d0", "d1"]
-    # without a label store: a bank without labels, every passage zero-shot
-    empty = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, None))
-    assert empty is not None and empty.labelled_passages == 0
+    assert got is not None and got.bank.labelled_passages == 4 and len(got.labels) == 4
+    assert [e.id for e in got.bank.for_passage("q1", "d3", "D1")] == ["d0", "d1"]
+    # without a label store: a bank without labels, every passage zero-shot (another job:
+    # this one's labels were saved when it first started)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / _engine.INPUT_NAME).write_bytes(data.read_bytes())
+    empty = asyncio.run(_engine.job_example_bank(other, spec, {}, None))
+    assert empty is not None and empty.bank.labelled_passages == 0
     assert asyncio.run(_engine.job_example_bank(tmp_path, run_spec(None), {}, labels)) is None
 
 

@@ -43,8 +43,8 @@ from judge.io import (
     read_qrels,
     read_sample_labels,
 )
-from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
-from judge.store import atomic_write_text
+from judge.judging import ExampleBank, JudgeConfig, PassageVerdict, VerdictStore
+from judge.store import LabelSet, atomic_write_text, read_label_file
 from judge.systems import (
     REASONS_DIR,
     ComparisonReport,
@@ -165,8 +165,17 @@ def batch_options(
     settings: Mapping[str, Any],
     executor: Any = None,
     sample_labels: SampleLabelOptions | None = None,
-    examples: Any = None,
+    examples: JobExamples | None = None,
 ) -> BatchOptions:
+    """The batch options of a scoring job; with ``examples`` its labelled passages take their
+    labels without a call (``labels``: the job's snapshot, as ``judge score --labels``)."""
+    decided: dict[str, Any] = {}
+    if examples is not None:
+        decided = {
+            "labels": examples.labels,
+            "labels_level": examples.level,
+            "labels_yes_grade": examples.yes_grade,
+        }
     return BatchOptions(
         sample_labels=sample_labels,
         k=tuple(k),
@@ -178,32 +187,72 @@ def batch_options(
         listwise_template=listwise_template,
         settings=dict(settings),
         executor=executor,
-        examples=examples,
+        examples=examples.bank if examples is not None else None,
+        **decided,
     )
 
 
-async def job_example_bank(job_dir: Path, spec: RunSpec, options: Mapping[str, Any], labels: Any) -> Any:
-    """A scoring job's worked examples (``examples``): the labels of the server's label store
-    for the job's queries (``labels``, the runtime's), texts from the job's input; None
-    without ``examples``. A store without labels for them gives a bank with none (every
-    passage is judged zero-shot; the summary's ``examples`` says so)."""
+#: a scoring job's label snapshot under ``examples``: the label store's labels of the job's
+#: queries when the job first started (every reviewer's latest, in the store's order)
+EXAMPLE_LABELS = "examples.labels.jsonl"
+
+
+@dataclass(frozen=True)
+class JobExamples:
+    """A scoring job's worked examples and the labels that decide its labelled passages
+    (the same snapshot, :data:`EXAMPLE_LABELS`), with the server's stated mapping."""
+
+    bank: ExampleBank | None
+    labels: LabelSet
+    level: int | None
+    yes_grade: int | None
+
+
+def _label_snapshot(job_dir: Path, ids: set[str], labels: Any) -> tuple[LabelSet, int | None, int | None]:
+    """The job's labels for ``examples``: read from :data:`EXAMPLE_LABELS` when the job has
+    one (a resumed or retried job), else taken from the label store (``labels``, the
+    runtime's reader) now and saved there first. A label given, changed or retracted after
+    the job first started never changes which passages the job decides by label or which
+    examples its prompts show (the job page still shows the latest label). The file keeps
+    the label that counts for each passage (:class:`judge.store.LabelSet`'s resolution)."""
+    path = job_dir / EXAMPLE_LABELS
+    if path.is_file():  # the server's stated mapping with the job's own labels
+        level, yes_grade = labels(set())[1:] if labels is not None else (None, None)
+        return LabelSet(read_label_file(path), source="the label store"), level, yes_grade
+    if labels is None:
+        return LabelSet([], source="the label store"), None, None
+    found, level, yes_grade = labels(ids)
+    text = "".join(json.dumps(r.label.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in found)
+    atomic_write_text(path, text)
+    return found, level, yes_grade
+
+
+async def job_example_bank(
+    job_dir: Path, spec: RunSpec, options: Mapping[str, Any], labels: Any
+) -> JobExamples | None:
+    """A scoring job's worked examples (``examples``) and the labels that decide its labelled
+    passages without a call (:func:`judge.batch.labels_decide`, as ``judge score --labels
+    store --examples N``): the labels of the server's label store for the job's queries
+    (``labels``, the runtime's), snapshotted when the job first starts
+    (:func:`_label_snapshot`), texts from the job's input; None without ``examples``. A
+    store without labels for them gives a bank with none (every passage is judged
+    zero-shot; the summary's ``examples`` says so)."""
     if not spec.examples.active:
         return None
     from judge.batch import dataset_example_bank
-    from judge.store import LabelSet
     from judge.systems import with_neighbours
 
     path = job_dir / INPUT_NAME
     field_map = options.get("map") or {}
     max_chars = int(options.get("max_passage_chars") or DEFAULT_MAX_PASSAGE_CHARS)
 
-    def build() -> Any:
+    def build() -> JobExamples:
         ids = {
             item.id
             for item in iter_dataset(path, field_map=field_map, max_passage_chars=max_chars)
             if not isinstance(item, InputError)
         }
-        found, level, yes_grade = labels(ids) if labels is not None else (LabelSet([]), None, None)
+        found, level, yes_grade = _label_snapshot(job_dir, ids, labels)
         bank = dataset_example_bank(
             path,
             found,
@@ -215,7 +264,7 @@ async def job_example_bank(job_dir: Path, spec: RunSpec, options: Mapping[str, A
             field_map=field_map,
             max_passage_chars=max_chars,
         )
-        return with_neighbours(bank) if bank is not None else None
+        return JobExamples(with_neighbours(bank) if bank is not None else None, found, level, yes_grade)
 
     return await asyncio.to_thread(build)
 

@@ -496,7 +496,12 @@ class Review:
         labels = LabelSet(data.labels, source="the label store")
         if job["kind"] == "compare":
             return comparison_review_queue(data.records, self._rankings(job), labels, limit=limit)
-        return job_review_queue(data.records, labels, limit=limit)
+        records = data.records
+        if any(v.get("source") == "human" for r in records for v in r.get("verdicts") or []):
+            # a job with ``examples`` decided its labelled passages at its start: the queue
+            # leaves out what the store labels now, so one whose label was retracted is back
+            records = apply_labels(records, LabelSet([])).records
+        return job_review_queue(records, labels, limit=limit)
 
     def pending(self, job: Mapping[str, Any]) -> int:
         """How many of the job's passages nobody has labelled (the queue's full length)."""
@@ -658,13 +663,18 @@ def _text_of(texts: Mapping[str, Mapping[str, str]], qid: str, docno: str) -> st
 
 
 def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
-    """(passages of ``record`` decided by people, of which the label changed the verdict)."""
+    """(passages of ``record`` decided by people, of which the label changed the verdict). A
+    label that decided a passage the judge was never asked (a job with ``examples``: the
+    judge side is ``unjudged`` with no attempt) changes nothing, as
+    :func:`judge.batch.relabel_record` counts it."""
     applied = changed = 0
     for v in record.get("verdicts") or []:
         if v.get("source") != "human":
             continue
         applied += 1
         old = v.get("replaced") or {}
+        if old.get("verdict") == "unjudged" and not v.get("attempts"):
+            continue
         if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
             changed += 1
     return applied, changed

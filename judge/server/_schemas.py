@@ -94,7 +94,8 @@ class JobOptions(JudgeOptions):
     sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
     sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
     confidence: float | None = Field(default=None, gt=0.0, lt=1.0)
-    # worked examples: up to N labelled passages of the label store (the job's queries)
+    # worked examples: up to N labelled passages of the label store (the job's queries, as
+    # the job first starts); a labelled passage takes its label and is never judged
     examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
     examples_from: Literal["same", "nearest"] | None = None
 
