@@ -57,7 +57,7 @@ from scipy.stats import kendalltau
 from judge.batch import SampleLabelOptions, ppi_block
 from judge.io import SampleLabel, SampleLabels, join_run_qrels, read_qrels, read_run
 from judge.judging import JudgeConfig
-from judge.metrics import compare_scores, evaluate, holm_adjust, parse_measure_args
+from judge.metrics import cohen_kappa, compare_scores, evaluate, holm_adjust, parse_measure_args, roc_auc
 from judge.systems import aexperiment
 
 MEASURE = "ndcg_cut_10"
@@ -206,6 +206,51 @@ def draw_examples(
     return chosen
 
 
+def _pool_verdicts(out_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    verdicts: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in (out_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            for docno, v in zip(rec["docnos"], rec["verdicts"], strict=True):
+                verdicts[(str(rec["id"]), str(docno))] = v
+    return verdicts
+
+
+def test_pair_agreement(
+    zero_dir: Path,
+    examples_dir: Path,
+    grades: dict[tuple[str, str], int],
+    examples: dict[str, list[tuple[str, int]]],
+    level: int,
+) -> dict[str, Any]:
+    """Judge against labels on the test pairs (the pooled pairs the labels grade, the example
+    pairs left out), judged both zero-shot and with examples: people's and the judge's share
+    of relevant, Cohen's kappa at the template's threshold, ROC AUC of P(yes), and the best
+    kappa any threshold reaches (an oracle figure: how much a re-tuned threshold could
+    recover)."""
+    shown = {(q, d) for q, pairs in examples.items() for d, _ in pairs}
+    zero, ex = _pool_verdicts(zero_dir), _pool_verdicts(examples_dir)
+    keys = sorted(
+        k for k in zero
+        if k in grades and k not in shown
+        and zero[k].get("verdict") in ("yes", "no") and ex.get(k, {}).get("verdict") in ("yes", "no")
+    )  # fmt: skip
+    truth = np.array([grades[k] >= level for k in keys])
+    out: dict[str, Any] = {"pairs": len(keys), "people_yes": float(truth.mean()) if keys else None}
+    for name, src in (("zero_shot", zero), ("examples", ex)):
+        said = np.array([src[k]["verdict"] == "yes" for k in keys])
+        p = np.array([float(src[k].get("p_yes") or 0.0) for k in keys])
+        oracle = max((cohen_kappa(truth, p >= t), float(t)) for t in np.unique(p)) if keys else (None, None)
+        out[name] = {
+            "judge_yes": float(said.mean()) if keys else None,
+            "kappa": cohen_kappa(truth, said) if keys else None,
+            "auc": roc_auc(truth, p) if keys else None,
+            "best_kappa_any_threshold": oracle[0],
+            "at_threshold": oracle[1],
+        }
+    return out
+
+
 def examples_variant(
     paths: dict[str, Path],
     config: Path,
@@ -261,6 +306,9 @@ def examples_variant(
         },
         "control": choice(control, label_means, group),
         "examples": choice(with_examples, label_means, group),
+        "test_pairs": test_pair_agreement(
+            zero_dir, args.work / f"experiment-{backend_name}-{tag}", grades, examples, level
+        ),
         "seconds": round(elapsed, 1),
     }
     out = args.out or args.work / f"agreement-{backend_name}-{tag}.json"
@@ -287,12 +335,7 @@ def ppi_variant(
 ) -> dict[str, object]:
     """Each configuration's judge and prediction-powered nDCG@10 / P@10 from uniform samples of
     the pool's judged pairs labelled from the qrels; tau of their orders against the labels'."""
-    pool: dict[tuple[str, str], dict[str, object]] = {}
-    for line in (out_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            for docno, v in zip(rec["docnos"], rec["verdicts"], strict=True):
-                pool[(str(rec["id"]), str(docno))] = v
+    pool = _pool_verdicts(out_dir)
     qrels = read_qrels(qrels_path)
     grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
     records: dict[str, list[dict[str, object]]] = {}
