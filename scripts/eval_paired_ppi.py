@@ -29,7 +29,9 @@ configurations by P@10 and by nDCG@10:
     order: Copeland (wins minus losses over the 36 comparisons by the sign of the estimate),
     ties broken by the mean estimated difference. Beside it, **star**: every configuration
     against the judge's best only (8 comparisons, the sample drawn from their differing
-    pairs), ordered by the estimated difference.
+    pairs), ordered by the estimated difference; and **guarded**: (c)'s Copeland order where a
+    comparison whose 95% interval contains 0 keeps the judge's own paired difference (the
+    labels overrule the judge only where they settle the sign).
 
 Reported per share and measure: mean Kendall's tau (scipy, tau-b) of each order against the
 labels' order (each configuration's P@10 / nDCG@10 under the qrels, trec_eval conventions
@@ -157,21 +159,30 @@ def corrected_levels(
 
 
 def paired_order(
-    comps: dict[tuple[str, str], DifferingPairs], f: dict[Key, int], labels: dict[Key, int], names: list[str]
+    comps: dict[tuple[str, str], DifferingPairs],
+    f: dict[Key, int],
+    labels: dict[Key, int],
+    names: list[str],
+    *,
+    guarded: bool = False,
 ) -> tuple[dict[str, float], list[Any]]:
     """Copeland score (+ mean estimated difference / 100 to break ties) from the comparisons'
-    corrected differences, and the comparisons' results."""
+    corrected differences, and the comparisons' results. ``guarded``: a comparison whose
+    interval contains 0 keeps the judge's own difference."""
     wins = dict.fromkeys(names, 0.0)
     diff = dict.fromkeys(names, 0.0)
     results = []
     for (a, b), pairs in comps.items():
         r = paired_difference(pairs, f, labels)
         results.append(((a, b), r))
-        s = float(np.sign(r.estimate)) if abs(r.estimate) > 1e-12 else 0.0
+        value = r.estimate
+        if guarded and not (r.low is not None and r.high is not None and (r.low > 0.0 or r.high < 0.0)):
+            value = r.judge  # the labels do not settle the sign: the judge's difference stands
+        s = float(np.sign(value)) if abs(value) > 1e-12 else 0.0
         wins[a] += s
         wins[b] -= s
-        diff[a] += r.estimate
-        diff[b] -= r.estimate
+        diff[a] += value
+        diff[b] -= value
     return {n: wins[n] + diff[n] / (100.0 * len(names)) for n in names}, results
 
 
@@ -251,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 pick = rng.choice(len(union), size=min(n, len(union)), replace=False)
                 labels = {union[i]: y[union[i]] for i in pick}
                 c_score, results = paired_order(comps[label], fp, labels, names)
+                g_score, _ = paired_order(comps[label], fp, labels, names, guarded=True)
                 star = {(a, b): p for (a, b), p in comps[label].items() if a_best in (a, b)}
                 s_union = sorted({k for p in star.values() for k in p.keys})
                 s_pick = rng.choice(len(s_union), size=min(n, len(s_union)), replace=False)
@@ -265,14 +277,16 @@ def main(argv: list[str] | None = None) -> int:
                     "levels": b_levels[label],
                     "paired": c_score,
                     "star": s_score,
+                    "guarded": g_score,
                 }
                 for key, order in orders.items():
                     acc.setdefault(f"tau_{key}", []).append(tau(order, truth_l))
                     best = max(names, key=lambda n_: order[n_])
                     acc.setdefault(f"best_in_group_{key}", []).append(float(best in groups[label]))
-                acc.setdefault("paired_tau_ge_judge", []).append(
-                    float(acc["tau_paired"][-1] >= acc["tau_judge"][-1] - 1e-12)
-                )
+                for key in ("levels", "paired", "star", "guarded"):
+                    acc.setdefault(f"tau_ge_judge_{key}", []).append(
+                        float(acc[f"tau_{key}"][-1] >= acc["tau_judge"][-1] - 1e-12)
+                    )
                 acc.setdefault("paired_labels_used", []).append(float(len(labels)))
                 for pair_names, r in results:
                     acc.setdefault("labels_per_comparison", []).append(float(r.labels))
