@@ -24,6 +24,14 @@ def test_p_at_k_shared_pairs_cancel_and_a_full_sample_is_exact() -> None:
     assert r.estimate == pytest.approx(0.25)
     assert r.se == 0.0 and r.low == pytest.approx(0.25) and r.high == pytest.approx(0.25)
     assert (r.labels, r.population) == (2, 2)
+    assert r.as_dict() == {
+        "estimate": 0.25,
+        "low": 0.25,
+        "high": 0.25,
+        "judge": 0.0,
+        "labels": 2,
+        "differing_pairs": 2,
+    }
 
 
 def test_uniform_partial_sample_by_hand() -> None:
