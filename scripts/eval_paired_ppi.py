@@ -111,8 +111,10 @@ def label_scores(qrels_path: Path, trec: Path, text: str, level: int) -> dict[st
 
 
 def tau(a: dict[str, float], b: dict[str, float]) -> float:
+    """Kendall's tau-b; values rounded to 9 decimals so that equal means computed in another
+    order (0.6 and 0.5999999999999999) tie, as they do."""
     names = sorted(a)
-    t = kendalltau([a[n] for n in names], [b[n] for n in names]).statistic
+    t = kendalltau([round(a[n], 9) for n in names], [round(b[n], 9) for n in names]).statistic
     return 0.0 if np.isnan(t) else float(t)
 
 
