@@ -56,6 +56,12 @@ from judge.metrics._ppi import (
     ppi_figure,
     rectified_mean,
 )
+from judge.metrics._ppi_paired import (
+    DifferingPairs,
+    PairedDifference,
+    differing_pairs,
+    paired_difference,
+)
 from judge.metrics._query import RankedQuery
 from judge.metrics._ranking import (
     NOT_IN_POOL,
@@ -141,6 +147,7 @@ __all__ = [
     "ClaimSupport",
     "Comparison",
     "Conventions",
+    "DifferingPairs",
     "Evaluation",
     "Gain",
     "IdcgSource",
@@ -148,6 +155,7 @@ __all__ = [
     "JudgedQuery",
     "Measure",
     "NamedMeasure",
+    "PairedDifference",
     "PairedTest",
     "PpiFigure",
     "PpiInterval",
@@ -170,6 +178,7 @@ __all__ = [
     "claim_status_at_k",
     "compare_scores",
     "dcg",
+    "differing_pairs",
     "evaluate",
     "expected_average_precision",
     "expected_ndcg",
@@ -190,6 +199,7 @@ __all__ = [
     "measure_family",
     "ndcg",
     "ordered_measures",
+    "paired_difference",
     "paired_t_test",
     "parse_measure",
     "parse_measure_args",
