@@ -390,7 +390,10 @@ class BlockingLocal(LocalBackend):
     """LocalBackend whose llama.cpp work is a thread that waits for the test's go-ahead."""
 
     def __init__(self) -> None:
-        super().__init__()
+        # No machine-wide turns: the test is about this backend's own call lock, and an
+        # embedded judge running elsewhere on the machine (another process holding
+        # $JUDGE_HOME/embedded-model.lock) must not keep its thread from starting.
+        super().__init__(machine_turns=False)
         self.release = threading.Event()
         self.started = 0
         self.running = 0
