@@ -177,10 +177,8 @@ def choice(report: Any, label_means: dict[str, float], group: list[str]) -> dict
 def pooled_pairs(out_dir: Path) -> dict[str, list[str]]:
     """``{qid: [docno, ...]}``: a finished run's pool (``pool.judged.jsonl``)."""
     pool: dict[str, list[str]] = {}
-    for line in (out_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            pool.setdefault(str(rec["id"]), []).extend(str(d) for d in rec["docnos"])
+    for qid, docno in _pool_verdicts(out_dir):
+        pool.setdefault(qid, []).append(docno)
     return pool
 
 

@@ -36,6 +36,7 @@ from judge.batch._records import (
     build_record,
     ground_truth_metrics,
     human_label_counts,
+    label_changed,
     summarize_records,
     truth_of,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "human_label_counts",
     "job_agreement",
     "job_review_queue",
+    "label_changed",
     "label_for_passage",
     "make_progress",
     "map_impacts",

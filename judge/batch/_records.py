@@ -401,6 +401,17 @@ def summarize_records(
     return summary
 
 
+def label_changed(verdict: Mapping[str, Any]) -> bool:
+    """Whether a verdict decided by a person (a record's verdict with ``source`` human)
+    differs from the judge's own (``replaced``). A label that decided a passage the judge was
+    never asked (``--examples``: ``replaced`` is ``unjudged`` and no attempt was made)
+    changes nothing."""
+    old = verdict.get("replaced") or {}
+    if old.get("verdict") == "unjudged" and not verdict.get("attempts"):
+        return False
+    return bool(old.get("verdict") != verdict.get("verdict") or old.get("grade") != verdict.get("grade"))
+
+
 def human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """``{"passages", "changed", "queries", "reviewers"}`` decided by people in ``records``
     (None when no verdict came from a person): the summary's ``human_labels`` block."""
@@ -413,11 +424,7 @@ def human_label_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
                 continue
             here += 1
             reviewers.add(str(v.get("reviewer")))
-            old = v.get("replaced") or {}
-            if old.get("verdict") == "unjudged" and v.get("attempts") == 0:
-                continue  # took its label under --examples: no judge verdict to change
-            if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
-                changed += 1
+            changed += label_changed(v)
         passages += here
         queries += 1 if here else 0
     if not passages:

@@ -44,7 +44,7 @@ from judge.io import (
     read_sample_labels,
 )
 from judge.judging import ExampleBank, JudgeConfig, PassageVerdict, VerdictStore
-from judge.store import LabelSet, atomic_write_text, read_label_file
+from judge.store import LabelSet, atomic_write_text, read_label_file, trec_token
 from judge.systems import (
     REASONS_DIR,
     ComparisonReport,
@@ -648,11 +648,6 @@ QUEUE_REASONS = 10
 ASKED_DIR = "asked"
 
 
-def token_of(qid: str) -> str:
-    """A query id as the review queue and the label store name it (its TREC token)."""
-    return "_".join(str(qid).split()) or "_"
-
-
 def explaining_config(backend: Backend, spec: RunSpec, options: Mapping[str, Any]) -> JudgeConfig | None:
     """The config a comparison job's reasons on request are asked with; None: the job gets
     none on request (``explain`` set, listwise, or probability mode chosen explicitly)."""
@@ -664,7 +659,7 @@ def explained(job_dir: Path) -> dict[tuple[str, str], PassageVerdict]:
     """Every reason asked so far for a comparison's pooled pairs (its report's, its queue's,
     the pairs opened on the review page), by (query id, docno) and (query token, docno)."""
     found = read_reasons(job_dir)
-    return {**found, **{(token_of(q), d): v for (q, d), v in found.items()}}
+    return {**found, **{(trec_token(q), d): v for (q, d), v in found.items()}}
 
 
 def pool_lines(
@@ -708,7 +703,7 @@ def queue_head_pairs(
     records = list(iter_pool_records(job_dir))
     found = labels({str(r["id"]) for r in records})[0] if labels is not None and records else None
     items = comparison_review_queue(records, system_rankings(job_dir, options), found, limit=QUEUE_REASONS)
-    by_token = {token_of(str(r["id"])): r for r in records}
+    by_token = {trec_token(r["id"]): r for r in records}
     have = explained(job_dir)
     pairs: dict[str, list[str]] = {}
     for item in items:
@@ -851,7 +846,7 @@ def system_rankings(job_dir: Path, options: Mapping[str, Any]) -> dict[str, dict
     depth = options.get("depth")
     return {
         system.name: {
-            "_".join(qid.split()) or "_": list(sq.docnos[:depth] if depth else sq.docnos)
+            trec_token(qid): list(sq.docnos[:depth] if depth else sq.docnos)
             for qid, sq in system.queries.items()
         }
         for system in inputs.systems

@@ -30,6 +30,7 @@ from judge.server._app_state import AppState, State, field_error, json_error
 from judge.server._failures import upstream_status
 from judge.server._jobs import job_spec
 from judge.server._review_routes import reviewer_of
+from judge.store import trec_token
 
 
 class ReasonIn(BaseModel):
@@ -48,7 +49,7 @@ def pooled_verdict(
     queue names it): ``(query id, docno, verdict)``, or a 422 naming the field."""
     records = state.review.data(job).records
     record = next((r for r in records if str(r["id"]) == body.query_id), None) or next(
-        (r for r in records if _engine.token_of(str(r["id"])) == body.query_id), None
+        (r for r in records if trec_token(r["id"]) == body.query_id), None
     )
     if record is None:
         raise field_error(("body", "query_id"), f"the comparison has no judged query {body.query_id!r}")

@@ -41,6 +41,7 @@ from judge.batch import (
     comparison_review_queue,
     job_agreement,
     job_review_queue,
+    label_changed,
     relabel_record,
     summarize_records,
 )
@@ -57,6 +58,7 @@ from judge.store import (
     LabelStore,
     calibrated_config,
     conflicts_of,
+    trec_token,
 )
 from judge.systems import ReportFolder
 
@@ -658,7 +660,7 @@ def _text_of(texts: Mapping[str, Mapping[str, str]], qid: str, docno: str) -> st
     """A passage's text (a comparison's pool keys queries by their TREC token)."""
     found = texts.get(qid)
     if found is None:
-        found = next((v for k, v in texts.items() if ("_".join(k.split()) or "_") == qid), {})
+        found = next((v for k, v in texts.items() if trec_token(k) == qid), {})
     return found.get(docno)
 
 
@@ -672,11 +674,7 @@ def _human_counts(record: Mapping[str, Any]) -> tuple[int, int]:
         if v.get("source") != "human":
             continue
         applied += 1
-        old = v.get("replaced") or {}
-        if old.get("verdict") == "unjudged" and not v.get("attempts"):
-            continue
-        if old.get("verdict") != v.get("verdict") or old.get("grade") != v.get("grade"):
-            changed += 1
+        changed += label_changed(v)
     return applied, changed
 
 

@@ -149,8 +149,9 @@ def shown_pairs(data: ReportData) -> dict[str, list[str]]:
     (:func:`~judge.systems._render.example_systems`: every system of a comparison, an
     experiment's best and baseline or runner-up) on each query where those differ most.
     Human labels and unjudged pairs need no reason."""
-    _, rows = differing_queries(data)
-    shown = example_systems(data).systems
+    examples = example_systems(data)
+    _, rows = differing_queries(data, examples)
+    shown = examples.systems
     wanted: dict[str, list[str]] = {}
     for qid, _ in rows:
         judged = data.verdicts.verdicts.get(qid, {})

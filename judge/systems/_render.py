@@ -583,14 +583,17 @@ def example_systems(data: ReportData) -> Examples:
     )
 
 
-def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
+def differing_queries(
+    data: ReportData, examples: Examples | None = None
+) -> tuple[str | None, list[tuple[str, dict[str, float]]]]:
     """The queries with the largest spread of the primary measure across the systems the
-    example block shows (:func:`example_systems`), each with those systems' values."""
+    example block shows (``examples``, default :func:`example_systems` of ``data``), each
+    with those systems' values."""
     primary = data.primary
     if primary is None:
         return None, []
     excluded = set(data.report.not_in_all_systems)
-    names = [s.name for s in example_systems(data).systems]
+    names = [s.name for s in (examples or example_systems(data)).systems]
     per: dict[str, dict[str, float]] = {}
     for name in names:
         ev = data.evaluations.get(name)
@@ -610,10 +613,17 @@ def differing_queries(data: ReportData) -> tuple[str | None, list[tuple[str, dic
     return primary, [r for r in rows if max(r[1].values()) - min(r[1].values()) > 0][: data.top_queries]
 
 
-def _query_block(data: ReportData, qid: str, values: Mapping[str, float], primary: str) -> str:
+def _query_block(
+    data: ReportData,
+    qid: str,
+    values: Mapping[str, float],
+    primary: str,
+    shown: Sequence[SystemInput],
+    colors: Mapping[str, str],
+) -> str:
+    """One query's columns: each of the ``shown`` systems' top passages, in its colour."""
     cols: list[str] = []
-    colors = dict(zip([s.name for s in data.inputs.systems], palette(len(data.inputs.systems)), strict=True))
-    for system in example_systems(data).systems:
+    for system in shown:
         sq = system.queries.get(qid)
         color = colors[system.name]
         head = (
@@ -749,8 +759,8 @@ def render_html(data: ReportData) -> str:
             "red where it loses, grey for ties.</p>"
         )
         parts.extend(difference_chart(pd) for pd in diffs)
-    measure, queries = differing_queries(data)
     examples = example_systems(data)
+    measure, queries = differing_queries(data, examples)
     parts.append(f'<h2 id="queries">{escape(examples.heading)}</h2>')
     experiment = data.experiment_objective is not None
     if measure is not None and queries:
@@ -767,7 +777,11 @@ def render_html(data: ReportData) -> str:
             f'<p class="muted">By the spread of per-query {escape(measure)} {among}; each '
             f"{whose}'s top {data.top_passages} passages with the pooled verdict and its reason.{tail}</p>"
         )
-        parts.extend(_query_block(data, qid, values, measure) for qid, values in queries)
+        names = [s.name for s in data.inputs.systems]
+        colors = dict(zip(names, palette(len(names)), strict=True))
+        parts.extend(
+            _query_block(data, qid, values, measure, examples.systems, colors) for qid, values in queries
+        )
     else:
         parts.append(
             f"<p>The {'configurations shown' if experiment else 'systems'} score the same on every query.</p>"
@@ -823,8 +837,9 @@ def render_differences(data: ReportData) -> dict[str, Any]:
     """The queries where the systems differ most on the primary measure (as report.html
     picks them), each with the value and top passages of every system it shows
     (:func:`example_systems`)."""
-    primary, rows = differing_queries(data)
-    shown = example_systems(data).systems
+    examples = example_systems(data)
+    primary, rows = differing_queries(data, examples)
+    shown = examples.systems
     queries = []
     for qid, values in rows:
         systems: list[dict[str, Any]] = []
