@@ -10,6 +10,8 @@ It does not import ``judge``. It answers ``POST /v1/chat/completions`` (and
 * faults, drawn per request from a seeded RNG: ``error_rate`` HTTP 500s, ``garbage_rate``
   HTTP 200 replies whose content is not JSON, ``hang_rate`` requests never answered
   (held ``hang_s`` seconds or until the client gives up);
+* a held prompt: every request whose prompt contains ``hold_marker`` (when set) hangs like
+  that, so a test can keep one chosen passage unanswered for as long as it needs;
 * harmless extras, chosen per prompt (a hash of it, so a repeated prompt gets the same
   reply): ``extra_key_rate`` of the judge replies carry one key the schema does not ask for
   (``"grade": 0`` on a binary verdict, ``"verdict": "no"`` on a graded one), and
@@ -79,6 +81,7 @@ class SimConfig:
     garbage_rate: float = 0.0
     hang_rate: float = 0.0
     hang_s: float = 3600.0
+    hold_marker: str = ""  # a prompt containing it hangs (a chosen passage never answered)
     extra_key_rate: float = 0.0
     null_reason_rate: float = 0.0
     seed: int = 0
@@ -230,6 +233,8 @@ class SimServer:
                 outcome = "hang"
             else:
                 outcome = "ok"
+            if cfg.hold_marker and cfg.hold_marker in _prompt_text(body):
+                outcome = "hang"
         self.outcomes[outcome] += 1
         self.kinds[kind] += 1
         peer = request.remote or "?"
@@ -459,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--garbage-rate", type=float, default=d.garbage_rate)
     p.add_argument("--hang-rate", type=float, default=d.hang_rate)
     p.add_argument("--hang-s", type=float, default=d.hang_s)
+    p.add_argument("--hold-marker", default=d.hold_marker, help="a prompt containing this text hangs")
     p.add_argument(
         "--extra-key-rate",
         type=float,
@@ -482,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         garbage_rate=a.garbage_rate,
         hang_rate=a.hang_rate,
         hang_s=a.hang_s,
+        hold_marker=a.hold_marker,
         extra_key_rate=a.extra_key_rate,
         null_reason_rate=a.null_reason_rate,
         seed=a.seed,
