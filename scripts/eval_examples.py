@@ -411,6 +411,38 @@ def _auc(rows: Sequence[dict[str, Any]]) -> float:
         return math.nan
 
 
+def _best_threshold(rows: Sequence[dict[str, Any]]) -> float:
+    """The P(yes) threshold (yes iff P(yes) >= it) with the highest kappa on ``rows``: the
+    smallest such threshold among the rows' own P(yes) values (0.5 when none is defined)."""
+    human = np.array([r["relevant"] for r in rows])
+    p = np.array([r["p_yes"] for r in rows], dtype=float)
+    best, at = -math.inf, 0.5
+    for t in np.unique(p):
+        k = _kappa(human, (p >= t).astype(int))
+        if not math.isnan(k) and k > best:
+            best, at = k, float(t)
+    return at
+
+
+def loqo_kappa(rows: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """(kappa, mean threshold): every query's verdicts at the threshold tuned on the other
+    queries' (leave one query out, over every seed): the agreement a threshold made for
+    prompts with this many examples would give on a query it was not tuned on."""
+    rs = [r for r in rows if r.get("p_yes") is not None]
+    queries = sorted({r["query_id"] for r in rs})
+    if len(queries) < 2:
+        return math.nan, math.nan
+    human, judged, used = [], [], []
+    for q in queries:
+        t = _best_threshold([r for r in rs if r["query_id"] != q])
+        used.append(t)
+        for r in rs:
+            if r["query_id"] == q:
+                human.append(r["relevant"])
+                judged.append(1 if r["p_yes"] >= t else 0)
+    return _kappa(np.array(human), np.array(judged)), float(np.mean(used))
+
+
 def _fmt(v: float, lo: float = math.nan, hi: float = math.nan) -> str:
     if math.isnan(v):
         return "undefined"
@@ -465,6 +497,7 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "kappa": kappa,
                 "delta": delta,
                 "auc": _auc(rs),
+                "loqo": loqo_kappa(rs) if protocol == "same" else (math.nan, math.nan),
                 "yes_rate": sum(r["verdict"] == "yes" for r in rs) / len(rs),
                 "human_yes": sum(r["relevant"] for r in rs) / len(rs),
                 "shown": sum(len(r["examples"]) for r in rs) / len(rs),
@@ -477,19 +510,25 @@ def report_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def print_report(rows: Sequence[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
-        "| set | protocol | examples | passages (queries) | κ [95% CI] | Δκ vs 0 [95% CI] | AUC | judge yes "
+        "| set | protocol | examples | passages (queries) | κ [95% CI] | Δκ vs 0 [95% CI] | AUC "
+        "| κ, threshold tuned on the other queries (mean t) | judge yes "
         "| people yes | examples shown | prompt tokens | median s / passage |",
         file=file,
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
     for r in rows:
         print(
             f"| {r['dataset']} | {r['protocol']} | {r['shots']} | {r['passages']} ({r['queries']}) | "
             f"{_fmt(*r['kappa'])} | {_fmt(*r['delta']) if r['shots'] else '—'} | {_fmt(r['auc'])} | "
-            f"{r['yes_rate']:.2f} | "
+            f"{_loqo(r['loqo'])} | {r['yes_rate']:.2f} | "
             f"{r['human_yes']:.2f} | {r['shown']:.1f} | {r['tokens']:.0f} | {r['seconds']:.2f} |",
             file=file,
         )
+
+
+def _loqo(value: tuple[float, float]) -> str:
+    k, t = value
+    return "—" if math.isnan(t) else f"{_fmt(k)} ({t:.3f})"
 
 
 def common_records(records: Sequence[dict[str, Any]], shots: Sequence[int]) -> list[dict[str, Any]]:
