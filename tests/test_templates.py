@@ -184,7 +184,7 @@ def test_shipped_calibration_matches_the_shipped_templates() -> None:
     # must be re-tuned (scripts/eval_judge.py) and its entry updated with the new hash.
     path = templates_dir() / "calibration.toml"
     entries = tomllib.loads(path.read_text(encoding="utf-8"))
-    assert set(entries) == {"binary.zh.v2", "binary.en.v2"}
+    assert set(entries) == {"binary.zh.v2", "binary.en.v2", "binary.en.v4"}
     for template_id, entry in entries.items():
         template = load_template(template_id)
         assert entry["template_hash"] == template.hash, f"{template_id} changed since it was calibrated"
@@ -193,6 +193,8 @@ def test_shipped_calibration_matches_the_shipped_templates() -> None:
     assert load_template("binary.zh.v1").p_yes_threshold is None  # not calibrated: 0.5
     assert load_template("binary.zh.v1").decision_threshold == 0.5
     assert load_template("binary.zh.v2").decision_threshold == 0.575
+    assert load_template("binary.en.v4").decision_threshold == 0.725
+    assert load_template("binary.en.v2").decision_threshold == 0.834  # still usable by id
 
 
 def test_an_edited_template_loses_its_calibration(tmp_path: Path) -> None:
@@ -220,7 +222,7 @@ def test_bad_calibration_entries_are_refused(text: str, field: str) -> None:
 
 def test_default_templates_are_the_tuned_ones() -> None:
     assert JudgeConfig(language="zh").template_id() == "binary.zh.v2"
-    assert JudgeConfig().template_ids() == {"zh": "binary.zh.v2", "en": "binary.en.v2"}
-    assert JudgeConfig(language="en").template_id() == "binary.en.v2"
+    assert JudgeConfig().template_ids() == {"zh": "binary.zh.v2", "en": "binary.en.v4"}
+    assert JudgeConfig(language="en").template_id() == "binary.en.v4"
     assert JudgeConfig(mode="graded", language="zh").template_id() == "graded.zh.v1"
     assert JudgeConfig(mode="graded", language="en").template_id() == "graded.en.v2"

@@ -398,10 +398,13 @@ def list_templates() -> list[PromptTemplate]:
 
 # The built-in default per (mode, language): the template that agreed best with human
 # labels on the tune halves of scripts/eval_judge.py (docs/agreement.md); the others
-# stay available by id.
+# stay available by id. English uses the rules-first layout (binary.en.v4: the fixed rules
+# are a prefix every prompt shares) because it keeps binary.en.v2's held-out kappa with a
+# shorter prompt to evaluate per passage; Chinese stays passage-first (binary.zh.v2)
+# because its rules-first variant (binary.zh.v5) lost kappa on QBQTC.
 _DEFAULTS: dict[tuple[str, str], str] = {
     ("binary", "zh"): "binary.zh.v2",
-    ("binary", "en"): "binary.en.v2",
+    ("binary", "en"): "binary.en.v4",
     ("graded", "en"): "graded.en.v2",
 }
 
