@@ -19,6 +19,9 @@ Corpora (built at run time from ../shared/data, see scripts/experiment_data.py):
 
 ``--backend qrels`` uses the corpus's own labels as the judge (the orders must agree, tau
 1 up to ties). Re-running resumes: every judged pair is in the work directory's cache.
+``dl19`` is judged with ``binary.en.v2`` (the English default when docs/agreement.md's figures
+were measured, pinned so they and the cached verdicts stay valid); ``zh`` with the Chinese
+default.
 
 ``--ppi-share S`` (e.g. 0.10) adds the prediction-powered variant: a uniform sample of S of
 the pool's judged pairs (seed ``--seed``) is labelled from the corpus's qrels (relevant =
@@ -61,6 +64,8 @@ from judge.metrics import cohen_kappa, compare_scores, evaluate, holm_adjust, pa
 from judge.systems import aexperiment
 
 MEASURE = "ndcg_cut_10"
+# Pinned verdict template per corpus (None: the language's default); see the module doc.
+TEMPLATE: dict[str, str | None] = {"dl19": "binary.en.v2", "zh": None}
 
 
 def label_scores(qrels_path: Path, trec_path: Path) -> dict[str, float]:
@@ -417,7 +422,7 @@ def aexperiment_sync(
             backend=backend,
             measures=[MEASURE, "map"],
             # verdicts only: no reason is generated (the decision is the same, the call shorter)
-            config=JudgeConfig(explain=False),
+            config=JudgeConfig(explain=False, template=TEMPLATE.get(args.corpus)),
             cache=cache or args.work / f"cache-{out.name}.sqlite",
             seed=args.seed,
             stability_resamples=0,

@@ -5,7 +5,8 @@
 
 Each judge is a process of its own (``--worker``) that loads the embedded model, judges one
 warm-up pair, waits for the start signal and then judges ``--pairs`` TREC DL 2019 pairs one
-at a time in probability mode (the product's English prompt, ``binary.en.v2``; no reason),
+at a time in probability mode (``binary.en.v2``, the English default when docs/benchmarks.md's
+figures were measured, pinned so they stay comparable; no reason),
 reporting passages/s from the signal to its last verdict. Phases, in this order:
 
 1. ``alone``: one judge;
@@ -47,7 +48,8 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     pairs = dl19_pairs(args.pairs + 1, args.per_query)
     local = LocalBackend(machine_turns=args.turns, reason_batch=1)
     backend = ensure_resilient(local)
-    config = JudgeConfig(language="en", probability=True, explain=False)
+    # Pinned: the documented figures were measured on binary.en.v2 (the default then).
+    config = JudgeConfig(language="en", probability=True, explain=False, template="binary.en.v2")
     _, query, text, _ = pairs[-1]
     await judge_passage(backend, query, Passage(text=text), 0, config)  # load + warm up
     print("ready", flush=True)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Does a judge agree better with people when it is shown their labels? (issue 35, part 1)
 
-Cohen's kappa of a judge (default: the embedded model, probability mode, the shipped
-English/Chinese binary template at its calibrated threshold) against human labels, with
+Cohen's kappa of a judge (default: the embedded model, probability mode, ``binary.en.v2`` /
+``binary.zh.v2`` at their calibrated thresholds: the binary defaults when docs/agreement.md's
+figures were measured, pinned so they stay true) against human labels, with
 0, 2, 4 or 8 worked examples in each prompt, chosen by the product's own rule
 (:class:`judge.judging.ExampleBank`: balanced yes/no, shortest first within the token
 budget, never the passage itself).
@@ -267,8 +268,8 @@ async def judge_cases(
     todo = len(cases)
     for c in cases:  # in order: a query's test passages one after another
         language = EJ.DATASETS[c.dataset].language
-        config = JudgeConfig(language=language, probability=True, explain=False)
-        template = load_template(f"binary.{language}.v2")
+        template = load_template(f"binary.{language}.v2")  # pinned: the documented figures' template
+        config = JudgeConfig(language=language, probability=True, explain=False, template=template.id)
         key = (c.dataset, c.protocol, c.seed, shots, c.pair_id, backend.name, template.hash)
         key += (tuple(e.id for e in c.examples),)
         if key in done:

@@ -77,11 +77,12 @@ DATA = REPO.parent / "shared" / "data"
 DEFAULT_OUT = REPO / "runs" / "eval_judge"
 DEFAULT_BACKEND = "local:qwen2.5-coder-1.5b-q4km"
 # The plain baseline, the previous default and the shipped defaults (Chinese template on the
-# Chinese datasets, English template on DL19), as in docs/agreement.md.
+# Chinese datasets, English template on DL19: binary.en.v4 since issue 36, item 8), as in
+# docs/agreement.md.
 DEFAULT_CONFIGS = (
     "baseline_plain.zh.v1",
     "binary.zh.v1",
-    "binary.zh.v2@rgb+kuake+qbqtc|binary.en.v2@dl19",
+    "binary.zh.v2@rgb+kuake+qbqtc|binary.en.v4@dl19",
 )
 MAX_PASSAGE_CHARS = 1500
 BOOTSTRAP_RESAMPLES = 1000

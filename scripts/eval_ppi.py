@@ -15,7 +15,9 @@ The judge:
   among 241 relevant ones). A new judge per draw (seed =
   the draw).
 * ``--judge FILE``: a ``judge score`` output over the same dataset (the embedded judge's real
-  verdicts; pairs it left unjudged leave the population).
+  verdicts; pairs it left unjudged leave the population). docs/agreement.md's figures were
+  measured on ``binary.en.v2`` (the English default then): ``judge score --template
+  binary.en.v2`` reproduces them.
 
 Each draw labels a uniform sample (without replacement) of ``--share`` of the pairs and
 computes, at ``--confidence`` (default 0.95), for P@10, nDCG@10 and mAP (the judge's

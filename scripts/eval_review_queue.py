@@ -38,7 +38,9 @@ scored by the batch engine with a scripted probability-mode backend whose P(yes)
 ``sigmoid(b[grade] + N(0, sigma))`` per passage (seeded; ``b`` = -0.9, 0.8, 2.0, 3.0 and
 ``sigma`` = 1.2 make it say yes to about a quarter of grade-0 and three quarters of grade-1
 passages, like the embedded judge on TREC DL19). Use it only where the embedded judge
-cannot run; the README says which judge its figures come from.
+cannot run; the README says which judge its figures come from. With ``--dl19-run`` its
+verdicts are decided on ``binary.en.v2``'s threshold (0.834, the English default when
+docs/guides/review-measurement.md's figures were measured; pinned so they stay true).
 
 Run: ``python scripts/eval_review_queue.py /tmp/sample.judged.jsonl``
 """
@@ -294,9 +296,10 @@ _BIAS = (-0.9, 0.8, 2.0, 3.0)
 _SIGMA = 1.2
 
 
-def simulate_judged(dataset: Path, out: Path, *, seed: int = 0) -> None:
+def simulate_judged(dataset: Path, out: Path, *, seed: int = 0, template: str | None = None) -> None:
     """Score ``dataset`` with the batch engine and a scripted probability-mode backend (see
-    the module doc) into ``out``."""
+    the module doc) into ``out``; ``template``: the verdict template (default: the language's
+    default), whose calibrated threshold decides the verdicts."""
     from judge.backends import ChatRequest, ScriptedBackend
     from judge.batch import BatchOptions, score_dataset
     from judge.io import read_dataset
@@ -318,7 +321,7 @@ def simulate_judged(dataset: Path, out: Path, *, seed: int = 0) -> None:
         return {"yes": p_yes, "no": 1.0 - p_yes}
 
     backend = ScriptedBackend(reply, name="fake:simulated-judge", supports_probabilities=True)
-    config = JudgeConfig(probability=True, explain=False)
+    config = JudgeConfig(probability=True, explain=False, template=template)
     out.unlink(missing_ok=True)
     asyncio.run(
         score_dataset(dataset, out, backend, config, store=None, options=BatchOptions(progress="quiet"))
@@ -354,11 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     path = args.judged
     if args.simulate_judge:
-        dataset = Path(args.dataset)
+        dataset, template = Path(args.dataset), None
         if args.dl19_run:
             dataset = Path(args.simulate_judge).with_suffix(".dataset.jsonl")
             dl19_dataset(Path(args.dl19_dir), args.dl19_run, dataset, depth=args.depth)
-        simulate_judged(dataset, Path(args.simulate_judge), seed=args.judge_seed)
+            template = "binary.en.v2"  # pinned: the documented DL 2019 figures were measured on it
+        simulate_judged(dataset, Path(args.simulate_judge), seed=args.judge_seed, template=template)
         path = path or args.simulate_judge
     if not path:
         ap.error("give a judged file or --simulate-judge OUT.jsonl")
