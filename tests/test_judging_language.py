@@ -54,7 +54,7 @@ def _templates(record: dict[str, Any]) -> set[str]:
 
 async def test_english_dataset_without_language_gets_english_templates(tmp_path: Path) -> None:
     *records, summary = await _score(tmp_path, [EN], JudgeConfig())
-    assert _templates(records[0]) == {"binary.en.v2"}
+    assert _templates(records[0]) == {"binary.en.v4"}
     assert records[0]["conventions"]["language"] == "en"
     assert summary["config"]["judge"]["language"] == "auto" and summary["languages"] == {"en": 1}
     assert "CJK" in summary["config"]["judge"]["language_rule"]
@@ -66,7 +66,7 @@ async def test_chinese_dataset_gets_chinese_and_a_mixed_one_each_query_its_own(t
     (tmp_path / "m").mkdir()
     *records, summary = await _score(tmp_path / "m", [EN, ZH], JudgeConfig())
     by_id = {r["id"]: r for r in records}
-    assert _templates(by_id["e1"]) == {"binary.en.v2"} and _templates(by_id["z1"]) == {"binary.zh.v2"}
+    assert _templates(by_id["e1"]) == {"binary.en.v4"} and _templates(by_id["z1"]) == {"binary.zh.v2"}
     assert summary["languages"] == {"en": 1, "zh": 1}
     # every verdict records its template's hash; the hashes of the two languages differ
     hashes = {v["template_hash"] for r in records for v in r["verdicts"]}
@@ -84,7 +84,7 @@ def test_python_api_picks_per_query() -> None:
     result = judge.evaluate(
         EN["query"], EN["retrieval_context"], backend=RuleBackend.keyword("RELEVANT"), summary=False
     )
-    assert {v.template_id for v in result.verdicts} == {"binary.en.v2"}
+    assert {v.template_id for v in result.verdicts} == {"binary.en.v4"}
     assert result.conventions["language"] == "en"
 
 

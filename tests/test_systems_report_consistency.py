@@ -114,5 +114,5 @@ def test_html_badges_show_p_yes_with_the_threshold(tmp_path: Path) -> None:
     html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
     report = json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))
     thresholds = report["conventions"]["p_yes_thresholds"]
-    assert thresholds == {"binary.zh.v2": 0.575, "binary.en.v2": 0.834}
+    assert thresholds == {"binary.zh.v2": 0.575, "binary.en.v4": 0.725}
     assert "p=0.80 ≥ 0.575" in html and "p=0.20 &lt; 0.575" in html
