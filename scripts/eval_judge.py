@@ -498,15 +498,20 @@ def tune_threshold(relevant: np.ndarray, scores: np.ndarray, *, prefer: float = 
     return tune_threshold_macro([(relevant, scores)], prefer=prefer)
 
 
-def tune_threshold_macro(parts: Sequence[tuple[np.ndarray, np.ndarray]], *, prefer: float = 0.5) -> float:
+def tune_threshold_macro(
+    parts: Sequence[tuple[np.ndarray, np.ndarray]], *, prefer: float = 0.5, untuned: float | None = None
+) -> float:
     """The threshold maximising the mean binary kappa over ``parts`` (one per dataset, so
     every dataset weighs the same whatever its size).
 
     Candidates are the midpoints between consecutive distinct scores of all parts (plus one
     below the lowest and one above the highest); ties go to the candidate closest to
     ``prefer``. A part where kappa is undefined at a candidate is left out of its mean.
+    With no scores at all (the tune halves were not judged): ``untuned`` (``prefer`` if None).
     """
-    u = np.unique(np.concatenate([scores for _, scores in parts]))
+    u = np.unique(np.concatenate([scores for _, scores in parts])) if parts else np.array([])
+    if u.size == 0:
+        return prefer if untuned is None else untuned
     cands = np.concatenate(([u[0] - 1e-9], (u[:-1] + u[1:]) / 2.0, [u[-1] + 1e-9]))
     best_t, best_k = prefer, -math.inf
     for t in cands:
@@ -649,6 +654,15 @@ def _pool_key(cfg: Scorer, dataset: str) -> tuple[int, str]:
     return cfg.routes.index(route), DATASETS[dataset].language
 
 
+def _calibrated(cfg: Scorer, dataset: str) -> float:
+    """The calibrated P(yes) threshold of the route's template for ``dataset`` (0.5 for a
+    route of several configs, or a template without one)."""
+    route = cfg.route_for(dataset)
+    if route is None or len(route) != 1:
+        return 0.5
+    return load_template(route[0].template).p_yes_threshold or 0.5
+
+
 def analyse(
     records: Sequence[dict[str, Any]],
     datasets: Sequence[str],
@@ -670,7 +684,10 @@ def analyse(
             if j is not None:
                 t = j.part("tune")
                 pools[_pool_key(cfg, d)].append((t.human >= DATASETS[d].level, t.p_yes))
-        t_route = {key: tune_threshold_macro(parts) for key, parts in pools.items()}
+        # Tune halves not judged (``--judge-split test``): the template's calibrated threshold
+        # (prompts/calibration.toml, tuned on them in an earlier run), else 0.5.
+        untuned = {_pool_key(cfg, d): _calibrated(cfg, d) for d, j in judged.items() if j is not None}
+        t_route = {key: tune_threshold_macro(parts, untuned=untuned[key]) for key, parts in pools.items()}
         for d in datasets:
             j = judged[d]
             if j is None:
@@ -681,7 +698,7 @@ def analyse(
             if test.human.size == 0:
                 continue
             rel = test.human >= level
-            t_d = tune_threshold(tune.human >= level, tune.p_yes) if tune.human.size else 0.5
+            t_d = tune_threshold(tune.human >= level, tune.p_yes) if tune.human.size else t_global
 
             row = Row(
                 dataset=d,

@@ -220,3 +220,19 @@ def test_recorded_verdicts_are_greedy_even_for_a_calibrated_template() -> None:
     cfg = ej.parse_config("binary.zh.v2")
     assert resolve_config(cfg.judge_config(), None).decision_threshold == 0.5
     assert load_template("binary.zh.v2").p_yes_threshold == 0.575
+
+
+async def test_a_table_of_the_test_halves_alone_uses_the_calibrated_threshold(tmp_path: Path) -> None:
+    # `--judge-split test` on a shipped template: no tune half to tune on. The table uses the
+    # template's calibrated threshold (binary.zh.v2: 0.575), 0.5 for one without (it crashed:
+    # IndexError on the empty tune scores).
+    sample = ej.balanced_sample(_pairs({0: 8, 1: 8}), 16, seed=0)
+    configs = [ej.parse_config("binary.zh.v2"), ej.parse_config("baseline_plain.zh.v1")]
+    rec = ej.Recorder(tmp_path / "v.jsonl", ej.record_key)
+    await ej.judge_sample(RuleBackend(_rule), sample, configs, rec)
+    test_only = [r for r in rec.records if r["split"] == "test"]
+    calibrated, plain = ej.analyse(test_only, ["rgb"], configs, "test")
+    assert calibrated.t_global == pytest.approx(0.575) and calibrated.t_dataset == pytest.approx(0.575)
+    assert calibrated.kappa_t_global == 1.0  # P(yes) 0.8 for every positive, 0.3 for every negative
+    assert plain.t_global == pytest.approx(0.5) and plain.kappa_t_global == 1.0
+    assert calibrated.n == plain.n == 8
