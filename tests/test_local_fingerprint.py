@@ -43,7 +43,7 @@ def _dataset(tmp_path: Path) -> Path:
 def _judge() -> ScriptedBackend:
     def reply(request: ChatRequest, _index: int) -> dict[str, float]:
         text = request.messages[-1].content
-        pid = re.search(r"passage (\w+)", text)
+        pid = re.search(r"<passage>\npassage (\w+)", text)  # the passage's text, not a rule's words
         assert pid is not None
         p = P_YES[pid.group(1)]
         return {"yes": p, "no": 1.0 - p}
