@@ -41,15 +41,21 @@ def isolate_cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
 
 
-def load_sim() -> ModuleType:
-    """``scripts/sim_llm_server.py`` as the module ``sim_llm_server``."""
-    spec = importlib.util.spec_from_file_location("sim_llm_server", ROOT / "scripts" / "sim_llm_server.py")
+def load_script(name: str) -> ModuleType:
+    """``scripts/NAME.py`` as the module ``NAME`` (registered in ``sys.modules`` first, so
+    its dataclasses and pickles resolve)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     if spec is None or spec.loader is None:
-        raise ImportError("scripts/sim_llm_server.py")
+        raise ImportError(f"scripts/{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_llm_server"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_sim() -> ModuleType:
+    """``scripts/sim_llm_server.py`` as the module ``sim_llm_server``."""
+    return load_script("sim_llm_server")
 
 
 @asynccontextmanager

@@ -3,22 +3,15 @@ the embedded judge's), on a three-query stand-in folder."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from _helpers import load_script
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_dl19", ROOT / "scripts" / "_dl19.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("_dl19", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("_dl19")
 
 
 def _folder(tmp_path: Path) -> Path:

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+from _helpers import load_script
 
 from judge.backends import ChatRequest, RuleBackend
 from judge.judging import load_template, resolve_config
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "eval_judge.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("eval_judge", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_judge"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ej = _load()
+ej = load_script("eval_judge")
 
 
 def _pairs(counts: dict[int, int], dataset: str = "rgb") -> list[object]:

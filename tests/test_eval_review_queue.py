@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "eval_review_queue", ROOT / "scripts" / "eval_review_queue.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eval_review_queue"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("eval_review_queue")
 
 
 def test_queue_labels_beat_random_labels_on_the_simulated_judge(tmp_path: Path) -> None:

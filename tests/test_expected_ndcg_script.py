@@ -4,13 +4,12 @@ with the ground truth, on a judged output written here with a stand-in judge."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _helpers import load_script
 
 from judge.backends import RuleBackend
 from judge.batch import BatchOptions, score_dataset
@@ -20,14 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "expected_ndcg_vs_truth", ROOT / "scripts" / "expected_ndcg_vs_truth.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("expected_ndcg_vs_truth")
 
 
 def test_script_reports_the_three_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

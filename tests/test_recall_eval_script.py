@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from _helpers import load_script
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("eval_recall", ROOT / "scripts" / "eval_recall.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_recall"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("eval_recall")
 
 
 def test_reference_of_rgb_answers() -> None:
