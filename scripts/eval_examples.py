@@ -412,30 +412,21 @@ def _auc(rows: Sequence[dict[str, Any]]) -> float:
         return math.nan
 
 
-def _best_threshold(rows: Sequence[dict[str, Any]]) -> float:
-    """The P(yes) threshold (yes iff P(yes) >= it) with the highest kappa on ``rows``: the
-    smallest such threshold among the rows' own P(yes) values (0.5 when none is defined)."""
-    human = np.array([r["relevant"] for r in rows])
-    p = np.array([r["p_yes"] for r in rows], dtype=float)
-    best, at = -math.inf, 0.5
-    for t in np.unique(p):
-        k = _kappa(human, (p >= t).astype(int))
-        if not math.isnan(k) and k > best:
-            best, at = k, float(t)
-    return at
-
-
 def loqo_kappa(rows: Sequence[dict[str, Any]]) -> tuple[float, float]:
     """(kappa, mean threshold): every query's verdicts at the threshold tuned on the other
-    queries' (leave one query out, over every seed): the agreement a threshold made for
-    prompts with this many examples would give on a query it was not tuned on."""
+    queries' (leave one query out, over every seed; ``eval_judge.tune_threshold``, the rule
+    the calibration uses): the agreement a threshold made for prompts with this many
+    examples would give on a query it was not tuned on."""
     rs = [r for r in rows if r.get("p_yes") is not None]
     queries = sorted({r["query_id"] for r in rs})
     if len(queries) < 2:
         return math.nan, math.nan
     human, judged, used = [], [], []
     for q in queries:
-        t = _best_threshold([r for r in rs if r["query_id"] != q])
+        rest = [r for r in rs if r["query_id"] != q]
+        t = EJ.tune_threshold(
+            np.array([r["relevant"] for r in rest]) == 1, np.array([r["p_yes"] for r in rest], dtype=float)
+        )
         used.append(t)
         for r in rs:
             if r["query_id"] == q:

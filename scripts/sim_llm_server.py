@@ -218,7 +218,8 @@ class SimServer:
             return web.json_response({"error": {"message": "messages required"}}, status=400)
         cfg = self.config
         kind = classify(body)
-        key = hashlib.sha256(_prompt_text(body).encode("utf-8")).hexdigest()[:16]
+        prompt = _prompt_text(body)
+        key = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
         self.seq += 1
         n = self.seq
         if self.inflight >= cfg.capacity:
@@ -233,7 +234,7 @@ class SimServer:
                 outcome = "hang"
             else:
                 outcome = "ok"
-            if cfg.hold_marker and cfg.hold_marker in _prompt_text(body):
+            if cfg.hold_marker and cfg.hold_marker in prompt:
                 outcome = "hang"
         self.outcomes[outcome] += 1
         self.kinds[kind] += 1
@@ -274,7 +275,7 @@ class SimServer:
                 if outcome == "garbage"
                 else answer(kind, body, cfg)
             )
-            prompt_tokens = max(1, len(_prompt_text(body)) // 4)
+            prompt_tokens = max(1, len(prompt) // 4)
             completion_tokens = max(1, len(content) // 4)
             return web.json_response(
                 {
