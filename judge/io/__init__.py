@@ -13,16 +13,14 @@ from judge.io._trec import (
     Qrels,
     QrelsLines,
     Run,
-    SubtopicQrels,
     join_run_qrels,
-    join_run_subtopic_qrels,
     read_qrels,
     read_qrels_lines,
     read_run,
-    read_subtopic_qrels,
     write_qrels,
     write_run,
 )
+from judge.io._trec_subtopic import SubtopicQrels, join_run_subtopic_qrels, read_subtopic_qrels
 from judge.io._writer_lock import LockBusy, OutputBusy, WriterLock, holder_text, lock_output
 
 __all__ = [
