@@ -17,7 +17,12 @@ from ir_measures import Qrel, ScoredDoc
 from judge.cli import main
 from judge.io import InputError
 from judge.io._trec import Run as TrecRun
-from judge.io._trec import SubtopicJudgements, SubtopicQrels, join_run_subtopic_qrels, read_subtopic_qrels
+from judge.io._trec_subtopic import (
+    SubtopicJudgements,
+    SubtopicQrels,
+    join_run_subtopic_qrels,
+    read_subtopic_qrels,
+)
 from judge.metrics import evaluate, parse_measure, parse_measure_args
 from judge.metrics._diversity import diversity_value
 
