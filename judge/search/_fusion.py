@@ -5,24 +5,35 @@ Two lists of (key, score), each best first, are combined into one. ``weight`` is
 of the *second* list (the dense side of the embedded engine, the second source of a hybrid
 configuration), ``1 - weight`` the first's.
 
+The formulas are those of OpenSearch's normalization processor (neural-search's
+``MinMaxScoreNormalizationTechnique``, ``L2ScoreNormalizationTechnique``,
+``ZScoreNormalizationTechnique`` and the ``*MeanScoreCombinationTechnique`` classes), with the
+differences listed below and in docs/guides/search.md.
+
 Normalisation (each list on its own, over the hits it returned):
 
-* ``min_max``: ``(s - min) / (max - min)``; a list whose scores are all equal (one hit,
-  or ties) gives 1.0 to each;
-* ``l2``: ``s / sqrt(sum(s**2))``; all zero gives 0.0;
-* ``z_score``: ``(s - mean) / std`` (population standard deviation); no spread gives 0.0.
+* ``min_max``: ``(s - min) / (max - min)``, floored at :data:`MIN_SCORE` (0.001, OpenSearch's
+  constant): a list's lowest hit gets 0.001, never 0, so no hit a list returned counts as
+  missing; a list whose scores are all equal (one hit, or ties) gives 1.0 to each;
+* ``l2``: ``s / sqrt(sum(s**2))``; all zero gives 0.0; a negative score stays negative;
+* ``z_score``: ``(s - mean) / std`` with the *sample* standard deviation (n - 1, as
+  OpenSearch's Apache Commons statistics), floored at 0.001 (a score at or below the mean
+  gets 0.001, as in OpenSearch); a list with no spread (one hit, or ties) gives 1.0 to each
+  (OpenSearch gives the list's raw score there, unnormalised).
 
-A key one list did not return counts as that list's floor: 0.0 for ``min_max`` and ``l2``,
-the lowest normalised score of the list for ``z_score``.
+A key one list did not return counts as 0.0 for that list (OpenSearch's missing score).
 
 Combination of the normalised scores ``a`` (first) and ``b`` (second), ``w`` the weight:
 
-* ``arithmetic``: ``(1 - w) * a + w * b``;
-* ``geometric``: ``a**(1-w) * b**w``, and ``harmonic``: ``1 / ((1-w)/a + w/b)``, both as
-  OpenSearch's normalization processor computes them: over the sides where the key scored
-  above 0 and whose weight is above 0, the weights renormalised to sum 1 (a key only one
-  side returned keeps that side's score); no such side gives 0.0. ``z_score`` (negative
-  scores) works with ``arithmetic`` only;
+* ``arithmetic``: ``(1 - w) * a + w * b``, a missing side 0.0 (OpenSearch's weighted
+  arithmetic mean; OpenSearch also leaves a *negative* score and its weight out, which only
+  ``l2`` can give: judge keeps it, so a negative cosine lowers the key);
+* ``geometric``: ``exp(sum(w_i * ln s_i) / sum(w_i))`` and ``harmonic``:
+  ``sum(w_i) / sum(w_i / s_i)``, over the sides that returned the key with a weight above 0
+  (OpenSearch's: over the scores above 0): a key only one side returned keeps that side's
+  normalised score; no such side gives 0.0. Only ``min_max`` goes with them: ``l2`` can give
+  0 or a negative score (a cosine below 0) that the mean would count as missing, and
+  OpenSearch itself refuses ``z_score`` with them, so both pairs are a :class:`SearchError`;
 * ``rrf``: reciprocal rank fusion, ``(1 - w) / (rrf_k + rank_a) + w / (rrf_k + rank_b)``
   over the lists that hold the key (rank from 1; scores and normalisation unused).
 
@@ -43,6 +54,12 @@ from judge.search._search_errors import SearchError
 RETRIEVERS = ("bm25", "dense", "hybrid")
 NORMALIZATIONS = ("min_max", "l2", "z_score")
 COMBINATIONS = ("arithmetic", "geometric", "harmonic", "rrf")
+#: OpenSearch's floor for a normalised score (``MIN_SCORE`` of its min-max and z-score
+#: techniques): the lowest hit of a list is 0.001, not 0, and so is not taken for missing.
+MIN_SCORE = 0.001
+#: The combinations defined over positive scores only, and the normalisations they take.
+MEANS = ("geometric", "harmonic")
+MEAN_NORMALIZATIONS = ("min_max",)
 MAX_FUSION_DEPTH = 10_000
 
 #: The knobs of a combination of two lists and their defaults (the ``hybrid`` engine's [params]).
@@ -69,19 +86,23 @@ def normalize(scores: Sequence[float], method: str) -> list[float]:
         low, high = min(values), max(values)
         if high == low:
             return [1.0] * len(values)
-        return [(v - low) / (high - low) for v in values]
+        return [max((v - low) / (high - low), MIN_SCORE) for v in values]
     if method == "l2":
         norm = math.sqrt(math.fsum(v * v for v in values))
         return [v / norm for v in values] if norm > 0 else [0.0] * len(values)
     if method == "z_score":
         mean = math.fsum(values) / len(values)
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-        return [(v - mean) / std for v in values] if std > 0 else [0.0] * len(values)
+        spread = math.fsum((v - mean) ** 2 for v in values)
+        if len(values) < 2 or spread <= 0:
+            return [1.0] * len(values)
+        std = math.sqrt(spread / (len(values) - 1))
+        return [max((v - mean) / std, MIN_SCORE) for v in values]
     raise SearchError(f"unknown normalization {method!r} (known: {', '.join(NORMALIZATIONS)})")
 
 
 def _mean(pairs: Sequence[tuple[float, float]], combination: str) -> float:
-    """The weighted geometric or harmonic mean of (score, weight) over positive ones."""
+    """The weighted geometric or harmonic mean of (score, weight) over the sides that returned
+    the key (``pairs``), those of weight 0 and (as in OpenSearch) of score 0 left out."""
     used = [(s, w) for s, w in pairs if s > 0 and w > 0]
     total = math.fsum(w for _, w in used)
     if not used or total <= 0:
@@ -106,6 +127,7 @@ def fuse(
         raise SearchError(f"must be a number from 0 to 1, got {weight!r}", field="params.weight")
     if combination not in COMBINATIONS:
         raise SearchError(f"unknown combination {combination!r}", field="params.combination")
+    _check_pair(normalization, combination, None)
     sides = [_dedupe(first), _dedupe(second)]
     weights = (1.0 - weight, weight)
     ranks: list[dict[K, int]] = [{k: r for r, (k, _) in enumerate(side, start=1)} for side in sides]
@@ -120,17 +142,16 @@ def fuse(
             )
     else:
         normal: list[dict[K, float]] = []
-        floors: list[float] = []
         for side in sides:
             values = normalize([s for _, s in side], normalization)
             normal.append({k: v for (k, _), v in zip(side, values, strict=True)})
-            floors.append(min(values) if normalization == "z_score" and values else 0.0)
         for k in keys:
-            a, b = (n.get(k, floor) for n, floor in zip(normal, floors, strict=True))
             if combination == "arithmetic":
-                combined[k] = weights[0] * a + weights[1] * b
+                combined[k] = math.fsum(w * n.get(k, 0.0) for n, w in zip(normal, weights, strict=True))
             else:
-                combined[k] = _mean([(a, weights[0]), (b, weights[1])], combination)
+                combined[k] = _mean(
+                    [(n[k], w) for n, w in zip(normal, weights, strict=True) if k in n], combination
+                )
     major, minor = (ranks[1], ranks[0]) if weight >= 0.5 else (ranks[0], ranks[1])
     missing = len(keys) + 1
     order = sorted(keys, key=lambda k: (-combined[k], major.get(k, missing), minor.get(k, missing)))
@@ -180,10 +201,20 @@ def check_fusion_params(params: Mapping[str, Value], where: str | None) -> None:
         )
     if not isinstance(p["ann"], bool):
         raise SearchError(f"must be true or false, got {p['ann']!r}", path=where, field="params.ann")
-    if p["normalization"] == "z_score" and p["combination"] in ("geometric", "harmonic"):
+    _check_pair(str(p["normalization"]), str(p["combination"]), where)
+
+
+def _check_pair(normalization: str, combination: str, where: str | None) -> None:
+    """A geometric or harmonic mean only over ``min_max`` scores (all above 0)."""
+    if combination in MEANS and normalization not in MEAN_NORMALIZATIONS:
+        why = (
+            "gives scores of 0 or below (a negative cosine), which the mean would count as missing"
+            if normalization == "l2"
+            else "is refused with a geometric or harmonic mean, as by OpenSearch"
+        )
         raise SearchError(
-            f"z_score gives negative scores, which a {p['combination']} mean cannot take: use "
-            "arithmetic or rrf, or normalization min_max or l2",
+            f"normalization {normalization} {why}: use normalization min_max with {combination}, "
+            f"or combination arithmetic or rrf with {normalization}",
             path=where,
             field="params.normalization",
         )
