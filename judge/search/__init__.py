@@ -18,7 +18,13 @@ from judge.search._api import resolve_inputs
 from judge.search._api import search as _search
 from judge.search._bm25_index import BM25Index, IndexInfo, build_index
 from judge.search._dense_index import DenseInfo, build_dense, current_index
-from judge.search._encoder import Encoder, get_encoder, register_encoder
+from judge.search._encoder import (
+    ENTRY_POINT_GROUP,
+    Encoder,
+    get_encoder,
+    register_encoder,
+    registered_encoders,
+)
 from judge.search._engines import open_engine
 from judge.search._hits import Engine, Hit
 from judge.search._queries import Query, check_queries, read_queries
@@ -32,6 +38,7 @@ from judge.search._search_config import (
     load_config,
     parse_overrides,
     replace_depth,
+    with_encoder,
 )
 from judge.search._search_errors import SearchError, SearchFailed, TransientSearchError
 from judge.search._search_options import (
@@ -50,6 +57,7 @@ __all__ = [
     "DEFAULT_SEARCH_TIMEOUT_S",
     "EMBEDDED_PARAMS",
     "ENGINES",
+    "ENTRY_POINT_GROUP",
     "BM25Index",
     "DenseInfo",
     "Encoder",
@@ -78,12 +86,14 @@ __all__ = [
     "parse_overrides",
     "read_queries",
     "register_encoder",
+    "registered_encoders",
     "replace_depth",
     "resolve_inputs",
     "run_search",
     "side_paths",
     "tokenize_en",
     "tokenize_zh",
+    "with_encoder",
 ]
 
 

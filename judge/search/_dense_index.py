@@ -145,7 +145,7 @@ def build_dense(
     path = Path(index_path)
     index = BM25Index(path)
     say = note or (lambda text: print(f"judge index build: {text}", file=sys.stderr))
-    model = get_encoder(encoder)
+    model = get_encoder(encoder, user_named=True)
     ident = identity(model, encoder)
     n = len(index.ids)
     existing = index.meta.get(DENSE)
@@ -372,9 +372,14 @@ def clear_query_cache() -> None:
     _QUERY_CACHE.clear()
 
 
-def open_dense(index: BM25Index, *, field: str = "params.retriever") -> tuple[DenseVectors, Encoder]:
+def open_dense(
+    index: BM25Index, *, field: str = "params.retriever", encoder: str | None = None
+) -> tuple[DenseVectors, Encoder]:
     """The vectors of an opened index and the encoder that built them (checked: another
-    encoder is refused). An index without vectors is a :class:`SearchError` naming ``field``."""
+    encoder is refused). ``encoder`` is the spec the user named (``--encoder`` or the
+    configuration's ``encoder``), which may be ``module:attribute``; without it the index's
+    recorded spec is used only when it is a registered name: a spec read from the index
+    imports nothing. An index without vectors is a :class:`SearchError` naming ``field``."""
     where = str(index.path)
     meta = index.meta.get(DENSE)
     if not isinstance(meta, dict) or not (index.path / DENSE / "vectors.npy").is_file():
@@ -383,8 +388,27 @@ def open_dense(index: BM25Index, *, field: str = "params.retriever") -> tuple[De
             path=where,
             field=field,
         )
-    recorded = _read_json(index.path / DENSE / "encoder.json") or {}
-    model = get_encoder(str(meta.get("spec", DEFAULT_ENCODER)), field="index")
+    recorded = _read_json(index.path / DENSE / "encoder.json")
+    if not isinstance(recorded, dict) or any(
+        recorded.get(key) != meta.get(key) for key in ("spec", "name", "dim", "probe_sha256")
+    ):
+        raise SearchError(
+            f"index.json and {DENSE}/encoder.json do not record the same encoder: rebuild with --dense",
+            path=where,
+            field="index",
+        )
+    if encoder is not None:
+        model = get_encoder(encoder, field="encoder", user_named=True)
+    else:
+        spec = meta.get("spec", DEFAULT_ENCODER)
+        if not isinstance(spec, str):
+            raise SearchError(
+                f"the recorded encoder spec is not a string: {spec!r}", path=where, field="index"
+            )
+        try:
+            model = get_encoder(spec, field="index")
+        except SearchError as exc:
+            raise SearchError(exc.message, path=where, field="index") from None
     check_identity(recorded, model, where=where, field="index")
     vectors = DenseVectors(index.path / DENSE, int(meta["dim"]))
     if vectors.rows != len(index.ids):

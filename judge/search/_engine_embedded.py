@@ -56,7 +56,7 @@ class EmbeddedEngine:
         self.encoder: Any = None
         if self.retriever != "bm25":
             try:
-                self.dense, self.encoder = open_dense(self.index)
+                self.dense, self.encoder = open_dense(self.index, encoder=config.encoder)
             except SearchError as exc:
                 where = None if config.path is None else str(config.path)
                 raise SearchError(f"{config.index}: {exc.message}", path=where, field=exc.field) from None

@@ -72,7 +72,7 @@ _SOLR_PARAMS = {"q": "{{query}}", "rows": "{{depth}}", "fl": "id,text,score", "w
 
 _COMMON_KEYS = {"name", "engine", "depth", "params", "description"}
 _ENGINE_KEYS: dict[str, set[str]] = {
-    "embedded": {"index"},
+    "embedded": {"index", "encoder"},
     "http": {"url", "method", "body", "url_params", "headers", "response"},
     "opensearch": {"url", "index", "body", "headers", "response"},
     "elasticsearch": {"url", "index", "body", "headers", "response"},
@@ -109,6 +109,7 @@ class SearchConfig:
     callable: str | None = None
     retriever: str | None = None
     pythonpath: Path | None = None
+    encoder: str | None = None
     sources: tuple[SearchConfig, ...] = ()
 
     @property
@@ -352,6 +353,7 @@ def _engine_fields(
     out: dict[str, Any] = {}
     if engine == "embedded":
         out["index"] = _relative(_string(raw, "index", path, required=True) or "", path, base)
+        out["encoder"] = _string(raw, "encoder", path)
         return out
     if engine in ("http", "opensearch", "elasticsearch", "solr"):
         return _http_fields(raw, engine, path, variables)
@@ -505,6 +507,22 @@ def _build(
     )
 
 
+def with_encoder(config: SearchConfig, spec: str) -> SearchConfig:
+    """``config`` (embedded) searching its dense vectors with the encoder ``spec`` the user
+    names (``judge search --encoder``): a registered name or ``module:attribute``."""
+    if config.engine != "embedded":
+        raise SearchError(
+            f"--encoder applies to an embedded configuration, not {config.engine!r}: "
+            "set encoder = ... in the embedded source's own file",
+            path=_where(config.path),
+            field="--encoder",
+        )
+    raw = dict(config.content)
+    raw["encoder"] = spec
+    raw.setdefault("name", config.name)
+    return _build(raw, config.path, config.name)
+
+
 def replace_depth(config: SearchConfig, depth: int) -> SearchConfig:
     """``config`` asking for ``depth`` results (a new hash)."""
     raw = dict(config.content)
@@ -513,4 +531,11 @@ def replace_depth(config: SearchConfig, depth: int) -> SearchConfig:
     return _build(raw, config.path, config.name)
 
 
-__all__ = ["SearchConfig", "config_from_dict", "load_config", "parse_overrides", "replace_depth"]
+__all__ = [
+    "SearchConfig",
+    "config_from_dict",
+    "load_config",
+    "parse_overrides",
+    "replace_depth",
+    "with_encoder",
+]
