@@ -154,8 +154,8 @@ def test_a_killed_build_resumes_and_loses_no_chunk(tmp_path: Path, fake_encoder:
     with pytest.raises(KeyboardInterrupt):
         build_dense(index, encoder="fake", chunk=2, progress=kill_after_two)
     assert sorted(p.name for p in (index / "dense.partial").iterdir()) == [
-        "000000.npy",
-        "000001.npy",
+        "000000.npz",
+        "000001.npz",
         "partial.json",
     ]
     assert "dense" not in json.loads((index / "index.json").read_text(encoding="utf-8"))

@@ -14,9 +14,14 @@ and writes, in ``INDEX``:
 
 Encoding is by chunks of ``chunk`` documents, each committed to ``dense.partial/`` as it
 finishes (written to a temporary name, then renamed), so a killed build loses at most the
-chunk in progress: run it again and it encodes only the chunks missing. Chunks recorded for
-another encoder, chunk size or corpus are discarded, never mixed. The finished vectors
-replace ``dense/`` whole.
+chunk in progress: run it again and it encodes only the chunks missing. A build resumes only
+what it can prove: ``dense.partial/partial.json`` (the plan: encoder identity, documents,
+chunk size, corpus SHA-256) that is missing, unreadable or another plan discards every chunk;
+each chunk file (``NNNNNN.npz``) carries the identity of the encoder that made it and its
+rows, and is re-encoded when that identity differs from the plan's, its shape is not the
+chunk's, or a value in it is not finite. What a killed build left (temporary files of a
+process no longer running, a half-written ``dense/`` swap) is removed by the next build. The
+finished vectors replace ``dense/`` whole.
 
 Exact search scores every row by a matrix product: over the whole matrix converted to float32
 once and kept in memory when that takes at most 256 MiB (about 170,000 passages of 384
@@ -40,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from judge.search._bm25_index import BM25Index, read_documents
+from judge.search._bm25_index import BM25Index, _alive, read_documents
 from judge.search._encoder import DEFAULT_ENCODER, Encoder, as_matrix, check_identity, get_encoder, identity
 from judge.search._search_errors import SearchError
 
@@ -51,6 +56,8 @@ IN_MEMORY_BYTES = 256 * 2**20  # vectors up to this size as float32 are kept in 
 HNSW_M = 32
 PARTIAL = "dense.partial"
 DENSE = "dense"
+#: The layout of ``dense.partial/`` (a plan of another layout is discarded whole).
+PARTIAL_FORMAT = 2
 
 Progress = Callable[[int, int, float], None]
 
@@ -85,15 +92,6 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _save_npy(path: Path, array: npt.NDArray[Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as fh:
-        np.save(fh, array)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _faiss() -> Any:
     try:
         import faiss
@@ -105,25 +103,73 @@ def _faiss() -> Any:
 
 
 def _chunks(path: Path, plan: dict[str, Any], progress_note: Callable[[str], None]) -> Path:
-    """The partial folder for ``plan``: kept when it was started with the same plan, else
-    emptied (chunks of another encoder, chunk size or corpus are never mixed)."""
+    """The partial folder for ``plan``: kept when its plan is readable and the same, else
+    emptied whole (a missing or unreadable plan proves nothing about the chunks beside it)."""
     partial = path / PARTIAL
-    recorded = _read_json(partial / "partial.json")
-    if recorded is not None and recorded != plan:
-        progress_note(f"discarding {PARTIAL}/: its chunks were encoded for another plan or encoder")
-        shutil.rmtree(partial, ignore_errors=True)
+    if partial.exists():
+        recorded = _read_json(partial / "partial.json")
+        if recorded != plan:
+            why = "another plan or encoder" if isinstance(recorded, dict) else "no readable plan"
+            progress_note(f"discarding {PARTIAL}/: its chunks were encoded for {why}")
+            shutil.rmtree(partial, ignore_errors=True)
     if not (partial / "partial.json").is_file():
         partial.mkdir(exist_ok=True)
         _write_json(partial / "partial.json", plan)
     return partial
 
 
-def _load_chunk(file: Path, rows: int, dim: int) -> npt.NDArray[np.float32] | None:
+def _chunk_stamp(plan: dict[str, Any], c: int, rows: int) -> npt.NDArray[np.uint8]:
+    """What a chunk carries: the encoder identity of the plan, its number and its rows."""
+    text = json.dumps({"encoder": plan["encoder"], "chunk": c, "rows": rows}, sort_keys=True)
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def _chunk_file(partial: Path, c: int) -> Path:
+    return partial / f"{c:06d}.npz"
+
+
+def _save_chunk(path: Path, vectors: npt.NDArray[np.float32], stamp: npt.NDArray[np.uint8]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as fh:
+        np.savez(fh, vectors=vectors, encoder=stamp)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _load_chunk(
+    file: Path, stamp: npt.NDArray[np.uint8], rows: int, dim: int
+) -> npt.NDArray[np.float32] | None:
+    """The chunk's vectors when it proves itself: made by the plan's encoder (its stamp),
+    ``rows`` x ``dim`` float32, every value finite; else None (it is encoded again)."""
     try:
-        chunk = np.load(file)
-    except (OSError, ValueError):
+        with np.load(file, allow_pickle=False) as held:
+            made_by = held["encoder"]
+            chunk = held["vectors"]
+    except (OSError, ValueError, KeyError, EOFError):
         return None
-    return chunk if chunk.shape == (rows, dim) and chunk.dtype == np.float32 else None
+    if not np.array_equal(made_by, stamp) or chunk.shape != (rows, dim) or chunk.dtype != np.float32:
+        return None
+    return chunk if np.isfinite(chunk).all() else None
+
+
+def _sweep_leftovers(path: Path) -> None:
+    """Remove what a killed build of vectors left in the index ``path``: the temporary files
+    (``.NAME.PID.tmp``) and the ``dense/`` being built or swapped (``.dense.PID.tmp``,
+    ``.dense.PID.old``) of a process that no longer runs."""
+    for folder in (path, path / PARTIAL):
+        if not folder.is_dir():
+            continue
+        for stale in folder.iterdir():
+            parts = stale.name.split(".")
+            if len(parts) < 4 or parts[0] != "" or parts[-1] not in ("tmp", "old"):
+                continue
+            pid = parts[-2]
+            if pid.isdigit() and not _alive(int(pid)):
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink(missing_ok=True)
 
 
 def build_dense(
@@ -145,6 +191,7 @@ def build_dense(
     path = Path(index_path)
     index = BM25Index(path)
     say = note or (lambda text: print(f"judge index build: {text}", file=sys.stderr))
+    _sweep_leftovers(path)
     model = get_encoder(encoder, user_named=True)
     ident = identity(model, encoder)
     n = len(index.ids)
@@ -163,16 +210,17 @@ def build_dense(
             _write_json(path / "index.json", {**index.meta, DENSE: existing})
         return _info(path, existing, 0, 0.0)
     plan = {
+        "format": PARTIAL_FORMAT,
         "encoder": {k: v for k, v in ident.items() if k != "probe"},
         "documents": n,
         "chunk": chunk,
         "source_sha256": index.meta.get("source_sha256"),
     }
     partial = _chunks(path, plan, say)
-    encoded, seconds = _encode_missing(index, model, partial, chunk, progress)
+    encoded, seconds = _encode_missing(index, model, partial, plan, progress)
     dense_meta = {k: v for k, v in ident.items() if k != "probe"}
     dense_meta.update(dtype=dtype, documents=n, faiss=faiss)
-    _assemble(path, partial, n, model.dim, chunk, dtype, faiss, ident)
+    _assemble(path, partial, plan, model.dim, dtype, faiss, ident)
     meta = dict(index.meta)
     meta[DENSE] = dense_meta
     _write_json(path / "index.json", meta)
@@ -181,23 +229,27 @@ def build_dense(
 
 
 def _encode_missing(
-    index: BM25Index, model: Encoder, partial: Path, chunk: int, progress: Progress | None
+    index: BM25Index, model: Encoder, partial: Path, plan: dict[str, Any], progress: Progress | None
 ) -> tuple[int, float]:
-    n = len(index.ids)
+    n, chunk = len(index.ids), int(plan["chunk"])
     total_chunks = math.ceil(n / chunk)
+
+    def rows(c: int) -> int:
+        return min(chunk, n - c * chunk)
+
     todo = [
         c
         for c in range(total_chunks)
-        if _load_chunk(partial / f"{c:06d}.npy", min(chunk, n - c * chunk), model.dim) is None
+        if _load_chunk(_chunk_file(partial, c), _chunk_stamp(plan, c, rows(c)), rows(c), model.dim) is None
     ]
-    done = n - sum(min(chunk, n - c * chunk) for c in todo)
+    done = n - sum(rows(c) for c in todo)
     encoded = 0
     started = time.perf_counter()
     for c in todo:
-        lo, hi = c * chunk, min(n, (c + 1) * chunk)
+        lo, hi = c * chunk, c * chunk + rows(c)
         texts = [index.text(i) for i in range(lo, hi)]
         vectors = as_matrix(model.passages(texts), hi - lo, model.dim, "passages")
-        _save_npy(partial / f"{c:06d}.npy", vectors)
+        _save_chunk(_chunk_file(partial, c), vectors, _chunk_stamp(plan, c, hi - lo))
         encoded += hi - lo
         done += hi - lo
         if progress is not None:
@@ -206,9 +258,11 @@ def _encode_missing(
 
 
 def _assemble(
-    path: Path, partial: Path, n: int, dim: int, chunk: int, dtype: str, faiss: bool, ident: dict[str, Any]
+    path: Path, partial: Path, plan: dict[str, Any], dim: int, dtype: str, faiss: bool, ident: dict[str, Any]
 ) -> None:
-    """The committed chunks as ``dense/`` (built aside, then swapped in whole)."""
+    """The committed chunks as ``dense/`` (built aside, then swapped in whole); every chunk
+    is checked again as it is read (its encoder, shape and finite values)."""
+    n, chunk = int(plan["documents"]), int(plan["chunk"])
     tmp = path / f".{DENSE}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -218,7 +272,13 @@ def _assemble(
         scales = np.ones(n, dtype=np.float32)
         for c in range(math.ceil(n / chunk)):
             lo, hi = c * chunk, min(n, (c + 1) * chunk)
-            block = np.load(partial / f"{c:06d}.npy")
+            block = _load_chunk(_chunk_file(partial, c), _chunk_stamp(plan, c, hi - lo), hi - lo, dim)
+            if block is None:
+                raise SearchError(
+                    f"{PARTIAL}/{c:06d}.npz changed while the vectors were assembled: run the build again",
+                    path=str(path),
+                    field="index",
+                )
             if dtype != "int8":
                 vectors[lo:hi] = block.astype(store)
             else:
