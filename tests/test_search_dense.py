@@ -454,3 +454,26 @@ def test_each_query_is_encoded_once_per_process(tmp_path: Path) -> None:
         )
         run_search([Query("q1", "cats"), Query("q2", "pie")], cfg, tmp_path / f"h{w}.jsonl")
     assert sorted(t for t in queried if not t.startswith("judge probe")) == ["cats", "pie"]
+
+
+def test_bundled_dense_and_hybrid_configurations_tag_their_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """datasets/search/dense.toml and hybrid.toml (the search guide's commands): their runs are
+    tagged dense and hybrid in the TREC run and the metadata, never bm25."""
+    folder = tmp_path / "search"
+    folder.mkdir()
+    for name in ("bm25.toml", "dense.toml", "hybrid.toml"):
+        (folder / name).write_text((BUNDLED / name).read_text(encoding="utf-8"), encoding="utf-8")
+    build_index(BUNDLED / "corpus.zh.jsonl", folder / "index.zh", language="zh")
+    build_dense(folder / "index.zh", encoder="fake")
+    queries = str(BUNDLED / "queries.zh.jsonl")
+    for name in ("dense", "hybrid"):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["search", queries, "--config", str(folder / f"{name}.toml"), "-o", str(out)]) == 0
+        tags = {
+            line.split()[-1] for line in out.with_suffix(".trec").read_text(encoding="utf-8").splitlines()
+        }
+        assert tags == {name}
+        meta = json.loads(out.with_suffix(".meta.json").read_text(encoding="utf-8"))
+        assert meta["first_request"]["retriever"] == name

@@ -26,6 +26,7 @@ from judge.search._encoder import (
     registered_encoders,
 )
 from judge.search._engines import open_engine
+from judge.search._fusion import MIN_SCORE, fuse, normalize
 from judge.search._hits import Engine, Hit
 from judge.search._queries import Query, check_queries, read_queries
 from judge.search._request_template import Template, compile_template
@@ -58,6 +59,7 @@ __all__ = [
     "EMBEDDED_PARAMS",
     "ENGINES",
     "ENTRY_POINT_GROUP",
+    "MIN_SCORE",
     "BM25Index",
     "DenseInfo",
     "Encoder",
@@ -80,8 +82,10 @@ __all__ = [
     "config_from_dict",
     "current_index",
     "detect_language",
+    "fuse",
     "get_encoder",
     "load_config",
+    "normalize",
     "open_engine",
     "parse_overrides",
     "read_queries",
