@@ -162,3 +162,18 @@ def test_a_plugin_registers_an_encoder_through_the_entry_point_group(monkeypatch
         get_encoder("_fake_encoder:FakeEncoder", field="index")
     assert caught.value.field == "index"
     assert get_encoder("_fake_encoder:FakeEncoder", user_named=True).dim == 16
+
+
+def test_encoder_flag_on_a_hybrid_configuration_names_the_flag(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "lexical.toml").write_text('index = "idx"\n', encoding="utf-8")
+    (tmp_path / "both.toml").write_text(
+        'engine = "hybrid"\nsources = ["lexical.toml", "dense.toml"]\n', encoding="utf-8"
+    )
+    capsys.readouterr()
+    out = tmp_path / "h.jsonl"
+    args = ["search", str(tmp_path / "q.jsonl"), "--config", str(tmp_path / "both.toml"), "-o", str(out)]
+    assert main([*args, "--encoder", "fake"]) == 2
+    assert "--encoder" in capsys.readouterr().err and not out.exists()
+    assert main(args) == 0  # the dense source's recorded encoder is the registered "fake"

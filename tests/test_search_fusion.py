@@ -49,6 +49,7 @@ def test_unknown_normalization() -> None:
 BM25 = [("A", 5.0), ("B", 2.0), ("C", 1.0)]
 DENSE = [("B", 0.5), ("C", 0.4), ("A", -0.3)]
 SQRT30, SQRT_HALF = math.sqrt(30), math.sqrt(0.5)
+RRF_ABC = {"A": 0.5 / 61 + 0.5 / 63, "B": 0.5 / 62 + 0.5 / 61, "C": 0.5 / 63 + 0.5 / 62}
 
 
 @pytest.mark.parametrize(
@@ -88,13 +89,10 @@ SQRT30, SQRT_HALF = math.sqrt(30), math.sqrt(0.5)
                 "C": (F + 0.2 / math.sqrt(0.19)) / 2,
             },
         ),
-        # .5/(60 + rank): A 1 and 3, B 2 and 1, C 3 and 2
-        (
-            "min_max",
-            "rrf",
-            "BAC",
-            {"A": 0.5 / 61 + 0.5 / 63, "B": 0.5 / 62 + 0.5 / 61, "C": 0.5 / 63 + 0.5 / 62},
-        ),
+        # .5/(60 + rank): A 1 and 3, B 2 and 1, C 3 and 2 (scores and normalisation unused)
+        ("min_max", "rrf", "BAC", RRF_ABC),
+        ("l2", "rrf", "BAC", RRF_ABC),
+        ("z_score", "rrf", "BAC", RRF_ABC),
     ],
 )
 def test_the_issue_case_for_every_pair_by_hand(
@@ -172,6 +170,33 @@ def test_one_sided_hits_by_hand() -> None:
     # a side of weight 0 counts for nothing: y only in the second list, weight 0
     got = dict(fuse([("x", 2.0), ("w", 1.0)], [("y", 3.0)], weight=0.0, combination="geometric"))
     assert got == {"x": 1.0, "w": pytest.approx(F), "y": 0.0}
+
+
+def test_one_sided_hits_under_l2_and_z_score_by_hand() -> None:
+    first = [("x", 4.0), ("y", 2.0), ("z", 1.0)]
+    second = [("x", 0.9), ("w", 0.5)]
+    # l2: first / sqrt(21), second / sqrt(1.06); a missing side 0
+    n1, n2 = math.sqrt(21), math.sqrt(1.06)
+    got = fuse(first, second, weight=0.5, normalization="l2")
+    assert [k for k, _ in got] == ["x", "w", "y", "z"]
+    expected = {"x": (4 / n1 + 0.9 / n2) / 2, "w": 0.5 / n2 / 2, "y": 2 / n1 / 2, "z": 0.5 / n1}
+    assert dict(got) == pytest.approx(expected)
+    # z_score (sample sd): first mean 7/3, sd sqrt(7/3): x 1.091, y and z .001; second mean .7,
+    # sd sqrt(.08): x .707, w .001
+    got = fuse(first, second, weight=0.5, normalization="z_score")
+    zx = (4 - 7 / 3) / math.sqrt(7 / 3) / 2 + (0.2 / math.sqrt(0.08)) / 2
+    # y, z and w tie at .0005: w first (the second list, of weight .5, ranks it), then y, z
+    assert [k for k, _ in got] == ["x", "w", "y", "z"]
+    assert [s for _, s in got] == pytest.approx([zx, F / 2, F / 2, F / 2])
+
+
+def test_ties_within_a_list_under_every_normalization() -> None:
+    tied = [("p", 3.0), ("q", 3.0), ("r", 3.0)]
+    for normalization, each in (("min_max", 1.0), ("z_score", 1.0), ("l2", 1 / math.sqrt(3))):
+        got = fuse(tied, [("q", 1.0)], weight=0.5, normalization=normalization)
+        # q: both sides; p and r tie: the first list's order
+        assert [k for k, _ in got] == ["q", "p", "r"]
+        assert [s for _, s in got] == pytest.approx([(each + 1.0) / 2, each / 2, each / 2])
 
 
 def test_rrf_by_hand() -> None:
