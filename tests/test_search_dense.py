@@ -477,3 +477,19 @@ def test_bundled_dense_and_hybrid_configurations_tag_their_runs(
         assert tags == {name}
         meta = json.loads(out.with_suffix(".meta.json").read_text(encoding="utf-8"))
         assert meta["first_request"]["retriever"] == name
+    # bm25.toml with --set retriever=dense: named and tagged for it, not bm25
+    out = tmp_path / "set.jsonl"
+    args = [
+        "search",
+        queries,
+        "--config",
+        str(folder / "bm25.toml"),
+        "--set",
+        "retriever=dense",
+        "-o",
+        str(out),
+    ]
+    assert main(args) == 0
+    tags = {line.split()[-1] for line in out.with_suffix(".trec").read_text(encoding="utf-8").splitlines()}
+    assert tags == {"bm25-retriever_dense"}
+    assert "judge search: bm25-retriever_dense (" in capsys.readouterr().out

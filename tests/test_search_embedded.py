@@ -273,7 +273,11 @@ def test_cli_index_build_and_search(tmp_path: Path, capsys: pytest.CaptureFixtur
     args = ["search", str(BUNDLED / "queries.zh.jsonl"), "--config", str(cfg), "-o", str(out)]
     assert main([*args, "--set", "k1=0.9", "--set", "b=0.4", "--concurrency", "2"]) == 0
     line = capsys.readouterr().out
-    assert line.startswith("judge search: bm25 (") and "16 searched, 0 reused" in line
+    assert line.startswith("judge search: bm25-k1_0.9-b_0.4 (") and "16 searched, 0 reused" in line
+    # the run is named and tagged for the knobs it ran with, as a grid's point
+    assert {row.split()[-1] for row in out.with_suffix(".trec").read_text(encoding="utf-8").splitlines()} == {
+        "bm25-k1_0.9-b_0.4"
+    }
     meta = json.loads(out.with_name("run.meta.json").read_text(encoding="utf-8"))
     assert meta["config"]["content"]["params"]["k1"] == 0.9
     # Exit 2 naming the configuration and the field, nothing written.

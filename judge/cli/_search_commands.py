@@ -4,6 +4,7 @@ set through a search configuration and write a dataset, a TREC run and the metad
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from judge.search import (
     run_search,
     with_encoder,
 )
+from judge.systems import point_name
 
 EXIT_ENGINE_FAILED = 3
 
@@ -189,7 +191,10 @@ def run_search_command(args: argparse.Namespace) -> int:
     options = SearchOptions(
         concurrency=args.concurrency, timeout_s=args.timeout, max_retries=args.retries, rate_limit=args.rps
     )
-    config = load_config(args.config, parse_overrides(args.overrides))
+    overrides = parse_overrides(args.overrides)
+    config = load_config(args.config, overrides)
+    if overrides:  # the run is named (and its TREC run tagged) for what it ran, as a grid's point
+        config = dataclasses.replace(config, name=point_name(config.name, overrides))
     if args.encoder is not None:
         config = with_encoder(config, args.encoder)
     queries = read_queries(args.queries, args.qrels)

@@ -50,7 +50,7 @@ from judge.systems._sweep import (
     plan_configurations,
     run_experiment,
 )
-from judge.systems._sweep_space import Knob, parse_grid
+from judge.systems._sweep_space import Knob, parse_grid, point_name
 
 __all__ = [
     "DEFAULT_EXPERIMENT_DIR",
@@ -94,6 +94,7 @@ __all__ = [
     "parse_measures",
     "parse_system_args",
     "plan_configurations",
+    "point_name",
     "pool_dataset_lines",
     "pool_example_bank",
     "pool_scale",
