@@ -29,6 +29,7 @@ from judge.systems._model import (
 )
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
+from judge.systems._pool_export import PoolExport, pool_exchange_rows
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
 from judge.systems._ppi_report import check_sample_pairs
 from judge.systems._reasons import REASONS_DIR, explain_pairs, read_reasons, reasons_config
@@ -67,6 +68,7 @@ __all__ = [
     "ExperimentSummary",
     "Inputs",
     "Knob",
+    "PoolExport",
     "PoolRun",
     "PoolSummary",
     "PoolVerdicts",
@@ -96,6 +98,7 @@ __all__ = [
     "plan_configurations",
     "pool_dataset_lines",
     "pool_example_bank",
+    "pool_exchange_rows",
     "pool_scale",
     "read_human_labels",
     "read_reasons",
