@@ -42,7 +42,18 @@ def add_pooled_flags(
     ``--top-queries``, ``--json`` and the worked examples
     (:func:`~judge.cli._flags.add_example_flags`: run settings, read by ``run_spec_of``)."""
     p.add_argument(
-        "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
+        "--qrels",
+        default=None,
+        metavar="FILE",
+        help="human labels: judge only the holes. TREC qrels, or a Quepid/SRW judgment list (the "
+        "query,docid,rating CSV, SRW's JSON; query texts matched to the run's queries), told by content",
+    )
+    p.add_argument(
+        "--qrels-scale",
+        choices=("quepid-0-3", "quepid-1-10", "srw-0-1", "graded-0-3", "binary"),
+        default=None,
+        help="the ratings' scale of a CSV/SRW --qrels (default: detected where unambiguous; "
+        "docs/guides/judgments-exchange.md states each mapping)",
     )
     p.add_argument(
         "--qrels-level",
@@ -165,7 +176,11 @@ def pooled_options(args: argparse.Namespace, **extra: Any) -> SystemsOptions:
     if args.top_queries < 0:
         raise InputError("must be >= 0", field="--top-queries")
     return systems_options_of(
-        pooled_keywords(args), top_queries=args.top_queries, sample_labels=sample_label_options(args), **extra
+        pooled_keywords(args),
+        top_queries=args.top_queries,
+        sample_labels=sample_label_options(args),
+        qrels_scale=args.qrels_scale,
+        **extra,
     )
 
 

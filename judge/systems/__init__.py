@@ -27,7 +27,7 @@ from judge.systems._model import (
     SystemsReport,
     SystemSummary,
 )
-from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
+from judge.systems._options import SystemsOptions, pool_scale, read_human_labels, systems_query_texts
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
 from judge.systems._pool_export import PoolExport, pool_exchange_rows
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
@@ -109,5 +109,6 @@ __all__ = [
     "run_experiment",
     "run_search_nightly",
     "systems_options_of",
+    "systems_query_texts",
     "with_neighbours",
 ]
