@@ -124,16 +124,24 @@ def detect_judgment_format(path: str | os.PathLike[str]) -> JudgmentFormat:
             path=str(p),
             line=1,
         )
-    for number, raw in enumerate(head.split(b"\n"), start=1):
-        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+    text = head.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        fields = next(csv.reader([line]), [])
-        if [f.strip().lower() for f in fields] in (list(CSV_HEADER), ["query", "doc_id", "rating"]):
-            return "csv"
         tokens = line.split()
         if len(tokens) in (4, 5) and re.fullmatch(r"[+-]?\d+", tokens[3]):
             return "trec"
+        if "," not in line and '"' not in line:
+            return "trec"  # no CSV record: TREC qrels, whose reader names what is wrong
+        rest = io.StringIO("\n".join(lines[number - 1 :]), newline="")
+        try:
+            fields = next(csv.reader(rest), [])
+        except csv.Error:
+            fields = []
+        if [f.strip().lower() for f in fields] in (list(CSV_HEADER), ["query", "doc_id", "rating"]):
+            return "csv"
         if len(fields) == 3 and _rating_text(fields[2]):
             return "csv"
         raise InputError(
