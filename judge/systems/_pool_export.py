@@ -109,5 +109,8 @@ def pool_exchange_rows(
         rows.append((found, docids.get((qid, docno), docno), grade, who))
     conventions = report.conventions
     kind = "experiment" if report.experiment is not None else "comparison"
-    judge = f"{conventions.get('backend')}, template {conventions.get('template_id')}"
+    templates = conventions.get("template_id") or ", ".join(
+        str(t) for t in sorted((conventions.get("template_ids") or {}).values())
+    )
+    judge = f"{conventions.get('backend')}, {'template ' + templates if templates else 'no template'}"
     return PoolExport(kind, str(conventions.get("scale") or "binary"), judge, rows)
