@@ -116,7 +116,9 @@ def register(subparsers: Any) -> None:
         "--scale",
         choices=SCALE_CHOICES,
         default=None,
-        help="write the pool's grades on this scale (the stated inverse mapping; default: the "
+        metavar="SCALE",
+        help="write the pool's grades on this scale, one of " + ", ".join(SCALE_CHOICES) + " (the "
+        "stated inverse mapping; default: the "
         "pool's own, binary 0/1 or graded 0-3)",
     )
     p.add_argument(

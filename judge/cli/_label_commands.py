@@ -110,8 +110,9 @@ def register(subparsers: Any) -> None:
         "--scale",
         choices=SCALE_CHOICES,
         default=None,
-        help="put labels on this scale (csv/srw/rre: also quepid-0-3, quepid-1-10, srw-0-1, by the "
-        "stated mappings of docs/guides/judgments-exchange.md)",
+        metavar="SCALE",
+        help="put labels on this scale: binary or graded (csv/srw/rre/trec: also quepid-0-3, "
+        "quepid-1-10, srw-0-1, by the stated mappings of docs/guides/judgments-exchange.md)",
     )
     e.add_argument(
         "--queries",
@@ -153,7 +154,9 @@ def register(subparsers: Any) -> None:
         "--scale",
         choices=SCALE_CHOICES,
         default=None,
-        help="the ratings' scale (default: inferred where unambiguous; CSV/SRW/RRE ratings 0/1 "
+        metavar="SCALE",
+        help="the ratings' scale: binary, graded, graded-0-3, quepid-0-3, quepid-1-10 or srw-0-1 "
+        "(default: inferred where unambiguous; CSV/SRW/RRE ratings 0/1 "
         "only or 1-3 only need it)",
     )
     i.set_defaults(func=run_import)

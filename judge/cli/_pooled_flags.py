@@ -52,7 +52,9 @@ def add_pooled_flags(
         "--qrels-scale",
         choices=("quepid-0-3", "quepid-1-10", "srw-0-1", "graded-0-3", "binary"),
         default=None,
-        help="the ratings' scale of a CSV/SRW --qrels (default: detected where unambiguous; "
+        metavar="SCALE",
+        help="the ratings' scale of a CSV/SRW --qrels: quepid-0-3, quepid-1-10, srw-0-1, graded-0-3 "
+        "or binary (default: detected where unambiguous; "
         "docs/guides/judgments-exchange.md states each mapping)",
     )
     p.add_argument(
