@@ -277,3 +277,61 @@ def test_judge_export_says_which_ratings_were_people(data: Bundled, tmp_path: Pa
     assert by["dog01"] == by["cat01"] == "human"  # cat01 is labelled though no run retrieved it
     assert sum(v == "human" for s in body["judge_sources"].values() for v in s.values()) == 2
     assert body["queries"][0]["placeholders"]["$query"] == _texts()["q01"]
+
+
+def test_labels_as_a_quepid_csv_apply_as_the_trec_qrels_do(
+    data: Bundled, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "exp"
+    assert _experiment(data, out) == 0
+    capsys.readouterr()
+    runs = sorted(out.glob("runs/*.jsonl"))
+    labels = _quepid_csv(tmp_path / "labels.csv")
+    pools = []
+    for i, given in enumerate((QRELS, labels)):
+        report = tmp_path / f"cmp{i}"
+        args = [f"a={runs[0]}", f"b={runs[1]}", "--backend", f"qrels:{data.qrels}", "--resamples", "200"]
+        code = main(
+            [
+                "compare-systems",
+                *args,
+                "--labels",
+                str(given),
+                "--labels-level",
+                "1",
+                "-o",
+                str(report),
+                "--quiet",
+            ]
+        )
+        assert code == 0
+        pools.append((report / "pool.qrels").read_text())
+    assert pools[0] == pools[1]
+    capsys.readouterr()
+    scored = []
+    for given in (QRELS, labels):
+        target = tmp_path / f"score-{given.suffix}.jsonl"
+        args = [str(runs[0]), "-o", str(target), "--backend", f"qrels:{data.qrels}", "--labels", str(given)]
+        assert main(["score", *args, "--labels-level", "1"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        scored.append((summary["labels"]["applied"], summary["labels"]["labels"], summary["judge"]["map"]))
+    # the qrels grade every corpus passage for every query (1040): each of the run's 125 passages has one
+    assert scored[0] == scored[1] and scored[0][:2] == (125, 1040)
+    bad = tmp_path / "amb.csv"
+    bad.write_text(f"query,docid,rating\n{_texts()['q01']},dog01,1\n", encoding="utf-8")
+    assert (
+        main(
+            [
+                "score",
+                str(runs[0]),
+                "-o",
+                str(tmp_path / "x.jsonl"),
+                "--backend",
+                f"qrels:{data.qrels}",
+                "--labels",
+                str(bad),
+            ]
+        )
+        == 2
+    )
+    assert "field '--labels-scale'" in capsys.readouterr().err

@@ -30,6 +30,30 @@ def read_query_texts(path: str | None, *, field: str = "--queries") -> dict[str,
     return {q.id: q.query for q in read_queries(path)}
 
 
+def run_query_texts(args: argparse.Namespace) -> dict[str, str]:
+    """The run's own queries, id -> text, as its labels are looked up: a comparison's by
+    TREC qid (the systems' datasets), ``judge score``'s and ``stability``'s by the record's
+    id (its dataset). Bad lines are skipped here: the run itself reports them."""
+    from judge.io import iter_dataset, parse_field_map
+
+    field_map = parse_field_map(getattr(args, "map", None) or [])
+    if getattr(args, "systems", None):
+        from judge.systems import SystemsOptions, parse_system_args, systems_query_texts
+
+        paths = parse_system_args(args.systems)
+        return systems_query_texts(paths, SystemsOptions(field_map=field_map), always=True) or {}
+    path = getattr(args, "input", None) or getattr(args, "dataset", None)
+    if not path or not Path(path).is_file():
+        raise InputError(
+            "a CSV/SRW/RRE --labels file needs the run's dataset for its query texts", field="--labels"
+        )
+    texts: dict[str, str] = {}
+    for item in iter_dataset(path, field_map=field_map):
+        if not isinstance(item, InputError):
+            texts.setdefault(item.id, item.query)
+    return texts
+
+
 def _write_out(output: str, text: str) -> None:
     if output == "-":
         sys.stdout.write(text)

@@ -42,6 +42,14 @@ def add_label_flags(p: argparse.ArgumentParser, *, level_help: str | None = None
         "--labels-reviewer", default="qrels", metavar="NAME", help="reviewer name for a qrels --labels file"
     )
     p.add_argument(
+        "--labels-scale",
+        choices=SCALE_CHOICES,
+        default=None,
+        metavar="SCALE",
+        help="the ratings' scale of a CSV/SRW/RRE --labels file: quepid-0-3, quepid-1-10, srw-0-1, "
+        "graded-0-3 or binary (default: detected where unambiguous)",
+    )
+    p.add_argument(
         "--labels-level",
         type=int,
         default=None,
@@ -66,6 +74,23 @@ def label_set_of(args: argparse.Namespace) -> Any:
     if args.labels == STORE:
         with LabelStore(args.labels_store) as store:
             return store.label_set(collection=args.labels_collection)
+    from judge.store import label_file_format, read_exchange_labels
+
+    fmt = label_file_format(args.labels)
+    if fmt in ("csv", "srw", "rre"):  # query texts: the run's own queries
+        from judge.cli._exchange import run_query_texts
+
+        read = read_exchange_labels(
+            args.labels,
+            queries=run_query_texts(args),
+            reviewer=args.labels_reviewer,
+            scale=getattr(args, "labels_scale", None),
+            collection=args.labels_collection,
+            fmt=fmt,
+            queries_field="the run's queries",
+            scale_field="--labels-scale",
+        )
+        return LabelSet([lab for _, lab in read], source=f"labels file {args.labels} ({fmt})")
     labels = read_label_file(args.labels, reviewer=args.labels_reviewer, collection=args.labels_collection)
     return LabelSet(labels, source=f"labels file {args.labels}")
 

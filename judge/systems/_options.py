@@ -197,10 +197,12 @@ def query_texts(inputs: Inputs) -> dict[str, str]:
     return {inputs.tokens[qid]: text for qid, text in inputs.queries.items()}
 
 
-def systems_query_texts(paths: Mapping[str, Path], options: SystemsOptions) -> dict[str, str] | None:
+def systems_query_texts(
+    paths: Mapping[str, Path], options: SystemsOptions, *, always: bool = False
+) -> dict[str, str] | None:
     """The systems' query texts (:func:`query_texts`) when ``--qrels`` names queries by text
-    (None otherwise): for the check of the labels before any backend is opened."""
-    if not options.qrels_by_text:
+    or ``always`` (None otherwise): for the check of the labels before any backend is opened."""
+    if not options.qrels_by_text and not always:
         return None
     quiet = RejectsReporter(None, io.StringIO(), command="judge compare-systems")
     inputs = read_systems(
