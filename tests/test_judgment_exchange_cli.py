@@ -335,3 +335,77 @@ def test_labels_as_a_quepid_csv_apply_as_the_trec_qrels_do(
         == 2
     )
     assert "field '--labels-scale'" in capsys.readouterr().err
+
+
+def test_a_pool_with_hostile_ids_and_texts_exports_and_comes_back_as_qrels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    texts = {"q1": 'red, "dress"\t100%\n中文', "q 2": "-minus"}
+    ids = {"q1": ["doc 1", 'a,"b"', "百分%20"], "q 2": ["doc 1", "@x"]}
+    for name, order in (("a", 1), ("b", -1)):
+        rows = [
+            {
+                "id": q,
+                "query": texts[q],
+                "retrieval_context": [{"id": d, "text": f"{q} {d}"} for d in ids[q][::order]],
+            }
+            for q in texts
+        ]
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        )
+    grades = {
+        ("q1", "doc 1"): 2,
+        ("q1", 'a,"b"'): 0,
+        ("q1", "百分%20"): 1,
+        ("q 2", "doc 1"): 0,
+        ("q 2", "@x"): 3,
+    }
+    labels = tmp_path / "labels.csv"
+    with labels.open("w", encoding="utf-8", newline="") as fh:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow(["query", "docid", "rating"])
+        out.writerows([texts[q], d, g] for (q, d), g in grades.items())
+    judge_qrels = tmp_path / "judge.qrels"
+    judge_qrels.write_text("x 0 y 0\n")
+
+    def compare(report: Path, qrels: Path) -> None:
+        args = [
+            "compare-systems",
+            f"a={tmp_path / 'a.jsonl'}",
+            f"b={tmp_path / 'b.jsonl'}",
+            "--qrels",
+            str(qrels),
+        ]
+        assert (
+            main(
+                [*args, "--backend", f"qrels:{judge_qrels}", "--mode", "graded", "-o", str(report), "--quiet"]
+            )
+            == 0
+        )
+
+    compare(tmp_path / "r1", labels)
+    # the pool holds TREC tokens: whitespace in an id became '_'
+    assert sorted((tmp_path / "r1" / "pool.qrels").read_text().splitlines()) == sorted(
+        ["q1 0 doc_1 2", 'q1 0 a,"b" 0', "q1 0 百分%20 1", "q_2 0 doc_1 0", "q_2 0 @x 3"]
+    )
+    exported = tmp_path / "pool.csv"
+    assert main(["export", str(tmp_path / "r1"), "--format", "csv", "-o", str(exported)]) == 0
+    got = {(j.query, j.docid): int(j.rating) for j in read_judgments(exported).judgments}
+    assert got == {(texts[q], d): g for (q, d), g in grades.items()}  # original ids and texts
+    compare(tmp_path / "r2", exported)
+    assert (tmp_path / "r2" / "pool.qrels").read_text() == (tmp_path / "r1" / "pool.qrels").read_text()
+    srw = tmp_path / "pool.json"
+    assert (
+        main(["export", str(tmp_path / "r1"), "--format", "srw", "--scale", "srw-0-1", "-o", str(srw)]) == 0
+    )
+    body = json.loads(srw.read_text(encoding="utf-8"))
+    assert "0 rating(s) by the LLM judge" in body["description"] and "5 by people" in body["description"]
+    assert {r["docId"]: r["rating"] for r in body["judgmentRatings"][0]["ratings"]} == {
+        "doc 1": "0.667",
+        'a,"b"': "0.000",
+        "百分%20": "0.333",
+    }
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "r1"), "--format", "csv", "--scale", "binary", "-o", str(srw)]) == 2
+    assert "field '--scale'" in capsys.readouterr().err
