@@ -78,7 +78,7 @@ def import_labels(args: argparse.Namespace) -> int | None:
                 "TREC qrels name queries by id: --queries is for CSV, SRW and RRE", field="--queries"
             )
         return None
-    lines = read_exchange_labels(
+    read = read_exchange_labels(
         args.file,
         queries=read_query_texts(args.queries),
         reviewer=args.reviewer,
@@ -86,15 +86,10 @@ def import_labels(args: argparse.Namespace) -> int | None:
         collection=args.collection,
         fmt=fmt,
     )
-    labels = [lab for _, lab in lines]
     with LabelStore(args.store) as store:
-        stored = store.put_many(labels)
-    scale = None
-    if labels:  # the comment ends "(FORMAT, SCALE RATING -> ...": the scale every label was read on
-        tail = labels[0].comment[labels[0].comment.rfind(f"({fmt}, ") :]
-        scale = tail.split(" ")[1]
+        stored = store.put_many(read.labels)
     shown = {"imported": len(stored), "file": args.file, "collection": args.collection, "format": fmt}
-    print(json.dumps(shown | {"scale": scale}, ensure_ascii=False))
+    print(json.dumps(shown | {"scale": read.scale}, ensure_ascii=False))
     return 0
 
 

@@ -90,7 +90,7 @@ def label_set_of(args: argparse.Namespace) -> Any:
             queries_field="the run's queries",
             scale_field="--labels-scale",
         )
-        return LabelSet([lab for _, lab in read], source=f"labels file {args.labels} ({fmt})")
+        return LabelSet(read.labels, source=f"labels file {args.labels} ({fmt}, {read.scale})")
     labels = read_label_file(args.labels, reviewer=args.labels_reviewer, collection=args.labels_collection)
     return LabelSet(labels, source=f"labels file {args.labels}")
 

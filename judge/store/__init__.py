@@ -10,6 +10,7 @@ from judge.store._cache import (
     migrate,
 )
 from judge.store._label_exchange import (
+    ExchangeLabels,
     LabelFileFormat,
     label_file_format,
     labels_to_exchange,
@@ -77,6 +78,7 @@ __all__ = [
     "CacheStats",
     "CacheVersionError",
     "Calibration",
+    "ExchangeLabels",
     "Label",
     "LabelConflict",
     "LabelFileFormat",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from judge.io import (
     InputError,
@@ -38,7 +38,25 @@ from judge.store._label_model import (
 
 LabelFileFormat = Literal["jsonl", "trec", "csv", "srw", "rre"]
 
-__all__ = ["LabelFileFormat", "label_file_format", "labels_to_exchange", "read_exchange_labels"]
+__all__ = [
+    "ExchangeLabels",
+    "LabelFileFormat",
+    "label_file_format",
+    "labels_to_exchange",
+    "read_exchange_labels",
+]
+
+
+class ExchangeLabels(NamedTuple):
+    """The labels of a judgment list with their lines, its format and the scale read on."""
+
+    lines: list[tuple[int, Label]]
+    format: str
+    scale: str
+
+    @property
+    def labels(self) -> list[Label]:
+        return [lab for _, lab in self.lines]
 
 
 def label_file_format(path: str | Path) -> LabelFileFormat:
@@ -79,7 +97,7 @@ def read_exchange_labels(
     fmt: JudgmentFormat | None = None,
     queries_field: str = "--queries",
     scale_field: str = "--scale",
-) -> list[tuple[int, Label]]:
+) -> ExchangeLabels:
     """The labels of a CSV, SRW or RRE judgment list (or TREC qrels read on an exchange
     scale), with their lines: query texts turned into ids through ``queries`` (id -> text;
     required for the text formats), ratings put on the store's scale by the stated mapping
@@ -123,7 +141,7 @@ def read_exchange_labels(
             line=j.line,
         )
         out.append((j.line, Label(**fields)))
-    return out
+    return ExchangeLabels(out, found.format, rule.name)
 
 
 def _unescaped(qid: str, docno: str, path: str, line: int) -> tuple[str, str]:
