@@ -13,7 +13,7 @@ import pytest
 from _experiment_fixtures import DATA, Bundled, bundled
 
 from judge.cli import main
-from judge.io import read_judgments, read_qrels_lines
+from judge.io import InputError, read_judgments, read_qrels_lines
 from judge.store import qrels_escape
 
 QUERIES = DATA / "queries.zh.jsonl"
@@ -409,3 +409,23 @@ def test_a_pool_with_hostile_ids_and_texts_exports_and_comes_back_as_qrels(
     capsys.readouterr()
     assert main(["export", str(tmp_path / "r1"), "--format", "csv", "--scale", "binary", "-o", str(srw)]) == 2
     assert "field '--scale'" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_a_quepid_list_and_its_scale(data: Bundled, tmp_path: Path) -> None:
+    import judge
+
+    out = tmp_path / "exp"
+    assert _experiment(data, out) == 0
+    runs = sorted(out.glob("runs/*.jsonl"))
+    texts = _texts()
+    ten = tmp_path / "ten.csv"  # Quepid's 1-10 scale: 1, 4, 7, 10 are grades 0, 1, 2, 3
+    ten.write_text(f"query,docid,rating\n{texts['q01']},dog01,10\n{texts['q01']},cat01,1\n", encoding="utf-8")
+    systems = {"a": runs[0], "b": runs[1]}
+    kw = {"backend": f"qrels:{data.qrels}", "resamples": 200, "mode": "graded"}
+    report = judge.compare_systems(systems, tmp_path / "r", qrels=ten, qrels_scale="quepid-1-10", **kw)
+    assert report.conventions["human_labels_file"]["scale"] == "quepid-1-10"
+    lines = (tmp_path / "r" / "pool.qrels").read_text().splitlines()
+    assert "q01 0 dog01 3" in lines and "q01 0 cat01 0" in lines  # 10 -> 3, 1 -> 0
+    with pytest.raises(InputError) as err:
+        judge.compare_systems(systems, tmp_path / "r2", qrels=ten, qrels_scale="likert", **kw)
+    assert err.value.field == "--qrels-scale"

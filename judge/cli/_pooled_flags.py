@@ -160,6 +160,7 @@ def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:
         "qrels": args.qrels or None,
         "qrels_level": args.qrels_level,
         "qrels_yes_grade": args.qrels_yes_grade,
+        "qrels_scale": args.qrels_scale,
         "seed": args.resample_seed,
         "resamples": args.resamples,
         "stability_resamples": args.stability_resamples,
@@ -181,7 +182,6 @@ def pooled_options(args: argparse.Namespace, **extra: Any) -> SystemsOptions:
         pooled_keywords(args),
         top_queries=args.top_queries,
         sample_labels=sample_label_options(args),
-        qrels_scale=args.qrels_scale,
         **extra,
     )
 

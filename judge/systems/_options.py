@@ -114,6 +114,8 @@ class SystemsOptions:
             raise InputError(f"must be in 1..3, got {self.qrels_level}", field="--qrels-level")
         if self.qrels_yes_grade is not None and not 1 <= self.qrels_yes_grade <= 3:
             raise InputError(f"must be in 1..3, got {self.qrels_yes_grade}", field="--qrels-yes-grade")
+        if self.qrels_scale is not None:
+            scale_rule(self.qrels_scale, field="--qrels-scale")
 
 
 def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:

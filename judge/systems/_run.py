@@ -591,7 +591,8 @@ async def acompare_systems(
     :func:`judge.experiment`): ``backend``, ``mode``, ``config``, ``qrels`` (human labels
     fill the pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is
     relevant; default an explicit ``relevance_level``, else refused), ``qrels_yes_grade``
-    (0/1 labels with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    (0/1 labels with a graded judge: the grade a 1 stands for), ``qrels_scale`` (a
+    Quepid/SRW ``qrels`` list's rating scale), ``depth``, ``measures``,
     ``relevance_level``, ``cache`` (True: the default verdict cache; a path; a
     VerdictStore; False: none), ``seed`` (0), ``resamples`` (10000),
     ``stability_resamples`` (1000), ``confidence`` (0.95), ``strict``, ``concurrency``,
