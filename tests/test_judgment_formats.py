@@ -286,6 +286,14 @@ def test_a_rating_off_its_scale_is_refused(scale: str, rating: str) -> None:
     assert scale_rule(scale).problem(Decimal(rating)) is not None
 
 
+def test_trec_qrels_take_integer_grades_only(tmp_path: Path) -> None:
+    text = write_judgments(None, [("q 1", "d%", "2")], "trec", escape=lambda s: s.replace(" ", "%20"))
+    assert text == "q%201 0 d% 2\n"
+    with pytest.raises(InputError) as err:
+        write_judgments(tmp_path / "x.qrels", [("q1", "d", "0.667")], "trec")
+    assert err.value.field == "--scale" and not (tmp_path / "x.qrels").exists()
+
+
 def _detect(*ratings: str) -> str:
     return detect_scale([(i + 1, Decimal(r)) for i, r in enumerate(ratings)], path="f").name
 

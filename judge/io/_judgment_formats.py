@@ -540,6 +540,12 @@ def write_judgments(
     elif fmt == "rre":
         text = _rre_text(rows, extra or {})
     else:
+        fraction = next((r for _, _, r in rows if Decimal(r) != Decimal(r).to_integral_value()), None)
+        if fraction is not None:
+            raise InputError(
+                f"TREC qrels grades are integers, got {fraction}: write it on an integer scale",
+                field="--scale",
+            )
         text = "".join(f"{escape(q)} 0 {escape(d)} {int(Decimal(r))}\n" for q, d, r in rows)
     if path is not None:
         Path(path).write_text(text, encoding="utf-8", newline="")
