@@ -77,6 +77,13 @@ def test_a_csv_without_header_and_with_a_bom_and_multiline_records(tmp_path: Pat
     assert [(j.line, j.query) for j in got] == [(1, "two\nlines"), (3, "q2")]  # line where a record starts
 
 
+def test_a_csv_with_windows_line_ends(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b'\xef\xbb\xbfquery,docid,rating\r\n"a\r\nb",d1,2\r\nq2,d2,0\r\n')
+    assert detect_judgment_format(path) == "csv"
+    assert _pairs(path) == [("a\r\nb", "d1", "2"), ("q2", "d2", "0")]
+
+
 def test_srw_as_its_docs_write_it(tmp_path: Path) -> None:
     # PUT _plugins/_search_relevance/judgments, type IMPORT_JUDGMENT; ratings are strings
     body = {
