@@ -39,6 +39,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "judge.cli._experiment",
     "judge.cli._serve",
     "judge.cli._label_commands",
+    "judge.cli._exchange",
     "judge.cli._search_commands",
 )
 

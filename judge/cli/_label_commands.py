@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from judge.cli._exchange import SCALE_CHOICES
 from judge.io import InputError
 
 STORE = "store"
@@ -39,6 +40,14 @@ def add_label_flags(p: argparse.ArgumentParser, *, level_help: str | None = None
     )
     p.add_argument(
         "--labels-reviewer", default="qrels", metavar="NAME", help="reviewer name for a qrels --labels file"
+    )
+    p.add_argument(
+        "--labels-scale",
+        choices=SCALE_CHOICES,
+        default=None,
+        metavar="SCALE",
+        help="the ratings' scale of a CSV/SRW/RRE --labels file: quepid-0-3, quepid-1-10, srw-0-1, "
+        "graded-0-3 or binary (default: detected where unambiguous)",
     )
     p.add_argument(
         "--labels-level",
@@ -65,6 +74,23 @@ def label_set_of(args: argparse.Namespace) -> Any:
     if args.labels == STORE:
         with LabelStore(args.labels_store) as store:
             return store.label_set(collection=args.labels_collection)
+    from judge.store import label_file_format, read_exchange_labels
+
+    fmt = label_file_format(args.labels)
+    if fmt in ("csv", "srw", "rre"):  # query texts: the run's own queries
+        from judge.cli._exchange import run_query_texts
+
+        read = read_exchange_labels(
+            args.labels,
+            queries=run_query_texts(args),
+            reviewer=args.labels_reviewer,
+            scale=getattr(args, "labels_scale", None),
+            collection=args.labels_collection,
+            fmt=fmt,
+            queries_field="the run's queries",
+            scale_field="--labels-scale",
+        )
+        return LabelSet(read.labels, source=f"labels file {args.labels} ({fmt}, {read.scale})")
     labels = read_label_file(args.labels, reviewer=args.labels_reviewer, collection=args.labels_collection)
     return LabelSet(labels, source=f"labels file {args.labels}")
 
@@ -93,14 +119,31 @@ def register(subparsers: Any) -> None:
         )
         q.add_argument("--collection", default="default", help="label collection (default 'default')")
 
-    e = sub.add_parser("export", help="write the labels as TREC qrels or JSONL")
+    e = sub.add_parser(
+        "export", help="write the labels as TREC qrels, JSONL, or a Quepid/SRW/RRE judgment list"
+    )
     common(e)
     e.add_argument("-o", "--output", default="-", help="output file (default stdout)")
     e.add_argument(
-        "--format", choices=("qrels", "jsonl"), default="qrels", help="qrels (resolved) or jsonl (all)"
+        "--format",
+        choices=("qrels", "trec", "jsonl", "csv", "srw", "rre"),
+        default="qrels",
+        help="qrels/trec (resolved), jsonl (all), or the query,docid,rating CSV of Quepid and SRW, "
+        "SRW's judgment list JSON, RRE ratings JSON (resolved; query texts from the labels or --queries)",
     )
     e.add_argument(
-        "--scale", choices=("binary", "graded"), default=None, help="qrels: put labels on this scale"
+        "--scale",
+        choices=SCALE_CHOICES,
+        default=None,
+        metavar="SCALE",
+        help="put labels on this scale: binary or graded (csv/srw/rre/trec: also quepid-0-3, "
+        "quepid-1-10, srw-0-1, by the stated mappings of docs/guides/judgments-exchange.md)",
+    )
+    e.add_argument(
+        "--queries",
+        default=None,
+        metavar="QUERY_SET",
+        help="csv/srw/rre: query set giving each query id its text",
     )
     e.add_argument("--level", type=int, default=None, help="qrels --scale binary: grade >= L is relevant")
     e.add_argument("--history", action="store_true", help="jsonl: every change, not only the latest labels")
@@ -112,16 +155,34 @@ def register(subparsers: Any) -> None:
     )
     e.set_defaults(func=run_export)
 
-    i = sub.add_parser("import", help="read labels from TREC qrels or a JSONL export")
+    i = sub.add_parser(
+        "import", help="read labels from TREC qrels, a JSONL export, or a Quepid/SRW/RRE judgment list"
+    )
     common(i)
-    i.add_argument("file", help="TREC qrels or JSONL labels export")
+    i.add_argument(
+        "file",
+        help="TREC qrels, JSONL labels export, query,docid,rating CSV, SRW judgment list or RRE "
+        "ratings (detected from the content)",
+    )
+    i.add_argument(
+        "--queries",
+        default=None,
+        metavar="QUERY_SET",
+        help="CSV/SRW/RRE: the query set whose ids the query texts stand for",
+    )
     i.add_argument(
         "--reviewer",
         default=None,
         help="reviewer name (required for qrels; for JSONL, the reviewer of lines that name none)",
     )
     i.add_argument(
-        "--scale", choices=("binary", "graded"), default=None, help="qrels scale (default: inferred)"
+        "--scale",
+        choices=SCALE_CHOICES,
+        default=None,
+        metavar="SCALE",
+        help="the ratings' scale: binary, graded, graded-0-3, quepid-0-3, quepid-1-10 or srw-0-1 "
+        "(default: inferred where unambiguous; CSV/SRW/RRE ratings 0/1 "
+        "only or 1-3 only need it)",
     )
     i.set_defaults(func=run_import)
 
@@ -204,6 +265,12 @@ def run_export(args: argparse.Namespace) -> int:
 
     if args.sample:
         return _export_sample(args)
+    if args.format in ("trec", "csv", "srw", "rre") or args.scale not in (None, "binary", "graded"):
+        from judge.cli._exchange import export_labels
+
+        if args.format in ("qrels", "jsonl"):
+            raise InputError(f"--scale {args.scale} is for --format csv, srw, rre or trec", field="--scale")
+        return export_labels(args)
     with LabelStore(args.store) as store:
         history = store.history(collection=args.collection) if args.history else []
         latest = store.latest(collection=args.collection)
@@ -232,8 +299,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from judge.cli._exchange import import_labels
     from judge.store import LabelStore, read_label_file
 
+    done = import_labels(args)
+    if done is not None:
+        return done
+    if args.scale not in (None, "binary", "graded"):
+        raise InputError(f"--scale {args.scale} is not a scale of a JSONL labels export", field="--scale")
     labels = read_label_file(args.file, reviewer=args.reviewer, scale=args.scale, collection=args.collection)
     with LabelStore(args.store) as store:
         stored = store.put_many(labels)

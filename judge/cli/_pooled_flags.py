@@ -42,7 +42,20 @@ def add_pooled_flags(
     ``--top-queries``, ``--json`` and the worked examples
     (:func:`~judge.cli._flags.add_example_flags`: run settings, read by ``run_spec_of``)."""
     p.add_argument(
-        "--qrels", default=None, metavar="FILE", help="human labels (TREC qrels): judge only the holes"
+        "--qrels",
+        default=None,
+        metavar="FILE",
+        help="human labels: judge only the holes. TREC qrels, or a Quepid/SRW judgment list (the "
+        "query,docid,rating CSV, SRW's JSON; query texts matched to the run's queries), told by content",
+    )
+    p.add_argument(
+        "--qrels-scale",
+        choices=("quepid-0-3", "quepid-1-10", "srw-0-1", "graded-0-3", "binary"),
+        default=None,
+        metavar="SCALE",
+        help="the ratings' scale of a CSV/SRW --qrels: quepid-0-3, quepid-1-10, srw-0-1, graded-0-3 "
+        "or binary (default: detected where unambiguous; "
+        "docs/guides/judgments-exchange.md states each mapping)",
     )
     p.add_argument(
         "--qrels-level",
@@ -147,6 +160,7 @@ def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:
         "qrels": args.qrels or None,
         "qrels_level": args.qrels_level,
         "qrels_yes_grade": args.qrels_yes_grade,
+        "qrels_scale": args.qrels_scale,
         "seed": args.resample_seed,
         "resamples": args.resamples,
         "stability_resamples": args.stability_resamples,
@@ -165,7 +179,10 @@ def pooled_options(args: argparse.Namespace, **extra: Any) -> SystemsOptions:
     if args.top_queries < 0:
         raise InputError("must be >= 0", field="--top-queries")
     return systems_options_of(
-        pooled_keywords(args), top_queries=args.top_queries, sample_labels=sample_label_options(args), **extra
+        pooled_keywords(args),
+        top_queries=args.top_queries,
+        sample_labels=sample_label_options(args),
+        **extra,
     )
 
 

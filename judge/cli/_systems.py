@@ -75,6 +75,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
         parse_system_args,
         read_human_labels,
         run_comparison,
+        systems_query_texts,
     )
 
     systems = parse_system_args(args.systems)
@@ -92,7 +93,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
-    read_human_labels(options, config)
+    read_human_labels(options, config, systems_query_texts(systems, options))
     check_pool_examples(
         PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, config
     )

@@ -105,3 +105,40 @@ __all__ += [
 from judge.io._sample_labels import SampleLabel, SampleLabels, read_sample_labels  # noqa: E402
 
 __all__ += ["SampleLabel", "SampleLabels", "read_sample_labels"]
+
+# Judgment lists of other tools (Quepid, SRW, RRE) and their rating scales.
+from judge.io._judgment_formats import (  # noqa: E402
+    CSV_HEADER,
+    JUDGMENT_FORMATS,
+    Judgment,
+    JudgmentFile,
+    JudgmentFormat,
+    detect_judgment_format,
+    judgments_by_qid,
+    read_judgments,
+    write_judgments,
+)
+from judge.io._judgment_scales import (  # noqa: E402
+    EXCHANGE_SCALES,
+    ExchangeScale,
+    ScaleRule,
+    detect_scale,
+    scale_rule,
+)
+
+__all__ += [
+    "CSV_HEADER",
+    "EXCHANGE_SCALES",
+    "JUDGMENT_FORMATS",
+    "ExchangeScale",
+    "Judgment",
+    "JudgmentFile",
+    "JudgmentFormat",
+    "ScaleRule",
+    "detect_judgment_format",
+    "detect_scale",
+    "judgments_by_qid",
+    "read_judgments",
+    "scale_rule",
+    "write_judgments",
+]

@@ -9,6 +9,13 @@ from judge.store._cache import (
     judge_home,
     migrate,
 )
+from judge.store._label_exchange import (
+    ExchangeLabels,
+    LabelFileFormat,
+    label_file_format,
+    labels_to_exchange,
+    read_exchange_labels,
+)
 from judge.store._label_files import (
     LABEL_FORMATS,
     LabelFormat,
@@ -71,8 +78,10 @@ __all__ = [
     "CacheStats",
     "CacheVersionError",
     "Calibration",
+    "ExchangeLabels",
     "Label",
     "LabelConflict",
+    "LabelFileFormat",
     "LabelFormat",
     "LabelPage",
     "LabelSet",
@@ -94,7 +103,9 @@ __all__ = [
     "encode_cursor",
     "iter_output",
     "judge_home",
+    "label_file_format",
     "label_type_problem",
+    "labels_to_exchange",
     "labels_to_jsonl",
     "labels_to_qrels",
     "migrate",
@@ -102,6 +113,7 @@ __all__ = [
     "parse_label",
     "qrels_escape",
     "qrels_unescape",
+    "read_exchange_labels",
     "read_label_file",
     "read_label_lines",
     "recover_output",

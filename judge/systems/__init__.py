@@ -27,8 +27,9 @@ from judge.systems._model import (
     SystemsReport,
     SystemSummary,
 )
-from judge.systems._options import SystemsOptions, pool_scale, read_human_labels
+from judge.systems._options import SystemsOptions, pool_scale, read_human_labels, systems_query_texts
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
+from judge.systems._pool_export import PoolExport, pool_exchange_rows
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
 from judge.systems._ppi_report import check_sample_pairs
 from judge.systems._reasons import REASONS_DIR, explain_pairs, read_reasons, reasons_config
@@ -67,6 +68,7 @@ __all__ = [
     "ExperimentSummary",
     "Inputs",
     "Knob",
+    "PoolExport",
     "PoolRun",
     "PoolSummary",
     "PoolVerdicts",
@@ -97,6 +99,7 @@ __all__ = [
     "point_name",
     "pool_dataset_lines",
     "pool_example_bank",
+    "pool_exchange_rows",
     "pool_scale",
     "read_human_labels",
     "read_reasons",
@@ -107,5 +110,6 @@ __all__ = [
     "run_experiment",
     "run_search_nightly",
     "systems_options_of",
+    "systems_query_texts",
     "with_neighbours",
 ]

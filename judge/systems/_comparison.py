@@ -28,7 +28,7 @@ from judge.metrics import Evaluation, Measure
 from judge.store import atomic_write_text
 from judge.systems._inputs import Inputs, read_systems
 from judge.systems._model import SystemsReport
-from judge.systems._options import SystemsOptions, label_grades, read_human_labels
+from judge.systems._options import SystemsOptions, label_grades, query_texts, read_human_labels
 from judge.systems._pool import Pool, PoolVerdicts, build_pool, existing_mode, read_pool_verdicts
 from judge.systems._render import ReportData, render_differences, render_html, render_markdown
 from judge.systems._scoring import Paired, compare_systems_paired, evaluate_files, parse_measures
@@ -163,7 +163,7 @@ class ComparisonReport:
             paths, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars, reporter=quiet
         )
         config = JudgeConfig(mode=report.conventions.get("mode") or "binary")
-        human, _ = read_human_labels(opts, config)
+        human, _ = read_human_labels(opts, config, query_texts(inputs))
         pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
         measures = parse_measures(report.conventions.get("measures"))
         level = int(report.conventions["relevance_level"])

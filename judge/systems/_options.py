@@ -4,19 +4,31 @@ from its folder both read them here."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.batch import SampleLabelOptions
-from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels, read_qrels
+from judge.io import (
+    DEFAULT_MAX_PASSAGE_CHARS,
+    InputError,
+    Qrels,
+    RejectsReporter,
+    detect_judgment_format,
+    detect_scale,
+    judgments_by_qid,
+    read_judgments,
+    read_qrels,
+    scale_rule,
+)
 from judge.judging import JudgeConfig
 from judge.metrics import ScaleError
 from judge.store import LabelSet
-from judge.systems._inputs import Inputs
+from judge.systems._inputs import Inputs, read_systems, trec_token
 from judge.systems._label_scale import PoolScale, map_human, resolve_pool_scale
 
-__all__ = ["SystemsOptions", "label_grades", "pool_scale", "read_human_labels"]
+__all__ = ["SystemsOptions", "label_grades", "pool_scale", "read_human_labels", "systems_query_texts"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class SystemsOptions:
     qrels: Path | None = None
     qrels_level: int | None = None
     qrels_yes_grade: int | None = None
+    qrels_scale: str | None = None
     labels: LabelSet | None = None
     labels_level: int | None = None
     labels_yes_grade: int | None = None
@@ -64,6 +77,14 @@ class SystemsOptions:
     adaptive_draws: int = 200
     # a random sample of human labels: each system's prediction-powered figures (report ``ppi``)
     sample_labels: SampleLabelOptions | None = None
+
+    @property
+    def qrels_by_text(self) -> bool:
+        """``qrels`` is a judgment list naming queries by text (CSV, SRW, RRE), not TREC qrels:
+        it can only be read once the run's queries are known."""
+        return (
+            self.qrels is not None and self.qrels.is_file() and detect_judgment_format(self.qrels) != "trec"
+        )
 
     def check(self) -> None:
         if self.depth is not None and self.depth < 1:
@@ -93,6 +114,8 @@ class SystemsOptions:
             raise InputError(f"must be in 1..3, got {self.qrels_level}", field="--qrels-level")
         if self.qrels_yes_grade is not None and not 1 <= self.qrels_yes_grade <= 3:
             raise InputError(f"must be in 1..3, got {self.qrels_yes_grade}", field="--qrels-yes-grade")
+        if self.qrels_scale is not None:
+            scale_rule(self.qrels_scale, field="--qrels-scale")
 
 
 def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:
@@ -115,15 +138,97 @@ def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None
         ) from None
 
 
-def read_human_labels(options: SystemsOptions, config: JudgeConfig) -> tuple[Qrels | None, PoolScale]:
-    """``--qrels`` read and put on the judge's scale (None without labels), with the scale."""
+def read_human_labels(
+    options: SystemsOptions, config: JudgeConfig, queries: Mapping[str, str] | None = None
+) -> tuple[Qrels | None, PoolScale]:
+    """``--qrels`` read and put on the judge's scale (None without labels), with the scale.
+    ``queries`` (TREC qid -> query text, the run's own queries) turns the query texts of a
+    CSV or SRW judgment list into qids (:func:`read_qrels_file`)."""
     human = None
     if options.qrels is not None:
         if not Path(options.qrels).exists():
             raise InputError("no such file", path=str(options.qrels), field="--qrels")
-        human = read_qrels(options.qrels)
+        human = read_qrels_file(options.qrels, queries, scale=options.qrels_scale)
     scale = pool_scale(options, config, human)
     return map_human(human, scale), scale
+
+
+def read_qrels_file(path: Path, queries: Mapping[str, str] | None, *, scale: str | None = None) -> Qrels:
+    """The one reader of ``--qrels``: TREC qrels as :func:`judge.io.read_qrels` reads them,
+    or a judgment list of Quepid or SRW (the ``query,docid,rating`` CSV, SRW's JSON, RRE
+    ratings), told apart by content (:func:`judge.io.detect_judgment_format`). A list's query
+    texts become qids through ``queries`` (TREC qid -> text; a text not there, or two
+    queries sharing it, is exit 2 naming the line), its docids TREC tokens, its ratings
+    graded 0-3 or binary by the stated mapping of ``scale`` (``--qrels-scale``; None: the
+    scale the file states, else detected, else exit 2 naming ``--qrels-scale``)."""
+    fmt = detect_judgment_format(path)
+    if fmt == "trec":
+        return read_qrels(path)
+    found = read_judgments(path, fmt)
+    if not found.judgments:
+        raise InputError("no ratings", path=str(path), field="--qrels")
+    rule = (
+        scale_rule(scale or found.stated_scale or "", field="--qrels-scale")
+        if scale or found.stated_scale
+        else detect_scale(
+            [(j.line, j.rating) for j in found.judgments], path=str(path), field="--qrels-scale"
+        )
+    )
+    grades: dict[str, dict[str, int]] = {}
+    lines: dict[tuple[str, str], int] = {}
+    for j, qid in judgments_by_qid(found, queries or {}, field="the run's queries"):
+        problem = rule.problem(j.rating)
+        if problem is not None:
+            raise InputError(problem, path=str(path), line=j.line, field=j.field)
+        docno = trec_token(j.docid)
+        first = lines.setdefault((qid, docno), j.line)
+        if first != j.line:
+            raise InputError(
+                f"docid {j.docid!r} is rated twice for one query (first at line {first}; as TREC "
+                f"tokens both are {docno!r})",
+                path=str(path),
+                line=j.line,
+                field="docid",
+            )
+        grades.setdefault(qid, {})[docno] = rule.to_store(j.rating)
+    return Qrels.from_mapping(grades)
+
+
+def query_texts(inputs: Inputs) -> dict[str, str]:
+    """TREC qid -> query text of the systems' queries (what a CSV/SRW ``--qrels`` matches)."""
+    return {inputs.tokens[qid]: text for qid, text in inputs.queries.items()}
+
+
+def systems_query_texts(
+    paths: Mapping[str, Path], options: SystemsOptions, *, always: bool = False
+) -> dict[str, str] | None:
+    """The systems' query texts (:func:`query_texts`) when ``--qrels`` names queries by text
+    or ``always`` (None otherwise): for the check of the labels before any backend is opened."""
+    if not options.qrels_by_text and not always:
+        return None
+    quiet = RejectsReporter(None, io.StringIO(), command="judge compare-systems")
+    inputs = read_systems(
+        paths, field_map=options.field_map, max_passage_chars=options.max_passage_chars, reporter=quiet
+    )
+    return query_texts(inputs)
+
+
+def qrels_file_convention(options: SystemsOptions) -> dict[str, str] | None:
+    """How a CSV/SRW/RRE ``--qrels`` was read (format, scale, mapping) for the report's
+    conventions; None for TREC qrels or no labels."""
+    if options.qrels is None:
+        return None
+    fmt = detect_judgment_format(options.qrels)
+    if fmt == "trec":
+        return None
+    found = read_judgments(options.qrels, fmt)
+    given = options.qrels_scale or found.stated_scale
+    rule = (
+        scale_rule(given, field="--qrels-scale")
+        if given
+        else detect_scale([(j.line, j.rating) for j in found.judgments], path=str(options.qrels))
+    )
+    return {"format": fmt, "scale": rule.name, "mapping": rule.rule}
 
 
 def label_grades(opts: SystemsOptions, inputs: Inputs, config: JudgeConfig) -> dict[str, dict[str, int]]:

@@ -34,7 +34,10 @@ class PooledKeywords(TypedDict, total=False):
     filling the pool first, put on the judge's scale by ``qrels_level`` (graded labels with
     a binary judge: grade >= L is relevant; default an explicit ``relevance_level``, else
     refused) or ``qrels_yes_grade`` (0/1 labels with a graded judge: the grade a 1 stands
-    for); ``depth``: pool each system's top N; ``measures``; ``relevance_level``; ``cache``
+    for); ``qrels`` may be a Quepid/SRW judgment list (CSV, SRW or RRE JSON; query texts
+    matched to the run's queries), its ratings' scale ``qrels_scale`` (``quepid-0-3``,
+    ``quepid-1-10``, ``srw-0-1``, ``graded-0-3``, ``binary``; default: detected where
+    unambiguous); ``depth``: pool each system's top N; ``measures``; ``relevance_level``; ``cache``
     (True: the default verdict cache; a path; a VerdictStore; False: none); ``seed``,
     ``resamples``, ``confidence``: the tests; ``stability_resamples``: order_stability
     redraws (0 skips); ``strict``; ``concurrency``; ``retry_unjudged``; ``base_url``;
@@ -57,6 +60,7 @@ class PooledKeywords(TypedDict, total=False):
     relevance_level: int | None
     qrels_level: int | None
     qrels_yes_grade: int | None
+    qrels_scale: str | None
     cache: VerdictStore | str | os.PathLike[str] | bool
     seed: int
     resamples: int
@@ -103,6 +107,7 @@ def systems_options_of(
         "qrels": Path(qrels) if qrels is not None else None,
         "qrels_level": kw.get("qrels_level"),
         "qrels_yes_grade": kw.get("qrels_yes_grade"),
+        "qrels_scale": kw.get("qrels_scale"),
         "seed": int(kw.get("seed", 0)),
         "resamples": int(kw.get("resamples", 10_000)),
         "stability_resamples": int(kw.get("stability_resamples", stability_resamples)),

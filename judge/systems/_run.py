@@ -42,7 +42,14 @@ from judge.systems._model import (
     SystemsReport,
     SystemSummary,
 )
-from judge.systems._options import SystemsOptions, label_grades, pool_scale, read_human_labels
+from judge.systems._options import (
+    SystemsOptions,
+    label_grades,
+    pool_scale,
+    qrels_file_convention,
+    query_texts,
+    read_human_labels,
+)
 from judge.systems._pool import (
     Pool,
     PoolRun,
@@ -176,7 +183,8 @@ async def run_comparison(
     folder, cheap_folder = ReportFolder(out), ReportFolder(out / "cheap")
     if out.exists() and not out.is_dir():
         raise InputError("the report directory is a file", path=str(out))
-    human, scale = read_human_labels(opts, config)
+    if not opts.qrels_by_text:
+        human, scale = read_human_labels(opts, config)
     out.mkdir(parents=True, exist_ok=True)
     reporter = RejectsReporter(folder.input_rejects, command=run.command)
     try:
@@ -189,6 +197,8 @@ async def run_comparison(
         )
     finally:
         reporter.close()
+    if opts.qrels_by_text:  # a CSV/SRW --qrels: its query texts are the systems' queries
+        human, scale = read_human_labels(opts, config, query_texts(inputs))
     pool = build_pool(inputs, depth=opts.depth, human=human, labels=label_grades(opts, inputs, config))
     if opts.sample_labels is not None:  # a sample pair outside the pool: exit 2 before any call
         check_sample_pairs(opts.sample_labels, pool)
@@ -488,6 +498,7 @@ def score_and_report(
         "depth": options.depth,
         "passage_identity": "id when given, else the exact text (docno h + sha256(text)[:16])",
         "human_labels": str(options.qrels) if options.qrels is not None else None,
+        **({"human_labels_file": file} if (file := qrels_file_convention(options)) is not None else {}),
         "review_labels": options.labels.source if options.labels is not None else None,
         **(
             {"sample_labels": {"source": options.sample_labels.labels.path, "choice": CHOICE}}
@@ -580,7 +591,8 @@ async def acompare_systems(
     :func:`judge.experiment`): ``backend``, ``mode``, ``config``, ``qrels`` (human labels
     fill the pool first), ``qrels_level`` (graded labels with a binary judge: grade >= L is
     relevant; default an explicit ``relevance_level``, else refused), ``qrels_yes_grade``
-    (0/1 labels with a graded judge: the grade a 1 stands for), ``depth``, ``measures``,
+    (0/1 labels with a graded judge: the grade a 1 stands for), ``qrels_scale`` (a
+    Quepid/SRW ``qrels`` list's rating scale), ``depth``, ``measures``,
     ``relevance_level``, ``cache`` (True: the default verdict cache; a path; a
     VerdictStore; False: none), ``seed`` (0), ``resamples`` (10000),
     ``stability_resamples`` (1000), ``confidence`` (0.95), ``strict``, ``concurrency``,

@@ -36,7 +36,7 @@ from judge.store import atomic_write_bytes
 from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
-from judge.systems._inputs import read_systems
+from judge.systems._inputs import read_systems, trec_token
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
 from judge.systems._pool import PoolRun, build_pool, judge_pool, pool_dataset_lines
@@ -406,7 +406,7 @@ async def run_experiment(
     from judge.search import parse_overrides
 
     overrides = parse_overrides(list(experiment.overrides)) if experiment.overrides else None
-    human, scale = read_human_labels(opts, config)
+    human, scale = read_human_labels(opts, config, {trec_token(q.id): q.query for q in queries})
     out.mkdir(parents=True, exist_ok=True)
     lock = lock_output(out, out / EXPERIMENT_LOCK, command="judge experiment", field="--output")
     trial_calls = 0

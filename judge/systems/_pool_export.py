@@ -1,0 +1,116 @@
+"""A comparison's or an experiment's judged pool as rows of a judgment list (``judge export``):
+one row per line of its ``pool.qrels``, in file order, with the query's text, the passage's
+own id, the grade and who gave it.
+
+* **Texts and ids.** ``pool.qrels`` holds TREC tokens (whitespace in an id became ``_``).
+  The systems' datasets the report names (an experiment's runs) give each token's query
+  text and each docno's original passage id, the id the engine knows (a passage without an
+  id keeps its ``h`` + hash docno). ``queries`` (a query set, id -> text) overrides the texts.
+* **Who.** A pair the LLM judged (a verdict with ``source: judge`` in ``pool.judged.jsonl``)
+  is ``judge``; every other line of ``pool.qrels`` is a human label (``--qrels`` or
+  ``--labels``), ``human``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from judge.io import InputError, RejectsReporter, read_qrels_lines
+from judge.store import recover_output
+from judge.systems._comparison import ReportFolder
+from judge.systems._inputs import read_systems, trec_token
+from judge.systems._model import SystemsReport
+
+__all__ = ["PoolExport", "pool_exchange_rows"]
+
+
+@dataclass(frozen=True)
+class PoolExport:
+    """``rows``: (query text, or the TREC qid without texts; docid; grade; ``judge`` or
+    ``human``) per line of ``pool.qrels``. ``scale``: the pool's (``binary``/``graded``);
+    ``kind``: ``experiment`` or ``comparison``; ``judge``: backend and template."""
+
+    kind: str
+    scale: str
+    judge: str
+    rows: list[tuple[str, str, int, str]]
+
+
+def _judged_by_llm(path: Path) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    if not path.exists():
+        return out
+    for record in recover_output(path):
+        token = trec_token(str(record["id"]))
+        for docno, verdict in zip(record["docnos"], record["verdicts"], strict=True):
+            if verdict.get("source", "judge") == "judge" and verdict.get("verdict") != "unjudged":
+                out.add((token, str(docno)))
+    return out
+
+
+def pool_exchange_rows(
+    report_dir: Path, *, queries: Mapping[str, str] | None = None, need_texts: bool = True
+) -> PoolExport:
+    """The rows of ``report_dir``'s judged pool (see the module). :class:`InputError` when
+    the folder holds no report, a query has no text (``--queries``), or two queries share a
+    text (a text-keyed format could not tell them apart)."""
+    folder = ReportFolder(report_dir)
+    if not folder.report_json.is_file() or not folder.pool_qrels.is_file():
+        raise InputError(
+            "not a compare-systems or experiment report folder (no report.json)", path=report_dir
+        )
+    report = SystemsReport.model_validate(json.loads(folder.report_json.read_text(encoding="utf-8")))
+    texts: dict[str, str] = {}
+    docids: dict[tuple[str, str], str] = {}
+    paths = {n: Path(s.path) for n, s in report.systems.items()}
+    if need_texts and all(p.exists() for p in paths.values()):
+        quiet = RejectsReporter(None, io.StringIO(), command="judge export")
+        inputs = read_systems(paths, reporter=quiet, at_least=1)
+        for qid, text in inputs.queries.items():
+            token = inputs.tokens[qid]
+            texts[token] = text
+            for docno, passage in inputs.passages.get(qid, {}).items():
+                if passage.id is not None:
+                    docids[(token, docno)] = passage.id
+    for qid, text in (queries or {}).items():
+        texts[trec_token(qid)] = text
+    if need_texts:
+        owner: dict[str, str] = {}
+        for token, text in texts.items():
+            other = owner.setdefault(text, token)
+            if other != token:
+                raise InputError(
+                    f"queries {other!r} and {token!r} share the text {text[:60]!r}: a judgment list "
+                    "names queries by text; export as --format trec",
+                    path=report_dir,
+                )
+    by_llm = _judged_by_llm(folder.pool_judged)
+    rows: list[tuple[str, str, int, str]] = []
+    qrels = read_qrels_lines(folder.pool_qrels)
+    for line, qid, docno, grade, _ in qrels.rows():
+        if grade < 0:
+            continue
+        who = "judge" if (qid, docno) in by_llm else "human"
+        if not need_texts:
+            rows.append((qid, docno, grade, who))
+            continue
+        found = texts.get(qid)
+        if found is None:
+            raise InputError(
+                f"query {qid!r} has no text (its systems' datasets are gone): give its query set",
+                path=str(folder.pool_qrels),
+                line=line,
+                field="--queries",
+            )
+        rows.append((found, docids.get((qid, docno), docno), grade, who))
+    conventions = report.conventions
+    kind = "experiment" if report.experiment is not None else "comparison"
+    templates = conventions.get("template_id") or ", ".join(
+        str(t) for t in sorted((conventions.get("template_ids") or {}).values())
+    )
+    judge = f"{conventions.get('backend')}, {'template ' + templates if templates else 'no template'}"
+    return PoolExport(kind, str(conventions.get("scale") or "binary"), judge, rows)
