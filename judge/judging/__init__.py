@@ -50,6 +50,7 @@ from judge.judging._examples import (
     select_examples,
     twin_key,
 )
+from judge.judging._examples_caution import EXAMPLES_MEASURED, examples_caution
 from judge.judging._expected_verdicts import (
     DEFAULT_BORDERLINE_MARGIN,
     borderline_verdicts,
@@ -113,6 +114,7 @@ __all__ = [
     "AUDIT_EVERY",
     "DEFAULT_BORDERLINE_MARGIN",
     "DEFAULT_EXAMPLE_BUDGET",
+    "EXAMPLES_MEASURED",
     "EXAMPLE_SOURCES",
     "LANGUAGES",
     "LANGUAGE_RULE",
@@ -162,6 +164,7 @@ __all__ = [
     "check_probability",
     "check_templates",
     "default_template_id",
+    "examples_caution",
     "examples_hash",
     "examples_note",
     "examples_seen",

@@ -394,7 +394,10 @@ class ExampleBank:
     ``mapping``: how the labels were put on the judge's scale (echoed in summaries).
     ``queries``: every query of the run by id (what ``nearest`` searches with).
     ``used``: per query id, the other queries whose examples it was shown (filled as
-    passages are chosen for; the summary's "which queries were used")."""
+    passages are chosen for; the summary's "which queries were used"). ``pooled``: the
+    bank of a comparison's pool (``compare-systems``, ``experiment``: what is at stake is
+    the order of systems). ``caution``: the warning :func:`~judge.judging.examples_caution`
+    gave for this run (None: none), echoed by :meth:`describe` as ``warning``."""
 
     spec: ExampleSpec
     labelled: Mapping[str, Sequence[Example]]
@@ -404,6 +407,8 @@ class ExampleBank:
     mapping: Mapping[str, Any] = field(default_factory=dict)
     queries: Mapping[str, str] = field(default_factory=dict)
     used: dict[str, set[str]] = field(default_factory=dict)
+    pooled: bool = False
+    caution: str | None = None
 
     def for_passage(self, query_id: str | None, passage_id: str | None, text: str) -> ExampleChoice:
         """The examples a passage of ``query_id`` is shown (never itself nor its twin)."""
@@ -449,6 +454,8 @@ class ExampleBank:
         if self.spec.source == "nearest":
             out["nearest_by"] = "the embedded BM25 of judge.search over the labelled queries' texts"
             out["borrowed_from"] = {q: sorted(v) for q, v in sorted(self.used.items())}
+        if self.caution is not None:
+            out["warning"] = self.caution
         return out
 
 
