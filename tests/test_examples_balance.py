@@ -143,11 +143,13 @@ _EXAMPLE = re.compile(r"<example>\n.*?Passage: (.*?)\nAnswer", re.S)
 class _Recorder:
     def __init__(self) -> None:
         self.seen: list[tuple[str, list[str]]] = []
+        self.prompts: dict[str, str] = {}
 
         def rule(request: ChatRequest) -> str:
             user = next(m.content for m in request.messages if m.role == "user")
             passage = _PASSAGE.findall(user)[-1]
             self.seen.append((passage, _EXAMPLE.findall(user)))
+            self.prompts[passage] = user
             verdict = "yes" if passage.startswith("Y") else "no"
             return json.dumps({"verdict": verdict, "reason": "x"})
 
@@ -187,3 +189,24 @@ def test_score_shows_both_sides_and_never_a_twin(recorder: _Recorder, tmp_path: 
     record = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
     items = record["verdicts"][7]["examples"]["items"]
     assert [(i["id"], i["label"]) for i in items] == [("d1", 1), ("d3", 0), ("d4", 0)]
+    assert "Note:" not in recorder.prompts[texts[6]]  # both sides shown
+
+
+def test_score_says_what_the_labels_hold_when_one_side_is_shown(recorder: _Recorder, tmp_path: Path) -> None:
+    # a query whose labels are all "yes": its other passages see them and the note
+    texts = ["Y0 water boils at 100 C", "Y1 at sea level, 100 C", "U0 unlabelled", "U1 also unlabelled"]
+    data = tmp_path / "data.jsonl"
+    ctx = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    data.write_text(json.dumps({"id": "q", "query": Q, "retrieval_context": ctx}) + "\n", encoding="utf-8")
+    labels = tmp_path / "labels.qrels"
+    labels.write_text("q 0 d0 1\nq 0 d1 1\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(data), "-o", str(out), "--labels", str(labels), "--backend", "fake"]
+    assert main([*args, "--language", "en", "--quiet", "--no-recall", "--examples", "4"]) == 0
+    note = (
+        'Note: the labels these examples come from hold 2 "yes" and 0 "no" passages; the examples '
+        'above show 2 "yes" and 0 "no", so do not take their answers as the usual answer.'
+    )
+    for text in texts[2:]:
+        prompt = recorder.prompts[text]
+        assert note in prompt and prompt.index(note) > prompt.rindex("</example>")
