@@ -56,7 +56,9 @@ def test_score_counts_a_repeated_passage_once(tmp_path: Path, capsys: pytest.Cap
     assert _score(tmp_path) == 0
     q1, q2 = (json.loads(x) for x in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines())
     assert q1["docnos"] == ["d1", "d2", "d3", "d4"] and q1["n_passages"] == 4
-    assert q1["dropped"] == {"duplicate_ids": 1} and q2["dropped"] == {"duplicate_ids": 1}
+    # the record says the dropped repeat still counts where the retrieved list is measured
+    assert q1["dropped"] == {"duplicate_ids": 1, "retrieved": 5, "still_counted_in": ["redundancy"]}
+    assert q2["dropped"] == {"duplicate_ids": 1, "retrieved": 3, "still_counted_in": ["redundancy"]}
     assert [v["verdict"] for v in q1["verdicts"]] == ["yes", "no", "yes", "no"]
     gt = q1["ground_truth"]
     # trec_eval on [d1 d2 d3 d4], R = 3 (d1 d3 d5): P_5 = 2/5; AP = (1/1 + 2/3) / 3;
@@ -110,11 +112,15 @@ def test_the_reader_keeps_the_first_of_each_docno_only(tmp_path: Path) -> None:
     assert q1.duplicates == 1 and q1.dropped is not None and q1.dropped.field == "retrieval_context[2]"
     assert q1.warnings == ()
     assert [p.text for p in q2.passages] == ["same text", "nine"]
+    # the list as retrieved: a repeat points at the passage kept for its docno
+    assert q1.retrieved == (0, 1, 0, 2, 3) and q2.retrieved == (0, 0, 1)
+    assert q1.retrieved_texts() == ["one", "two", "one", "three", "four"]
+    assert q2.retrieved_texts(2) == ["same text", "same text"]
     single = tmp_path / "single.jsonl"  # no repeat: nothing dropped
     single.write_text(json.dumps({"query": "q", "retrieval_context": ["a", "b"]}) + "\n", encoding="utf-8")
     (only,) = list(iter_dataset(single))
     assert not isinstance(only, Exception) and only.dropped is None and only.duplicates == 0
-    assert len(only.passages) == 2
+    assert len(only.passages) == 2 and only.retrieved == () and only.retrieved_texts() == ["a", "b"]
 
 
 def test_a_line_repeating_one_passage_many_times_is_one_problem(tmp_path: Path) -> None:
@@ -143,3 +149,56 @@ def test_compare_systems_still_counts_the_repeats_once(tmp_path: Path) -> None:
     inputs = read_systems({"a": data, "b": other})
     assert inputs.systems[0].queries["q1"].docnos == ("d1", "d2", "d3", "d4")
     assert "2 passage(s) repeated within one ranking were counted once" in inputs.warnings
+
+
+# Issue 42, item 7: six passages as plain strings, two repeating the first (one exactly, one
+# with markup) and one nearly repeating the third. The reader drops the exact repeat (its
+# derived docno repeats), but redundancy@k measures what the retriever returned.
+SIX = [
+    "Anaemia in puppies shows as pale gums and tiredness.",
+    "<p>Anaemia in puppies shows as pale <em>gums</em> and tiredness.</p>",
+    "Dry dog food keeps for about a year once opened.",
+    "Anaemia in puppies shows as pale gums and tiredness.",
+    "Dry dog food keeps for about a year once opened!",
+    "Vaccinate puppies at eight weeks.",
+]
+
+
+def test_redundancy_counts_a_repeat_the_reader_dropped(tmp_path: Path) -> None:
+    data = tmp_path / "six.jsonl"
+    data.write_text(json.dumps({"id": "r", "query": "puppy anaemia", "retrieval_context": SIX}) + "\n")
+    labels = tmp_path / "labels.qrels"
+    labels.write_text("r 0 nothing 0\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(data), "-o", str(out), "--backend", f"qrels:{labels}", "--no-cache", "-k", "5", "10"]
+    assert main([*args, "--quiet"]) == 0
+    (rec,) = (json.loads(x) for x in out.read_text(encoding="utf-8").splitlines())
+    # the judged list has five passages (the exact repeat at [3] dropped, TREC semantics)...
+    assert rec["n_passages"] == 5 and rec["dropped"]["duplicate_ids"] == 1
+    # ...but the top 5 as retrieved hold three repeats: [1] (the first with markup), [3] (the
+    # first exactly) and [4] (the third with "!" for "."; cleaned, 39 characters, 35 5-grams
+    # each, 34 shared of 36: Jaccard 17/18 >= 0.8): 3/5 = 0.6; at 10 (all six) 3/6 = 0.5.
+    # With the dropped repeat uncounted it was 2 of [A, <p>A, C, C', V] at both: 0.4.
+    assert rec["redundancy"] == {"5": 0.6, "10": 0.5}
+    assert rec["dropped"]["retrieved"] == 6 and rec["dropped"]["still_counted_in"] == ["redundancy"]
+    summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
+    assert summary["redundancy"] == {"5": 0.6, "10": 0.5}
+    assert "still counts at its rank" in summary["conventions"]["redundancy"]["repeats"]
+
+
+def test_the_guide_redundancy_sample_gives_the_figures_it_prints(tmp_path: Path) -> None:
+    """docs/guides/judge-a-dataset.md: r1's sixth passage repeats its fourth exactly (dropped
+    by the reader), yet counts: 2 of the top 5 (0.4) and 3 of all 6 (0.5)."""
+    root = Path(__file__).resolve().parents[1]
+    labels = tmp_path / "labels.qrels"
+    labels.write_text("r1 0 nothing 0\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    sample = str(root / "datasets" / "redundancy.sample.jsonl")
+    args = ["score", sample, "-o", str(out), "--backend", f"qrels:{labels}", "--no-cache", "-k", "5", "10"]
+    assert main([*args, "--quiet"]) == 0
+    recs = {r["id"]: r["redundancy"] for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert recs == {"r1": {"5": 0.4, "10": 0.5}, "r2": {"5": 0, "10": 0}}
+    guide = (root / "docs" / "guides" / "judge-a-dataset.md").read_text(encoding="utf-8")
+    assert '# {"id":"r1","redundancy":{"5":0.4,"10":0.5}}' in guide
+    summary = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))
+    assert summary["redundancy"] == {"5": 0.2, "10": 0.25} and '# {"5":0.2,"10":0.25}' in guide

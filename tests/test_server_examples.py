@@ -252,3 +252,40 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
     other.mkdir()
     assert asyncio.run(_engine.job_example_bank(other, run_spec(None), {}, reader)) is None
     assert not (other / _engine.EXAMPLE_LABELS).exists()
+
+
+def test_a_job_balances_long_yes_labels_and_never_shows_a_twin(tmp_path: Path) -> None:
+    """Issue 42, item 4 through the service: three long relevant and three short non-relevant
+    labels, ``examples: 4``. Each side spends its share of the 1,200-token budget first: one
+    long yes (2,200 characters, 572 tokens with its query and wrapping) and the two shortest
+    no (200 characters, 72 each), where the old rule showed 2 yes and 0 no. A passage equal to
+    a labelled one up to a trailing space is not shown it (the next yes instead)."""
+    yes = [f"Y{i} " + "w" * 2197 for i in range(3)]
+    no = [f"N{i} " + "n" * 197 for i in range(3)]
+    texts = [*yes, *no, "U0 unlabelled", yes[0] + " "]
+    seen: list[tuple[str, list[str]]] = []
+    example = re.compile(r"<example>\n.*?Passage: (.*?)\nAnswer", re.S)
+
+    def rule(request: ChatRequest) -> Any:
+        user = next(m.content for m in request.messages if m.role == "user")
+        passage = _PASSAGE.findall(user)[-1]
+        seen.append((passage, example.findall(user)))
+        return json.dumps({"verdict": "yes" if passage.startswith("Y") else "no", "reason": "x"})
+
+    with LabelStore(tmp_path / "labels.sqlite") as store:
+        for i in range(6):
+            store.put(Label(qid="q", docno=f"d{i}", label=int(i < 3), reviewer="alice"))
+    backend = RuleBackend(rule, name="fake:balance", supports_probabilities=False)
+    ctx = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    body = {
+        "records": [{"id": "q", "query": "which", "retrieval_context": ctx}],
+        "options": {"examples": 4, "language": "en", "k": [3]},
+    }
+    with TestClient(app_for(tmp_path, backend=backend)) as c:
+        r = c.post("/v1/jobs", json=body)
+        assert r.status_code == 202, r.text
+        assert wait_job(c, r.json()["id"])["status"] == "done"
+    shown = dict(seen)
+    assert sorted(shown) == sorted(texts[6:])
+    assert shown[texts[6]] == [yes[0], no[0], no[1]]
+    assert shown[texts[7]] == [yes[1], no[0], no[1]]

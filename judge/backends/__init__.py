@@ -38,7 +38,7 @@ from judge.backends._fingerprint import backend_fingerprint
 from judge.backends._json import first_json_object
 from judge.backends._langchain import LangChainBackend
 from judge.backends._model_file import DEFAULT_REASON_BATCH as EMBEDDED_CONCURRENCY
-from judge.backends._model_file import EMBEDDED_MODEL_NAME
+from judge.backends._model_file import EMBEDDED_BACKEND, EMBEDDED_MODEL_NAME
 from judge.backends._openai import OpenAIBackend
 from judge.backends._policy import (
     DEFAULT_CONCURRENCY,
@@ -63,6 +63,7 @@ from judge.backends._sync import run_sync, synchronous
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_RETRIES",
+    "EMBEDDED_BACKEND",
     "EMBEDDED_CONCURRENCY",
     "EMBEDDED_MODEL_NAME",
     "LOCAL_TIMEOUT_S",

@@ -102,6 +102,7 @@ from judge.backends._base import (
 from judge.backends._model_file import (
     DEFAULT_MODEL,
     DEFAULT_REASON_BATCH,
+    EMBEDDED_BACKEND,
     ModelFileError,
     ensure_model,
     file_sha256,
@@ -123,7 +124,7 @@ __all__ = [
     "kernel_features",
 ]
 
-DEFAULT_NAME = "local:qwen2.5-coder-1.5b-q4km"
+DEFAULT_NAME = EMBEDDED_BACKEND
 #: Tokens per evaluation block; changing it changes outputs (it is in ``params()``).
 EVAL_BLOCK = 32
 #: ``max_tokens`` when the request gives none (a verdict with a short reason needs < 200).

@@ -125,6 +125,8 @@ _QWEN_PARTS: tuple[tuple[int, str], ...] = (
 #: The embedded model's name, one spelling in help, messages and docs (its backend spec is
 #: ``local:qwen2.5-coder-1.5b-q4km``, its file the Q4_K_M GGUF below).
 EMBEDDED_MODEL_NAME = "Qwen2.5-Coder-1.5B-Instruct"
+#: The embedded judge's backend name (``--backend local``): what the docs' measurements name.
+EMBEDDED_BACKEND = "local:qwen2.5-coder-1.5b-q4km"
 
 #: Reasons the embedded model decodes together, and so its calls in flight: its
 #: ``max_concurrency``, the concurrency a run over it records (its probability passes still

@@ -177,10 +177,17 @@ def build_record(
         "expected_ids": list(rec.expected_ids) if rec.expected_ids is not None else None,
         "qrels": rec.qrels,
         "unjudged_passages": unjudged_passages,
-        "redundancy": {c: _round(x) for c, x in redundancy_by_k([p.text for p in rec.passages], k).items()},
+        # over the list as retrieved: a passage dropped as a repeat still counts at its rank
+        "redundancy": {
+            c: _round(x) for c, x in redundancy_by_k(rec.retrieved_texts(max(k, default=0)), k).items()
+        },
     }
     if rec.duplicates:  # passages left out as repeats of an earlier docno, as judge search counts them
-        out["dropped"] = {"duplicate_ids": rec.duplicates}
+        out["dropped"] = {
+            "duplicate_ids": rec.duplicates,
+            "retrieved": len(rec.retrieved),
+            "still_counted_in": ["redundancy"],
+        }
     return finish_record(out, result, k, measures=measures, qrels_level=qrels_level)
 
 

@@ -207,16 +207,24 @@ def _split(
 def run_spec(base: RunSpec | None = None, /, **settings: Any) -> RunSpec:
     """The one resolution: ``settings`` by field name (of :class:`JudgeConfig`,
     :class:`CallPolicy` or the engine) laid over ``base`` (default: every default). A
-    setting that is ``None`` is not given. Errors: :class:`ConfigError` naming the field."""
+    setting that is ``None`` is not given. Errors: :class:`ConfigError` naming the field
+    (``examples_from`` given where the result shows no examples is one: it would be
+    ignored)."""
     spec = base if base is not None else RunSpec()
     config, policy, engine, examples = _split(settings)
-    return replace(
+    out = replace(
         spec,
         config=replace(spec.config, **config) if config else spec.config,
         policy=replace(spec.policy, **policy) if policy else spec.policy,
         examples=replace(spec.examples, **examples) if examples else spec.examples,
         **engine,
     )
+    if "source" in examples and not out.examples.active:
+        # --examples-from alone would be ignored without a word: refused, naming it
+        raise ConfigError(
+            "is only used with examples (--examples N, N >= 1): give both, or drop it", field="examples_from"
+        )
+    return out
 
 
 #: Command-line destinations whose name is not the setting's.

@@ -72,6 +72,7 @@ from judge.judging import (
     bind_language,
     borderline_verdicts,
     check_examples_config,
+    examples_caution,
     resolve_config,
     summarize,
 )
@@ -586,6 +587,8 @@ async def score_dataset(
     config = _batch_config(config, backend, opts)
     check_labels(opts, config)
     check_examples(opts, config)
+    if opts.examples is not None:  # where the docs measured examples to hurt: the summary says so
+        opts.examples.caution = examples_caution(opts.examples, config, backend.name)
     inp = Path(input_path)
     out = Path(output_path)
     if not inp.exists():

@@ -94,7 +94,8 @@ def add_example_flags(p: argparse.ArgumentParser) -> None:
         choices=("same", "nearest"),
         default=None,
         help="same: the query's own labelled passages (default); nearest: those, then the labelled passages "
-        "of the most similar labelled queries by the embedded BM25 (the summary says which)",
+        "of the most similar labelled queries by the embedded BM25 (the summary says which); only with "
+        "--examples N (alone it is exit 2)",
     )
 
 

@@ -309,6 +309,11 @@ def run_score(args: argparse.Namespace) -> int:
     backend = open_backend(args.backend, args.base_url, spec.policy)
     if not args.quiet:
         print(describe_backend(backend), file=sys.stderr)
+    from judge.judging import examples_caution
+
+    caution = examples_caution(given["examples"], config, backend.name)
+    if caution is not None:  # also in the summary's examples.warning
+        print(f"judge score: warning: --examples: {caution}", file=sys.stderr)
     executor = executor_for(spec, backend, ray_ship(args, spec))
     options = _options(args, spec, backend, executor, given | labels)
 

@@ -212,7 +212,11 @@ class DatasetRecord:
     """One valid dataset line. ``warnings`` holds non-fatal problems (truncated passages).
     ``duplicates`` passages were left out because their docno repeats an earlier passage's
     (the first is kept, as ``judge search`` keeps the first of a repeated id); ``dropped``
-    says which, in one problem naming the first of them (None when there were none)."""
+    says which, in one problem naming the first of them (None when there were none).
+    ``retrieved``: the list as the retriever returned it, repeats included, as indexes into
+    ``passages`` (a repeat points at the passage kept for its docno); empty when nothing was
+    dropped (then it is ``passages`` itself). What measures the retrieved list rather than
+    the judged one, ``redundancy@k``, reads it (:meth:`retrieved_texts`)."""
 
     id: str
     query: str
@@ -224,6 +228,14 @@ class DatasetRecord:
     expected_output: str | None = None
     dropped: InputError | None = None
     duplicates: int = 0
+    retrieved: tuple[int, ...] = ()
+
+    def retrieved_texts(self, limit: int | None = None) -> list[str]:
+        """The passages' texts in the order retrieved, a repeat at each of its ranks (the
+        first ``limit`` of them; all by default)."""
+        if not self.retrieved:
+            return [p.text for p in self.passages[:limit]]
+        return [self.passages[i].text for i in self.retrieved[:limit]]
 
     def ground_truth(self) -> dict[str, int] | None:
         """Graded ground truth: ``qrels`` if given, else ``expected_ids`` as grade 1."""
@@ -357,10 +369,13 @@ class _LineReader:
 
     def _passages(
         self, obj: dict[str, Any], line: int
-    ) -> tuple[tuple[DatasetPassage, ...], tuple[InputError, ...], tuple[InputError | None, int]]:
-        """The passages, the truncation warnings, and (the problem naming them, their number)
-        for the passages dropped because their docno (the id, else the text's hash) repeats
-        an earlier one's (the first kept)."""
+    ) -> tuple[
+        tuple[DatasetPassage, ...], tuple[InputError, ...], tuple[InputError | None, int, tuple[int, ...]]
+    ]:
+        """The passages, the truncation warnings, and (the problem naming them, their number,
+        the list as retrieved: see :class:`DatasetRecord`'s ``retrieved``) for the passages
+        dropped because their docno (the id, else the text's hash) repeats an earlier one's
+        (the first kept)."""
         ctx_key = self.keys["retrieval_context"]
         if ctx_key not in obj:
             raise self.error("missing", line, ctx_key)
@@ -376,6 +391,8 @@ class _LineReader:
         warnings: list[InputError] = []
         repeats: list[tuple[int, str, int]] = []  # (index, docno, index of the one kept)
         first: dict[str, int] = {}  # docno -> the index of the passage kept for it
+        slot: dict[str, int] = {}  # docno -> its place in ``passages``
+        retrieved: list[int] = []  # each index's place in ``passages`` (a repeat: its first's)
         for i, item in enumerate(ctx):
             where = f"{ctx_key}[{i}]"
             if isinstance(item, str):
@@ -394,13 +411,17 @@ class _LineReader:
             kept = first.setdefault(passage.docno, i)
             if kept != i:
                 repeats.append((i, passage.docno, kept))
+                retrieved.append(slot[passage.docno])
                 continue
+            slot[passage.docno] = len(passages)
+            retrieved.append(len(passages))
             if truncated:
                 warnings.append(
                     self.error(f"passage of {original} characters truncated to {self.max_chars}", line, where)
                 )
             passages.append(passage)
-        return tuple(passages), tuple(warnings), (self._repeats(repeats, ctx_key, line), len(repeats))
+        problem = self._repeats(repeats, ctx_key, line)
+        return tuple(passages), tuple(warnings), (problem, len(repeats), tuple(retrieved) if repeats else ())
 
     def _repeats(self, repeats: list[tuple[int, str, int]], ctx_key: str, line: int) -> InputError | None:
         """One problem for every passage of a line dropped as a repeat, naming the first

@@ -111,13 +111,14 @@ class ExampleFormat:
     item: str
     outro: str
 
-    def render(self, items: list[dict[str, str]]) -> str:
+    def render(self, items: list[dict[str, str]], note: str = "") -> str:
         """The examples block for ``items`` (each ``{"query", "passage", "answer"}``); empty
-        for none."""
+        for none. ``note``: text put after the examples, before ``outro`` (the note of a
+        block that shows one side only, rendered by :mod:`judge.judging._examples`)."""
         if not items:
             return ""
         body = "".join(string.Template(self.item).substitute(item) for item in items)
-        return f"{self.intro}{body}{self.outro}"
+        return f"{self.intro}{body}{note}{self.outro}"
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,10 @@ def parse_template(data: bytes, path: Path) -> PromptTemplate:
 
 
 CALIBRATION_FILE = "calibration.toml"
+#: The note a one-sided examples block ends with (see :mod:`judge.judging._examples`).
+EXAMPLES_NOTE_FILE = "examples_note.toml"
+#: The files of the prompts folder that are not templates.
+NOT_TEMPLATES = frozenset({CALIBRATION_FILE, EXAMPLES_NOTE_FILE})
 
 
 def parse_calibration(text: str, path: Path) -> dict[str, float]:
@@ -393,7 +398,7 @@ def load_template(ref: str | Path) -> PromptTemplate:
 def list_templates() -> list[PromptTemplate]:
     """Every built-in template, sorted by id."""
     paths = sorted(templates_dir().glob("*.toml"))
-    return [load_template(p) for p in paths if p.name != CALIBRATION_FILE]
+    return [load_template(p) for p in paths if p.name not in NOT_TEMPLATES]
 
 
 # The built-in default per (mode, language): the template that agreed best with human

@@ -53,6 +53,8 @@ REDUNDANCY_CONVENTIONS: dict[str, str] = {
     "near_duplicate": "Jaccard of character 5-gram sets >= 0.8 (exactly 0.8 counts); a text under 5 "
     "characters is its own single shingle",
     "cutoff": "over the min(k, passages) retrieved; an empty list has none",
+    "repeats": "over the list as retrieved: a passage judge score drops as a repeat of an earlier docno "
+    "(the same id, or the same text without one) still counts at its rank (the record's dropped)",
     "mean": "over queries",
 }
 

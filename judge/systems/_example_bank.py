@@ -81,7 +81,7 @@ def pool_example_bank(
     texts = {qid: {d: p.text for d, p in inputs.passages.get(qid, {}).items()} for qid in queries}
     yes_at = config.grade_threshold if config.mode == "graded" else 1
     echo = {} if mapping is None else {str(mapping.source): mapping.as_dict()}
-    bank = bank_of(spec, labelled, queries, texts, yes_at=yes_at, mapping=echo)
+    bank = replace(bank_of(spec, labelled, queries, texts, yes_at=yes_at, mapping=echo), pooled=True)
     return with_neighbours(bank)
 
 

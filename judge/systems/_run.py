@@ -375,6 +375,9 @@ def score_and_report(
     warnings = list(inputs.warnings)
     if inputs.rejected:
         warnings.append(f"{inputs.rejected} input line(s) rejected (see input.rejects.jsonl)")
+    caution = ((verdicts.summary or {}).get("examples") or {}).get("warning")
+    if caution:  # --examples where the docs measured them to hurt (the judge's summary says so)
+        warnings.append(f"--examples: {caution}")
     summaries: dict[str, SystemSummary] = {}
     for system in inputs.systems:
         ev = evaluations[system.name]
