@@ -372,7 +372,10 @@ def inclusion_probabilities(weights: npt.ArrayLike, expected: float) -> npt.NDAr
     return pi
 
 
-def poisson_draw(inclusion: npt.ArrayLike, seed: int) -> npt.NDArray[np.bool_]:
-    """Which pairs are drawn: each independently with its inclusion probability (seeded)."""
+def poisson_draw(inclusion: npt.ArrayLike, seed: int | Sequence[int]) -> npt.NDArray[np.bool_]:
+    """Which pairs are drawn: each independently with its inclusion probability (seeded; a
+    sequence of integers seeds one stream of them, as :class:`numpy.random.SeedSequence`)."""
     pi = np.asarray(inclusion, dtype=np.float64).reshape(-1)
-    return np.asarray(np.random.default_rng(seed).random(pi.size) < pi)
+    return np.asarray(
+        np.random.default_rng(list(seed) if isinstance(seed, Sequence) else seed).random(pi.size) < pi
+    )

@@ -57,7 +57,7 @@ def options_from_query(request: Request) -> JobOptions:
         else:
             raw[key] = values[-1]
     try:
-        return JobOptions.model_validate(raw)
+        return JobOptions.model_validate(raw, context=_bounds.QUERY_CONTEXT)
     except ValidationError as exc:
         raise validation_error(exc, ("query",)) from None
 
@@ -136,7 +136,10 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     except InputError as err:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(
-            422, _engine.public_message(job_dir, err), line=err.line, field="options.sample_labels"
+            422,
+            _engine.public_message(job_dir, err),
+            line=err.line,
+            field="options.sample_labels" + (f".{err.field}" if err.field and "." not in err.field else ""),
         )
     await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
     return state.accept_job(job_dir, intake, options, check)
