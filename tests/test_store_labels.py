@@ -6,6 +6,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,6 +102,10 @@ def test_two_draws_record_the_union_probability(tmp_path: Path) -> None:
     """Two draws over one job at 0.25 each: every pair of the job has been drawable twice, so
     a drawn pair's inclusion probability is 1 - (1 - 0.25)^2 = 0.4375, whichever draw took it
     (a pair taken by both counts once); another job keeps its own probabilities."""
+
+    def draw(store: LabelStore, job: str, frame: list[tuple[str, str, float, bool]], **kw: Any) -> Any:
+        return store.record_sample_draws(job, frame, collection="default", **{"design": "uniform", **kw})
+
     with LabelStore(tmp_path / "l.sqlite") as store:
         first = [("q", "a", 0.25, True), ("q", "b", 0.25, False), ("q", "c", 0.25, False)]
         second = [("q", "a", 0.25, True), ("q", "b", 0.25, True), ("q", "c", 0.25, False)]
@@ -110,7 +115,7 @@ def test_two_draws_record_the_union_probability(tmp_path: Path) -> None:
         )
         assert store.sample_draws(job="j1") == [("q", "a", 0.25, "uniform")]
         with pytest.raises(InputError) as err:  # made as the first draw, but one is recorded
-            store.record_sample_draws("j1", second, design="uniform", collection="default", number=0)
+            draw(store, "j1", second, number=0)
         assert err.value.field == "job"
         assert store.record_sample_draws(
             "j1", second, design="uncertainty", collection="default", number=1
