@@ -9,7 +9,7 @@ import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -160,9 +160,11 @@ async def list_jobs(
 
 @router.get("/v1/jobs/{job_id}")
 async def get_job(job_id: str, state: State) -> dict[str, Any]:
-    """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
+    """Status, counters, ETA and, once done, the summary ``judge score`` writes (its files
+    named relative to the job's folder: ``output.jsonl``, never a path of the server)."""
     job = state.job(job_id)
-    return await asyncio.to_thread(state.review.view, job, state.manager.view(job))
+    view = await asyncio.to_thread(state.review.view, job, state.manager.view(job))
+    return cast(dict[str, Any], _bounds.public_paths(view, state.manager.job_dir(job_id)))
 
 
 async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIterator[str]:

@@ -337,6 +337,8 @@ async def export_labels(
         raise field_error(
             ("query", "collection"), f"no collection {collection!r}; this server has {review.collection!r}"
         )
+    if job is not None and format != "sample":
+        raise field_error(("query", "job"), "job is only used with format=sample")
     if format == "qrels":
         text = await asyncio.to_thread(_qrels_text, review)
         return PlainTextResponse(text, headers={"Content-Disposition": 'inline; filename="labels.qrels"'})
@@ -361,8 +363,6 @@ async def export_labels(
                 "X-Unlabelled": str(len(export.unlabelled)),
             },
         )
-    if job is not None:
-        raise field_error(("query", "job"), "job is only used with format=sample")
     try:
         after = decode_cursor(cursor) if cursor else 0
     except InputError as err:
