@@ -312,8 +312,14 @@ def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest
     assert a["labels"] == 2 and a["precision"]["2"]["estimate"] == pytest.approx(0.25)
     assert b["labels"] == 0 and b["precision"]["2"]["estimate"] == pytest.approx(b["precision"]["2"]["judge"])
     assert "judge's paired comparison" in report["conventions"]["sample_labels"]["choice"]
-    assert "## Prediction-powered figures" in (out / "report.md").read_text(encoding="utf-8")
-    assert "Prediction-powered figures" in (out / "report.html").read_text(encoding="utf-8")
+    md = (out / "report.md").read_text(encoding="utf-8")
+    section = md.split("## Prediction-powered figures")[1].split("\n## ")[0]
+    # the section shows P@k and the share judged relevant, and says why corrected AP and nDCG are not there
+    assert "| P@2 judge / ppi |" in section and "nDCG@2 judge / ppi" not in section
+    assert "AP judge / ppi" not in section and "Corrected nDCG and AP are not shown" in section
+    assert "worse than the judge's own figures" in section
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Prediction-powered figures" in html and "Corrected nDCG and AP are not shown" in html
     bad = tmp_path / "bad.qrels"
     bad.write_text("q0 0 a 1\nq9 0 a 1\n", encoding="utf-8")
     capsys.readouterr()
