@@ -234,7 +234,8 @@ def test_sample_mode_in_chromium(tmp_path: Path) -> None:
                 lines = resp.read().decode("utf-8").splitlines()[1:]
             # the job's sample file: the labelled pair, and every other drawn pair named unlabelled (-1)
             assert f"{first['query_id']} 0 {first['docno']} 1 0.25" in lines
-            assert len(lines) == drawn["count"] and sum(x.split()[3] == "-1" for x in lines) == drawn["count"] - 1
+            unlabelled = sum(x.split()[3] == "-1" for x in lines)
+            assert len(lines) == drawn["count"] and unlabelled == drawn["count"] - 1
             assert refused == []
         finally:
             browser.close()
