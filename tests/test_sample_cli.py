@@ -141,3 +141,31 @@ def test_a_probability_below_the_floor_and_a_level_without_labels_are_exit_2(
     with pytest.raises(InputError) as info:
         api.compare_systems({"A": data, "B": data}, backend=f"qrels:{judge}", cache=False, sample_level=2)
     assert info.value.field == "sample_level"
+
+
+def test_a_comparison_names_each_systems_unlabelled_drawn_pairs(tmp_path: Path) -> None:
+    """compare-systems with a sample file whose q1 d was drawn and left unlabelled: the system
+    that ranks q1 d names it (and the report says so), with or without --allow-unlabelled; the
+    system that does not rank it does not."""
+    a = _dataset(tmp_path, {"q0": ["a", "b"], "q1": ["c", "d"]})
+    b = tmp_path / "b.jsonl"
+    b.write_text(
+        a.read_text(encoding="utf-8").replace(', {"id": "d", "text": "text d"}', ""), encoding="utf-8"
+    )
+    judge = tmp_path / "judge.qrels"
+    judge.write_text("q0 0 a 1\nq0 0 b 1\nq1 0 c 1\nq1 0 d 0\n", encoding="utf-8")
+    sample = tmp_path / "sample.qrels"
+    sample.write_text("q0 0 b 0 1.0\nq1 0 c 1 1.0\nq1 0 d -1 1.0\n", encoding="utf-8")
+    base = ["compare-systems", f"A={a}", f"B={b}", "--backend", f"qrels:{judge}", "--no-cache", "--quiet",
+            "--stability-resamples", "0", "--resamples", "50", "-m", "P_2",
+            "--sample-labels", str(sample)]  # fmt: skip
+    for allow, out in ((False, "cmp"), (True, "cmp2")):
+        assert main([*base, "-o", str(tmp_path / out), *(["--allow-unlabelled"] if allow else [])]) == 0
+        report = json.loads((tmp_path / out / "report.json").read_text(encoding="utf-8"))
+        pa, pb = report["systems"]["A"]["ppi"], report["systems"]["B"]["ppi"]
+        assert pa["unlabelled_pairs"] == [["q1", "d"]] and pa["allow_unlabelled"] is allow
+        assert pb["unlabelled_pairs"] == [] and pb["interval_note"] is None
+        # A: the judge's P@2 (1 + 0.5) / 2 = 0.75; b labelled 0: -0.25; c agrees; d counts as agreeing
+        assert pa["precision"]["2"]["estimate"] == pytest.approx(0.5)
+        md = (tmp_path / out / "report.md").read_text(encoding="utf-8")
+        assert "2 of 4, 1 unlabelled" in md and "drawn pair(s) left unlabelled" in md

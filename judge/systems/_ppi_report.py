@@ -14,11 +14,12 @@ differences, while the judge's bias is shared by all of them (docs/concepts/pred
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from html import escape
 from typing import Any
 
 from judge.batch import SampleLabelOptions, ppi_block
-from judge.io import SampleLabels
+from judge.io import SampleLabel, SampleLabels
 from judge.systems._inputs import Inputs
 from judge.systems._model import SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
@@ -54,6 +55,17 @@ def _records(system: Any, pool: Pool, verdicts: PoolVerdicts, level: int, mode: 
     return out
 
 
+def _on_pairs(
+    labels: tuple[SampleLabel, ...], pairs: set[tuple[str, str]], tokens: Mapping[str, str]
+) -> tuple[SampleLabel, ...]:
+    """The labels on ``pairs``, each with its query's id (a TREC qid token mapped back)."""
+    return tuple(
+        replace(lab, qid=tokens.get(lab.qid, lab.qid))
+        for lab in labels
+        if (tokens.get(lab.qid, lab.qid), lab.docno) in pairs
+    )
+
+
 def system_ppi(
     options: SampleLabelOptions,
     inputs: Inputs,
@@ -70,16 +82,12 @@ def system_ppi(
     for system in inputs.systems:
         records = _records(system, pool, verdicts, level, mode)
         pairs = {(str(r["id"]), str(d)) for r in records for d in r["docnos"]}
-        mine = tuple(
-            lab for lab in options.labels.labels if (tokens.get(lab.qid, lab.qid), lab.docno) in pairs
+        held = SampleLabels(
+            options.labels.path,
+            _on_pairs(options.labels.labels, pairs, tokens),
+            _on_pairs(options.labels.unlabelled, pairs, tokens),
         )
-        relabelled = tuple(
-            type(lab)(tokens.get(lab.qid, lab.qid), lab.docno, lab.grade, lab.line, lab.inclusion)
-            for lab in mine
-        )
-        sub = SampleLabelOptions(
-            SampleLabels(options.labels.path, relabelled), level=options.level, confidence=options.confidence
-        )
+        sub = replace(options, labels=held)  # the level, confidence and allow_unlabelled kept
         out[system.name] = ppi_block(records, sub, k)
     return out
 
