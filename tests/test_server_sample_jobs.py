@@ -66,6 +66,10 @@ def test_two_sampled_jobs_each_take_their_own_sample_file(client: Any) -> None:
         ppi = (job.get("summary") or client.get(f"/v1/jobs/{job['id']}").json()["summary"])["ppi"]
         assert ppi["labels"] == 1 and ppi["unlabelled"] == 23 and ppi["population"] == 24
         assert ppi["precision"]["3"]["low"] is None and "no interval" in ppi["interval_note"]
+    # allow_unlabelled accepts counting them as agreeing with the judge (the job's options say so)
+    job = _job(client, recs["a"], sample_labels=files["a"], allow_unlabelled=True)
+    ppi = (job.get("summary") or client.get(f"/v1/jobs/{job['id']}").json()["summary"])["ppi"]
+    assert ppi["allow_unlabelled"] is True and "intervals are given" in ppi["interval_note"]
     # job a's file names pairs job b does not hold: refused, naming the file's line
     crossed = {**OPTIONS, "sample_labels": files["a"]}
     r = client.post("/v1/jobs", json={"records": recs["b"], "options": crossed})
