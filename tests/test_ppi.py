@@ -159,6 +159,13 @@ def test_unlabelled_drawn_pairs_withhold_the_interval_unless_allowed() -> None:
     clean = ppi_block(_records_50(), SampleLabelOptions(SampleLabels("s.qrels", tuple(labelled))), [2])
     assert clean["unlabelled"] == 0 and clean["interval_note"] is None
     assert clean["precision"]["2"]["low"] == pytest.approx(0.98)
+    assert clean["ndcg"]["2"]["estimate"] is None and clean["withheld"]["measures"] == ["ndcg", "map"]
+    # a measurement (scripts/agreement_on_choice.py) computes them: every label agrees, so the
+    # calibrated point is the judge's verdicts themselves (q1 = 1, q0 = 0) and nDCG@2 = 1 / 1
+    measured = ppi_block(
+        _records_50(), SampleLabelOptions(SampleLabels("s.qrels", tuple(labelled))), [2], withhold=False
+    )
+    assert measured["withheld"] is None and measured["ndcg"]["2"]["estimate"] == pytest.approx(1.0)
 
 
 def _dl19_like(seed: int) -> tuple[list[list[int]], list[list[int]]]:

@@ -129,7 +129,11 @@ def _lists(
 
 
 def ppi_block(
-    records: Sequence[Mapping[str, Any]], options: SampleLabelOptions, k: Sequence[int]
+    records: Sequence[Mapping[str, Any]],
+    options: SampleLabelOptions,
+    k: Sequence[int],
+    *,
+    withhold: bool = True,
 ) -> dict[str, Any]:
     """The ``ppi`` block of a summary: ``precision``/``ndcg`` by cutoff, ``map``,
     ``mean_score`` (each ``{"estimate", "low", "high", "judge", "labels", "coverage_ok"}``),
@@ -137,10 +141,11 @@ def ppi_block(
     is an InputError naming its line (callers check before judging).
 
     Corrected nDCG and AP are withheld (:data:`WITHHELD`: ``estimate`` null, the judge's
-    figure kept). Drawn pairs the file names as left unlabelled (grade -1) are listed in
-    ``unlabelled_pairs``; they count as agreeing with the judge (a label equal to its
-    verdict), and every interval is withheld (``interval_note`` says why) unless
-    ``options.allow_unlabelled``."""
+    figure kept); ``withhold=False`` computes them anyway, for a measurement of them
+    (``scripts/agreement_on_choice.py``), never for a report. Drawn pairs the file names as
+    left unlabelled (grade -1) are listed in ``unlabelled_pairs``; they count as agreeing
+    with the judge (a label equal to its verdict), and every interval is withheld
+    (``interval_note`` says why) unless ``options.allow_unlabelled``."""
     sample = options.labels
     sample.check_pairs(record_pairs(records))
     lists, where = _lists(records)
@@ -190,7 +195,7 @@ def ppi_block(
 
     def figure(text: str) -> dict[str, object]:
         measure = judge_measure(text)
-        if measure.name in ("map", "ndcg_cut"):  # the judge's figure only (WITHHELD)
+        if withhold and measure.name in ("map", "ndcg_cut"):  # the judge's figure only (WITHHELD)
             judge_value, _ = label_effects(lists, measure, [], [], [])
             return {
                 "estimate": None,
@@ -229,7 +234,7 @@ def ppi_block(
         "confidence": options.confidence,
         "mapping": f"a person's grade >= {options.level} is relevant (yes)"
         + ("; the gain is the grade" if graded else "; gain 1/0"),
-        "withheld": {"measures": list(WITHHELD_MEASURES), "why": WITHHELD},
+        "withheld": {"measures": list(WITHHELD_MEASURES), "why": WITHHELD} if withhold else None,
         "method": {
             "linear": METHOD["linear"],
             "sampling": METHOD["weighted" if sample.weighted else "uniform"],
