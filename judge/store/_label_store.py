@@ -253,6 +253,7 @@ class LabelStore(SQLiteHolder):
                     )
                 }
                 taken = new = 0
+                written: list[tuple[str, str, str, str, float, int, str]] = []
                 for q, d, p, hit in rows:
                     before, draws, designs = known.get((q, d), (0.0, 0, ""))
                     union = before + p - before * p  # 1 - (1 - before)(1 - p)
@@ -263,12 +264,13 @@ class LabelStore(SQLiteHolder):
                     )
                     taken += hit
                     new += hit and draws == 0
-                    conn.execute(
-                        "INSERT OR REPLACE INTO sample_frames "
-                        "(collection, job, qid, docno, inclusion, draws, design, legacy) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-                        (collection, job, q, d, min(1.0, union), draws + int(hit), names),
-                    )
+                    written.append((collection, job, q, d, min(1.0, union), draws + int(hit), names))
+                conn.executemany(
+                    "INSERT OR REPLACE INTO sample_frames "
+                    "(collection, job, qid, docno, inclusion, draws, design, legacy) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+                    written,
+                )
                 conn.execute(
                     "INSERT INTO sample_rounds "
                     "(collection, job, round, design, expected, seed, drawn, taken) "
