@@ -154,7 +154,10 @@ async def list_jobs(
 ) -> dict[str, Any]:
     """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
     rows = state.db.list_jobs(status=status, limit=limit, offset=offset)
-    jobs = [state.manager.view(j) | {"summary": None} for j in rows]
+    jobs = [
+        _bounds.public_paths(state.manager.view(j) | {"summary": None}, state.manager.job_dir(str(j["id"])))
+        for j in rows
+    ]
     return {"jobs": jobs, "offset": offset, "limit": limit}
 
 
@@ -176,7 +179,10 @@ async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIter
         job = state.db.get(job_id)
         if job is None:
             return
-        data = json.dumps(state.manager.view(job) | {"summary": None}, ensure_ascii=False)
+        view = _bounds.public_paths(
+            state.manager.view(job) | {"summary": None}, state.manager.job_dir(job_id)
+        )
+        data = json.dumps(view, ensure_ascii=False)
         if data != last:
             last = data
             quiet = 0.0
