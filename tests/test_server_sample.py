@@ -169,3 +169,15 @@ def test_a_comparison_draws_from_its_pooled_pairs(tmp_path: Path) -> None:
         assert items and all((it["query_id"], it["docno"]) in pool for it in items)
         # every pooled pair judged once: the same probability for each, 5 over the pool's size
         assert all(it["inclusion"] == pytest.approx(5 / len(pool)) for it in items)
+        # the comparison's own sample file: every drawn pair unlabelled (-1), taken by a comparison
+        # of the same systems, each system naming the drawn pairs it ranks
+        r = c.get(f"/v1/labels?format=sample&job={job_id}")
+        assert r.status_code == 200 and r.headers["x-unlabelled"] == str(len(items))
+        options = {**COMPARE, "sample_labels": r.text, "allow_unlabelled": True}
+        again = c.post("/v1/compare", json={"systems": given, "options": options})
+        assert again.status_code == 202, again.text
+        assert wait_job(c, again.json()["id"])["status"] == "done"
+        report = c.get(f"/v1/jobs/{again.json()['id']}/report").json()
+        named = {tuple(p) for s in report["systems"].values() for p in s["ppi"]["unlabelled_pairs"]}
+        assert named == {(it["query_id"], it["docno"]) for it in items}
+        assert all(s["ppi"]["allow_unlabelled"] for s in report["systems"].values())
