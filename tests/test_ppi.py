@@ -61,6 +61,8 @@ def test_rectifier_edges() -> None:
         rectified_mean(0.5, [0.1] * 3, population=2)
     with pytest.raises(ValueError):
         rectified_mean(0.5, [0.1], inclusion=[0.0])
+    with pytest.raises(ValueError):  # 1 / 1e-320 overflows: no estimate from it
+        rectified_mean(0.5, [0.1], inclusion=[1e-320])
     with pytest.raises(ValueError):
         rectified_mean(0.5, [0.1], population=3, confidence=1.0)
 

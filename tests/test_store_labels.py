@@ -315,3 +315,13 @@ def test_the_verdict_cache_never_stores_a_human_verdict_and_rows_keep_their_old_
     store.close()
     row = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT verdict FROM verdicts").fetchone()[0]
     assert not {"source", "reviewer", "replaced"} & set(json.loads(row))
+
+
+def test_a_label_carrying_an_inclusion_below_the_floor_is_refused() -> None:
+    from judge.store import check_label_fields
+
+    base = {"qid": "q", "docno": "d", "label": 1, "reviewer": "ann", "scale": "binary"}
+    assert check_label_fields({**base, "inclusion": 1e-6})["inclusion"] == 1e-6
+    with pytest.raises(InputError) as err:
+        check_label_fields({**base, "inclusion": 1e-320}, line=3)
+    assert err.value.field == "inclusion" and err.value.line == 3

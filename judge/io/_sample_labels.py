@@ -2,7 +2,7 @@
 
 A TREC qrels file, one pair a line: ``qid iter docno grade`` (uniform sample: every line
 has four columns), or ``qid iter docno grade inclusion`` where ``inclusion`` is the
-probability, in (0, 1], with which the pair was drawn (a review queue's sample mode writes
+probability, in [1e-6, 1], with which the pair was drawn (a review queue's sample mode writes
 it; at least :data:`judge.io.MIN_INCLUSION`). Every line of one file has the same number of
 columns. ``#`` lines and blank lines are skipped; a file without a data line is refused. The
 lines are read by the one qrels reader (:func:`judge.io.read_qrels_lines`), ids as

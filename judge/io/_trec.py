@@ -491,7 +491,8 @@ def read_qrels(path: str | os.PathLike[str]) -> Qrels:
 class QrelsLines:
     """The data lines of a qrels file as written, in file order: ``lines`` (1-based line
     numbers), ``qids``, ``docnos`` (bytes), ``grades`` and, for a sample file whose lines
-    carry it, ``inclusion`` (each pair's inclusion probability, in (0, 1]; None without)."""
+    carry it, ``inclusion`` (each pair's inclusion probability, in [:data:`MIN_INCLUSION`, 1];
+    None without)."""
 
     path: str
     lines: npt.NDArray[np.int64]

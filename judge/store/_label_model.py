@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from judge.io import InputError, id_problem, qrels_escape, qrels_unescape
+from judge.io import MIN_INCLUSION, InputError, id_problem, qrels_escape, qrels_unescape
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 
 DEFAULT_COLLECTION = "default"
@@ -271,7 +271,10 @@ def field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
         "inclusion",
         None
         if inclusion is None
-        else (_number_problem(inclusion, 0.0, 1.0) or (None if inclusion > 0 else "must be in (0, 1]")),
+        else (
+            _number_problem(inclusion, 0.0, 1.0)
+            or (None if inclusion >= MIN_INCLUSION else f"must be in [{MIN_INCLUSION:g}, 1]")
+        ),
     )
 
 
