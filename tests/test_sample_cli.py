@@ -126,6 +126,15 @@ def test_a_probability_below_the_floor_and_a_level_without_labels_are_exit_2(
     err = capsys.readouterr().err
     assert f"{tiny}:2" in err and "inclusion" in err and "1e-06" in err and "Traceback" not in err
     assert not (tmp_path / "out.jsonl").exists()
+    # a draw whose probabilities would fall below the floor is refused before anything is recorded
+    assert _score(tmp_path, data, judge) == 0
+    store = str(tmp_path / "labels.sqlite")
+    capsys.readouterr()
+    assert main(["labels", "sample", str(tmp_path / "out.jsonl"), "--store", store, "--n", "1e-9"]) == 2
+    assert "--n" in capsys.readouterr().err
+    with LabelStore(store) as s:
+        assert s.sample_jobs() == []
+    (tmp_path / "out.jsonl").unlink()
     for flags in (["--sample-level", "2"], ["--allow-unlabelled"]):
         assert _score(tmp_path, data, judge, *flags) == 2
         assert f"{flags[0]} is only used with --sample-labels" in capsys.readouterr().err
