@@ -365,7 +365,8 @@ def ppi_variant(
         for name, recs in records.items():
             mine = {(str(r["id"]), str(d)) for r in recs for d in r["docnos"]}  # type: ignore[attr-defined]
             sample = SampleLabels("<drawn>", tuple(x for x in labels if (x.qid, x.docno) in mine))
-            figures[name] = ppi_block(recs, SampleLabelOptions(sample, level=level), (10,))
+            # corrected nDCG is what this protocol measures: computed, although reports withhold it
+            figures[name] = ppi_block(recs, SampleLabelOptions(sample, level=level), (10,), withhold=False)
         ppi_ndcg = {n_: float(f["ndcg"]["10"]["estimate"]) for n_, f in figures.items()}
         judge_ndcg = {n_: float(f["ndcg"]["10"]["judge"]) for n_, f in figures.items()}
         ppi_p10 = {n_: float(f["precision"]["10"]["estimate"]) for n_, f in figures.items()}

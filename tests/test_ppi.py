@@ -11,7 +11,7 @@ import pytest
 
 from judge.cli import main
 from judge.io import InputError, read_sample_labels
-from judge.metrics import JudgedList, judge_measure, label_effects, ppi_figure, rectified_mean
+from judge.metrics import JudgedList, PpiInterval, judge_measure, label_effects, ppi_figure, rectified_mean
 
 Z95 = 1.959963984540054
 T1 = 12.706204736174707  # Student's t, 1 degree of freedom (Cauchy): tan(0.475 pi)
@@ -50,7 +50,9 @@ def test_rectifier_weighted_by_hand() -> None:
 
 
 def test_rectifier_edges() -> None:
-    assert rectified_mean(0.4, [], population=10) == rectified_mean(0.4, [], population=10)
+    # no label: the judge's figure as it is, and no interval (nothing to estimate a variance from)
+    assert rectified_mean(0.4, [], population=10) == PpiInterval(0.4, None, None, None)
+    assert rectified_mean(0.4, [], inclusion=[]) == PpiInterval(0.4, None, None, None)
     one = rectified_mean(0.4, [0.1], population=10)
     assert one.estimate == pytest.approx(1.4) and one.low is None and one.se is None
     full = rectified_mean(0.5, [0.1, 0.1], population=2)  # every pair labelled: no sampling error
@@ -59,6 +61,8 @@ def test_rectifier_edges() -> None:
         rectified_mean(0.5, [0.1] * 3, population=2)
     with pytest.raises(ValueError):
         rectified_mean(0.5, [0.1], inclusion=[0.0])
+    with pytest.raises(ValueError):  # 1 / 1e-320 overflows: no estimate from it
+        rectified_mean(0.5, [0.1], inclusion=[1e-320])
     with pytest.raises(ValueError):
         rectified_mean(0.5, [0.1], population=3, confidence=1.0)
 
@@ -87,6 +91,83 @@ def test_figure_clips_to_the_measures_range() -> None:
     se = 50 * (0.2 * var / 40) ** 0.5
     assert fig.estimate == 1.0 and fig.high == 1.0 and fig.coverage_ok
     assert fig.low == pytest.approx(1.005 - float(student.ppf(0.975, 39)) * se)
+
+
+def test_calibrated_effects_by_hand() -> None:
+    """One query, the judge says yes yes no; labels 1, 0, 0. The yes stratum's labels give q1 =
+    1/2, the no stratum's q0 = 0: the point is p = (1/2, 1/2, 0). Under independent labels:
+    AP is 1 for (1, 1) and (1, 0), 1/2 for (0, 1) and 0 for (0, 0): E[AP] = 2.5 / 4 = 0.625.
+    Labelling the first 1 gives p = (1, 1/2, 0), E[AP] = 1 (+0.375); the second 0 gives
+    (1/2, 0, 0), E[AP] = 1/2 (-0.125); the third agrees with its point (0)."""
+    from judge.metrics import calibrated_effects
+
+    lists = [JudgedList.of([1, 1, 0], [1, 1, 0])]
+    pairs = [(0, 0), (0, 1), (0, 2)]
+    point, effects = calibrated_effects(lists, judge_measure("map"), pairs, [1, 0, 0])
+    assert point == pytest.approx(0.625) and effects.tolist() == pytest.approx([0.375, -0.125, 0.0])
+    # weighted by 1 / inclusion (0.25, 0.5, 1): q1 = (4 * 1 + 2 * 0) / 6 = 2/3, p = (2/3, 2/3, 0):
+    # E[AP] = 4/9 + 2/9 + (2/9) (1/2) = 7/9; the first labelled: p = (1, 2/3) -> 1 (+2/9); the
+    # second: (2/3, 0) -> 2/3 (-1/9)
+    point, effects = calibrated_effects(
+        lists, judge_measure("map"), pairs, [1, 0, 0], inclusion=[0.25, 0.5, 1.0]
+    )
+    assert point == pytest.approx(7 / 9) and effects.tolist() == pytest.approx([2 / 9, -1 / 9, 0.0])
+    # nDCG@2 at p = (1/2, 1/2, 0), the ideal from the labels: 1 for (1, 1) and (1, 0), g = 1/log2(3)
+    # for (0, 1), 0 for (0, 0): (2 + g) / 4; the first labelled: 1; the second: (1/2, 0) -> 1/2
+    g = 1 / np.log2(3)
+    point, effects = calibrated_effects(lists, judge_measure("ndcg_cut_2"), pairs, [1, 0, 0])
+    assert point == pytest.approx((2 + g) / 4)
+    assert effects.tolist() == pytest.approx([1 - (2 + g) / 4, 0.5 - (2 + g) / 4, 0.0])
+    # the figure: a uniform sample of all 3 pairs, 0.625 + 3 * mean(0.375, -0.125, 0) = 0.875
+    # (the truth, AP of labels 1 0 0, is 1: the expansion is first order); the judge's own is 1
+    fig = ppi_figure(lists, judge_measure("map"), pairs, [1, 0, 0], [1, 0, 0], population=3)
+    assert fig.estimate == pytest.approx(0.875) and fig.judge == pytest.approx(1.0) and fig.low is None
+    with pytest.raises(ValueError):
+        calibrated_effects(lists, judge_measure("P_2"), pairs, [1, 0, 0])
+
+
+def _records_50() -> list[dict[str, object]]:
+    """25 queries of 2 passages; the judge says yes to all but q0's second (P@2 0.98)."""
+    return [
+        {
+            "id": f"q{i}",
+            "docnos": ["a", "b"],
+            "verdicts": [{"verdict": "yes"}, {"verdict": "no" if i == 0 else "yes"}],
+        }
+        for i in range(25)
+    ]
+
+
+def test_unlabelled_drawn_pairs_withhold_the_interval_unless_allowed() -> None:
+    from judge.batch import SampleLabelOptions, ppi_block
+    from judge.io import SampleLabel, SampleLabels
+
+    # 40 labels, all agreeing with the judge, and 2 drawn pairs nobody labelled (grade -1)
+    labelled = [SampleLabel(f"q{i}", d, 1, 2 * i + j + 1) for i in range(1, 21) for j, d in enumerate("ab")]
+    missing = (SampleLabel("q21", "a", -1, 50), SampleLabel("q21", "b", -1, 51))
+    sample = SampleLabels("s.qrels", tuple(labelled), missing)
+    strict = ppi_block(_records_50(), SampleLabelOptions(sample), [2])
+    allowed = ppi_block(_records_50(), SampleLabelOptions(sample, allow_unlabelled=True), [2])
+    for block in (strict, allowed):
+        assert block["labels"] == 40 and block["unlabelled"] == 2
+        assert block["unlabelled_pairs"] == [["q21", "a"], ["q21", "b"]]
+        # every label and every unlabelled pair agrees with the judge: the judge's 0.98, exactly
+        assert block["precision"]["2"]["estimate"] == pytest.approx(0.98)
+    assert strict["precision"]["2"]["low"] is None and strict["mean_score"]["high"] is None
+    assert "no interval" in strict["interval_note"]
+    # allowed: 42 effects all 0, so the variance is 0 and the interval is the point
+    assert allowed["precision"]["2"]["low"] == pytest.approx(0.98)
+    assert "intervals are given" in allowed["interval_note"]
+    clean = ppi_block(_records_50(), SampleLabelOptions(SampleLabels("s.qrels", tuple(labelled))), [2])
+    assert clean["unlabelled"] == 0 and clean["interval_note"] is None
+    assert clean["precision"]["2"]["low"] == pytest.approx(0.98)
+    assert clean["ndcg"]["2"]["estimate"] is None and clean["withheld"]["measures"] == ["ndcg", "map"]
+    # a measurement (scripts/agreement_on_choice.py) computes them: every label agrees, so the
+    # calibrated point is the judge's verdicts themselves (q1 = 1, q0 = 0) and nDCG@2 = 1 / 1
+    measured = ppi_block(
+        _records_50(), SampleLabelOptions(SampleLabels("s.qrels", tuple(labelled))), [2], withhold=False
+    )
+    assert measured["withheld"] is None and measured["ndcg"]["2"]["estimate"] == pytest.approx(1.0)
 
 
 def _dl19_like(seed: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -171,7 +252,12 @@ def test_score_summary_has_ppi(tmp_path: Path, capsys: pytest.CaptureFixture[str
     p2 = ppi["precision"]["2"]
     assert p2["estimate"] == pytest.approx(0.25) and p2["judge"] == pytest.approx(0.75)
     assert p2["low"] is None and p2["coverage_ok"] is False  # 2 labels: no interval
-    assert ppi["map"]["low"] is None and ppi["map"]["coverage_ok"] is False
+    # corrected AP and nDCG are withheld; the judge's own figures stay: q0 yes yes (AP 1, nDCG@2 1),
+    # q1 yes no (AP 1: its one relevant at rank 1; nDCG@2 1: the ideal is the judged list's)
+    for fig in (ppi["map"], ppi["ndcg"]["2"]):
+        assert fig["estimate"] is None and fig["low"] is None and fig["coverage_ok"] is False
+        assert fig["judge"] == pytest.approx(1.0) and "worse than the judge's" in fig["withheld"]
+    assert ppi["withheld"]["measures"] == ["ndcg", "map"]
     assert set(ppi) >= {"precision", "ndcg", "map", "mean_score", "labels", "method"}
 
 
@@ -187,7 +273,9 @@ def test_score_refuses_a_pair_not_in_the_run(tmp_path: Path, capsys: pytest.Capt
     ("text", "line", "field"),
     [
         ("q0 0 a x\n", 1, "grade"),
-        ("q0 0 a 1\nq0 0 b -1\n", 2, "grade"),
+        ("q0 0 a 1\nq0 0 b -2\n", 2, "grade"),  # -1: drawn, left unlabelled; below it: refused
+        ("q0 0 a 1 1e-320\n", 1, "inclusion"),  # below MIN_INCLUSION: 1 / p is not meaningful
+        ("q0 0 a 1 0.5\nq0 0 b 1 9.9e-7\n", 2, "inclusion"),
         ("q0 0 a 1 0.5\nq0 0 b 1\n", 2, "inclusion"),
         ("q0 0 a 1 1.5\n", 1, "inclusion"),
         ("q0 0 a 1 nan\n", 1, "inclusion"),
@@ -233,8 +321,14 @@ def test_compare_systems_reports_each_systems_ppi(tmp_path: Path, capsys: pytest
     assert a["labels"] == 2 and a["precision"]["2"]["estimate"] == pytest.approx(0.25)
     assert b["labels"] == 0 and b["precision"]["2"]["estimate"] == pytest.approx(b["precision"]["2"]["judge"])
     assert "judge's paired comparison" in report["conventions"]["sample_labels"]["choice"]
-    assert "## Prediction-powered figures" in (out / "report.md").read_text(encoding="utf-8")
-    assert "Prediction-powered figures" in (out / "report.html").read_text(encoding="utf-8")
+    md = (out / "report.md").read_text(encoding="utf-8")
+    section = md.split("## Prediction-powered figures")[1].split("\n## ")[0]
+    # the section shows P@k and the share judged relevant, and says why corrected AP and nDCG are not there
+    assert "| P@2 judge / ppi |" in section and "nDCG@2 judge / ppi" not in section
+    assert "AP judge / ppi" not in section and "Corrected nDCG and AP are not shown" in section
+    assert "worse than the judge's own figures" in section
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Prediction-powered figures" in html and "Corrected nDCG and AP are not shown" in html
     bad = tmp_path / "bad.qrels"
     bad.write_text("q0 0 a 1\nq9 0 a 1\n", encoding="utf-8")
     capsys.readouterr()
@@ -266,6 +360,8 @@ def test_sample_mode_records_probabilities_and_feeds_the_estimate(
     data, qrels, labels = _write(tmp_path, "q0 0 a 1\n")
     assert _score(tmp_path, data, qrels, labels) == 0
     store = tmp_path / "labels.sqlite"
+    with LabelStore(store) as s:
+        s.put(Label("q0", "a", 1, "ann"))  # labelled before the draw: once drawn, it is a labelled pair
     capsys.readouterr()
     args = ["labels", "sample", str(tmp_path / "out.jsonl"), "--store", str(store), "--n", "4"]
     assert main(args) == 0  # 4 expected of 4 judged pairs: every pair drawn with probability 1
@@ -273,24 +369,27 @@ def test_sample_mode_records_probabilities_and_feeds_the_estimate(
     assert {(d["qid"], d["docno"]) for d in drawn} == {("q0", "a"), ("q0", "b"), ("q1", "c"), ("q1", "d")}
     assert {d["inclusion"] for d in drawn} == {1.0}
     with LabelStore(store) as s:
-        # the first draw of a pair is kept: drawing again adds nothing
-        assert s.record_sample_draws("again", [("q0", "a", 0.5)], design="uniform", collection="default") == 0
         s.put(Label("q0", "b", 0, "ann"))
         s.put(Label("q1", "c", 1, "ann"))
-        s.put(Label("q9", "x", 1, "ann"))  # not drawn: no probability, never in an estimate
-        kept = {lab.key: lab.inclusion for lab in s.latest()}
-    assert kept == {("q0", "b"): 1.0, ("q1", "c"): 1.0, ("q9", "x"): None}
+        s.put(Label("q9", "x", 1, "ann"))  # not drawn: never in an estimate
     sample = tmp_path / "sample.qrels"
     assert main(["labels", "export", "--sample", "--store", str(store), "-o", str(sample)]) == 0
-    assert sample.read_text(encoding="utf-8") == "q0 0 b 0 1.0\nq1 0 c 1 1.0\n"
+    err = capsys.readouterr().err
+    assert "1 drawn pair(s) left unlabelled" in err and "unlabelled: q1\td" in err
+    lines = sample.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# judge sample of ") and "1 left unlabelled" in lines[0]
+    # every drawn pair, q0's a with the label given before the draw, q1's d named as unlabelled (-1)
+    assert lines[1:] == ["q0 0 a 1 1.0", "q0 0 b 0 1.0", "q1 0 c 1 1.0", "q1 0 d -1 1.0"]
     (tmp_path / "out.jsonl").unlink()
     assert _score(tmp_path, data, qrels, sample) == 0
     ppi = json.loads((tmp_path / "out.summary.json").read_text(encoding="utf-8"))["ppi"]
     assert "Horvitz-Thompson" in ppi["method"]["sampling"]
-    # Horvitz-Thompson with probability 1: each label's effect counted once:
-    # 0.75 + (-0.25 / 1) + (0 / 1) = 0.5
+    assert ppi["labels"] == 3 and ppi["unlabelled"] == 1 and ppi["unlabelled_pairs"] == [["q1", "d"]]
+    assert "no interval" in ppi["interval_note"] and "--allow-unlabelled" in ppi["interval_note"]
+    # Horvitz-Thompson with probability 1: each label's effect counted once, the unlabelled pair
+    # counted as agreeing (effect 0): 0.75 + 0 (a) - 0.25 (b) + 0 (c) + 0 (d) = 0.5
     p2 = ppi["precision"]["2"]
-    assert p2["estimate"] == pytest.approx(0.5) and p2["low"] is None  # 2 labels: no interval
+    assert p2["estimate"] == pytest.approx(0.5) and p2["low"] is None
 
 
 def test_sample_mode_uncertainty_design_and_refusals(tmp_path: Path) -> None:

@@ -41,11 +41,15 @@ def test_five_columns_carry_the_inclusion_probability_in_file_order(tmp_path: Pa
     [
         ("nan", "must be a number"),
         ("text", "must be a number"),
-        ("0", r"must be in \(0, 1\]"),
-        ("0.0", r"must be in \(0, 1\]"),
-        ("1.5", r"must be in \(0, 1\]"),
-        ("-0.5", r"must be in \(0, 1\]"),
-        ("inf", r"must be in \(0, 1\]"),
+        ("0", r"must be in \[1e-06, 1\]"),
+        ("0.0", r"must be in \[1e-06, 1\]"),
+        ("1.5", r"must be in \[1e-06, 1\]"),
+        ("-0.5", r"must be in \[1e-06, 1\]"),
+        ("inf", r"must be in \[1e-06, 1\]"),
+        # below the floor MIN_INCLUSION = 1e-6: 1 / p would overflow (1e-320) or weigh one label
+        # more than a million
+        ("1e-320", r"must be in \[1e-06, 1\], got '1e-320'"),
+        ("9.99e-7", r"must be in \[1e-06, 1\]"),
     ],
 )
 def test_a_bad_inclusion_probability_names_its_line_and_field(

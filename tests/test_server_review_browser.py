@@ -191,7 +191,7 @@ def test_review_five_with_the_keyboard_in_chromium(tmp_path: Path) -> None:
 def test_sample_mode_in_chromium(tmp_path: Path) -> None:
     """The side panel's sample mode draws pairs (POST /v1/jobs/{id}/sample), the page lists
     them with their inclusion probability, and a label saved there carries it into the
-    sample file (GET /v1/labels?format=sample)."""
+    sample file (GET /v1/labels?format=sample&job=ID)."""
     env = serve_env(tmp_path, JUDGE_API_KEYS=ALICE)
     args = ["--backend-factory", "_review:p_backend", "--db", str(tmp_path / "s.sqlite")]
     with serve_process(args, env) as (_proc, url), sync_api.sync_playwright() as p:
@@ -228,11 +228,14 @@ def test_sample_mode_in_chromium(tmp_path: Path) -> None:
             page.wait_for_selector("body[data-saved='1']")
             assert page.inner_text("#stat-queue .v") == str(drawn["count"] - 1)
             req = urllib.request.Request(
-                f"{url}/v1/labels?format=sample", headers={"Authorization": f"Bearer {ALICE}"}
+                f"{url}/v1/labels?format=sample&job={job_id}", headers={"Authorization": f"Bearer {ALICE}"}
             )
             with urllib.request.urlopen(req, timeout=30) as resp:
-                sample = resp.read().decode("utf-8")
-            assert sample == f"{first['query_id']} 0 {first['docno']} 1 0.25\n"
+                lines = resp.read().decode("utf-8").splitlines()[1:]
+            # the job's sample file: the labelled pair, and every other drawn pair named unlabelled (-1)
+            assert f"{first['query_id']} 0 {first['docno']} 1 0.25" in lines
+            unlabelled = sum(x.split()[3] == "-1" for x in lines)
+            assert len(lines) == drawn["count"] and unlabelled == drawn["count"] - 1
             assert refused == []
         finally:
             browser.close()

@@ -57,11 +57,12 @@ def test_a_uniform_draw_is_recorded_listed_and_its_labels_carry_the_probability(
     assert all(it["text"] and it["label"] is None for it in drew["items"])
     listed = client.get(f"/v1/jobs/{job_id}/sample").json()
     assert listed["items"] == drew["items"]
-    # the same seed draws the same pairs: nothing new, each keeps its first probability
+    # a second draw (same seed) is another, independent draw (draw 2 uses its own random
+    # stream): every pair drawn by either has the union probability 1 - (1 - 0.25)(1 - 0.5)
     again = client.post(f"/v1/jobs/{job_id}/sample", json={"n": 12, "seed": 3}).json()
-    assert again["new"] < again["drawn"]
-    first = {it["key"]: it["inclusion"] for it in drew["items"]}
-    assert all(it["inclusion"] == first.get(it["key"], 0.5) for it in again["items"])
+    assert again["draw"] == 2 and again["count"] >= drew["count"]
+    assert {it["key"] for it in drew["items"]} <= {it["key"] for it in again["items"]}
+    assert all(it["inclusion"] == pytest.approx(0.625) for it in again["items"])
 
     drawn = drew["items"][0]
     keys = {it["key"] for it in again["items"]}
@@ -69,14 +70,21 @@ def test_a_uniform_draw_is_recorded_listed_and_its_labels_carry_the_probability(
     ok = client.post(
         f"/v1/jobs/{job_id}/labels", json={"query_id": drawn["query_id"], "docno": drawn["docno"], "label": 1}
     )
-    assert ok.status_code == 201 and ok.json()["label"]["inclusion"] == pytest.approx(0.25)
+    assert ok.status_code == 201
     chosen = client.post(
         f"/v1/jobs/{job_id}/labels", json={"query_id": other[0], "docno": other[1], "label": 0}
     )
-    assert chosen.status_code == 201 and chosen.json()["label"]["inclusion"] is None
-    # only the drawn pair's label is a sample label: the queue-chosen one never enters an estimate
-    sample = client.get("/v1/labels?format=sample").text
-    assert sample == f"{drawn['query_id']} 0 {drawn['docno']} 1 0.25\n"
+    assert chosen.status_code == 201
+    # the job's sample file: every drawn pair at its union probability, the labelled one with its
+    # label, the others named as unlabelled (-1); the queue-chosen label never enters an estimate
+    r = client.get(f"/v1/labels?format=sample&job={job_id}")
+    assert r.status_code == 200 and r.headers["x-unlabelled"] == str(again["count"] - 1)
+    sample = r.text
+    lines = sample.splitlines()
+    assert lines[0].startswith(f"# judge sample of {job_id}: {again['count']} drawn pair(s)")
+    assert f"{drawn['query_id']} 0 {drawn['docno']} 1 0.625" in lines[1:]
+    assert sum(line.split()[3] == "-1" for line in lines[1:]) == again["count"] - 1
+    assert not any(line.startswith(f"{other[0]} 0 {other[1]} ") for line in lines)
     shown = {it["key"]: it["label"] for it in client.get(f"/v1/jobs/{job_id}/sample").json()["items"]}
     assert shown[drawn["key"]] == 1 and f"{other[0]}\t{other[1]}" not in shown
 
@@ -84,7 +92,8 @@ def test_a_uniform_draw_is_recorded_listed_and_its_labels_carry_the_probability(
     assert r.status_code == 202, r.text
     job = wait_job(client, r.json()["id"])
     summary = job.get("summary") or client.get(f"/v1/jobs/{job['id']}").json()["summary"]
-    assert summary["ppi"]["labels"] == 1 and summary["ppi"]["method"]["sampling"]
+    ppi = summary["ppi"]
+    assert ppi["labels"] == 1 and ppi["unlabelled"] == again["count"] - 1 and ppi["method"]["sampling"]
 
 
 def test_the_uncertainty_design_is_the_cli_draw(client: Any) -> None:
@@ -160,3 +169,15 @@ def test_a_comparison_draws_from_its_pooled_pairs(tmp_path: Path) -> None:
         assert items and all((it["query_id"], it["docno"]) in pool for it in items)
         # every pooled pair judged once: the same probability for each, 5 over the pool's size
         assert all(it["inclusion"] == pytest.approx(5 / len(pool)) for it in items)
+        # the comparison's own sample file: every drawn pair unlabelled (-1), taken by a comparison
+        # of the same systems, each system naming the drawn pairs it ranks
+        r = c.get(f"/v1/labels?format=sample&job={job_id}")
+        assert r.status_code == 200 and r.headers["x-unlabelled"] == str(len(items))
+        options = {**COMPARE, "sample_labels": r.text, "allow_unlabelled": True}
+        again = c.post("/v1/compare", json={"systems": given, "options": options})
+        assert again.status_code == 202, again.text
+        assert wait_job(c, again.json()["id"])["status"] == "done"
+        report = c.get(f"/v1/jobs/{again.json()['id']}/report").json()
+        named = {tuple(p) for s in report["systems"].values() for p in s["ppi"]["unlabelled_pairs"]}
+        assert named == {(it["query_id"], it["docno"]) for it in items}
+        assert all(s["ppi"]["allow_unlabelled"] for s in report["systems"].values())

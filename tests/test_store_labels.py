@@ -6,6 +6,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,9 +36,10 @@ def test_new_file_is_migrated_in_order_and_a_newer_file_is_refused(tmp_path: Pat
     with LabelStore(path) as store:
         assert store.schema_found == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 6
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"labels", "label_history", "calibrations", "sample_draws"} <= tables
+    assert {"labels", "label_history", "calibrations", "sample_rounds", "sample_frames"} <= tables
+    assert "sample_draws" not in tables  # migration 6 moved its rows to the per-job frames
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
     with LabelStore(path) as store:  # reopening finds the current version and keeps it
@@ -63,9 +65,78 @@ def test_version_three_file_gets_the_sample_draws(tmp_path: Path) -> None:
         assert store.schema_found == 3
         (old,) = store.latest()
         assert old.label == 1 and old.inclusion is None  # drawn with no known probability
-        store.record_sample_draws("job", [("q1", "d2", 0.25)], design="uniform", collection="default")
-        assert store.put(Label("q1", "d2", 0, "ann")).inclusion == 0.25
+        frame = [("q1", "d2", 0.25, True), ("q1", "d3", 0.25, False)]
+        assert store.record_sample_draws("job", frame, design="uniform", collection="default", number=0) == (
+            1,
+            1,
+        )
+        store.put(Label("q1", "d2", 0, "ann"))
         assert store.sample_draws() == [("q1", "d2", 0.25, "uniform")]
+
+
+def test_version_five_draws_move_to_a_legacy_frame_that_refuses_a_second_draw(tmp_path: Path) -> None:
+    """Migration 6: a draw recorded by migration 4's table (the drawn pairs only) keeps its
+    pairs and probabilities; a further draw over that job is refused (its population's other
+    pairs were never recorded, so their union probabilities are unknown)."""
+    from judge.store._label_schema import LABEL_MIGRATIONS
+
+    path = tmp_path / "v5.sqlite"
+    conn = sqlite3.connect(path)
+    for migration in LABEL_MIGRATIONS[:5]:
+        migration(conn)
+    conn.execute("INSERT INTO sample_draws VALUES ('default', 'q1', 'd2', 'old', 0.25, 'uniform', 1.0)")
+    conn.execute("PRAGMA user_version = 5")
+    conn.commit()
+    conn.close()
+    with LabelStore(path) as store:
+        assert store.sample_draws(job="old") == [("q1", "d2", 0.25, "uniform")]
+        assert store.sample_round("old", collection="default") == 1
+        with pytest.raises(InputError) as err:
+            store.record_sample_draws(
+                "old", [("q1", "d2", 0.25, False)], design="uniform", collection="default", number=1
+            )
+        assert err.value.field == "job" and "older judge" in err.value.message
+
+
+def test_two_draws_record_the_union_probability(tmp_path: Path) -> None:
+    """Two draws over one job at 0.25 each: every pair of the job has been drawable twice, so
+    a drawn pair's inclusion probability is 1 - (1 - 0.25)^2 = 0.4375, whichever draw took it
+    (a pair taken by both counts once); another job keeps its own probabilities."""
+
+    def draw(store: LabelStore, job: str, frame: list[tuple[str, str, float, bool]], **kw: Any) -> Any:
+        return store.record_sample_draws(job, frame, collection="default", **{"design": "uniform", **kw})
+
+    with LabelStore(tmp_path / "l.sqlite") as store:
+        first = [("q", "a", 0.25, True), ("q", "b", 0.25, False), ("q", "c", 0.25, False)]
+        second = [("q", "a", 0.25, True), ("q", "b", 0.25, True), ("q", "c", 0.25, False)]
+        assert store.record_sample_draws("j1", first, design="uniform", collection="default", number=0) == (
+            1,
+            1,
+        )
+        assert store.sample_draws(job="j1") == [("q", "a", 0.25, "uniform")]
+        with pytest.raises(InputError) as err:  # made as the first draw, but one is recorded
+            draw(store, "j1", second, number=0)
+        assert err.value.field == "job"
+        assert store.record_sample_draws(
+            "j1", second, design="uncertainty", collection="default", number=1
+        ) == (
+            2,
+            1,
+        )
+        assert store.sample_draws(job="j1") == [
+            ("q", "a", 0.4375, "uniform+uncertainty"),
+            ("q", "b", 0.4375, "uniform+uncertainty"),
+        ]
+        store.record_sample_draws(
+            "j2", [("q", "c", 0.5, True)], design="uniform", collection="default", number=0
+        )
+        assert store.sample_draws(job="j2") == [("q", "c", 0.5, "uniform")]
+        assert store.sample_jobs() == ["j1", "j2"] and store.sample_round("j1", collection="default") == 2
+        with pytest.raises(InputError) as err:  # below the floor: 1 / p is not meaningful
+            store.record_sample_draws(
+                "j3", [("q", "a", 1e-320, True)], design="u", collection="default", number=0
+            )
+        assert err.value.field == "inclusion" and store.sample_jobs() == ["j1", "j2"]
 
 
 def test_version_one_file_gets_the_calibrations_table(tmp_path: Path) -> None:
@@ -244,3 +315,13 @@ def test_the_verdict_cache_never_stores_a_human_verdict_and_rows_keep_their_old_
     store.close()
     row = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT verdict FROM verdicts").fetchone()[0]
     assert not {"source", "reviewer", "replaced"} & set(json.loads(row))
+
+
+def test_a_label_carrying_an_inclusion_below_the_floor_is_refused() -> None:
+    from judge.store import check_label_fields
+
+    base = {"qid": "q", "docno": "d", "label": 1, "reviewer": "ann", "scale": "binary"}
+    assert check_label_fields({**base, "inclusion": 1e-6})["inclusion"] == 1e-6
+    with pytest.raises(InputError) as err:
+        check_label_fields({**base, "inclusion": 1e-320}, line=3)
+    assert err.value.field == "inclusion" and err.value.line == 3

@@ -29,6 +29,7 @@ from judge.batch._ppi_summary import (
     dataset_pairs,
     ppi_block,
     record_pairs,
+    sample_frame,
     sample_queue,
 )
 from judge.batch._progress import ProgressMode, Snapshot, make_progress
@@ -143,6 +144,7 @@ __all__ = [
     "run_spec_from_args",
     "run_spec_from_job_options",
     "run_spec_from_kwargs",
+    "sample_frame",
     "sample_queue",
     "score_dataset",
     "score_dataset_sync",

@@ -15,25 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.io import DatasetRecord, InputError, SampleLabels, iter_dataset
+from judge.io import MIN_INCLUSION, DatasetRecord, InputError, SampleLabels, iter_dataset
 from judge.metrics import (
-    COVERAGE_GOAL,
-    MEASURED_COVERAGE,
     JudgedList,
     PpiFigure,
     inclusion_probabilities,
     judge_measure,
+    label_effects,
     poisson_draw,
     ppi_figure,
 )
 
 __all__ = [
     "SAMPLE_DESIGNS",
+    "WITHHELD",
     "SampleItem",
     "SampleLabelOptions",
     "dataset_pairs",
     "ppi_block",
     "record_pairs",
+    "sample_frame",
     "sample_queue",
 ]
 
@@ -48,14 +49,6 @@ METHOD = {
         "prediction-powered rectifier (the judge's mean plus the labels' mean correction scaled "
         "to the population; exact for P@k and mean_score, which are linear in the labels)"
     ),
-    "nonlinear": (
-        "map and ndcg (binary): the rectifier around a calibrated point (the exact expected AP/nDCG "
-        "when each verdict is relevant with the sample's P(relevant | that verdict)); graded ndcg: "
-        "the plain linearisation. An interval only where measured coverage reaches "
-        f"{COVERAGE_GOAL:.0%} (lowest measured: "
-        + ", ".join(f"{k} {v:.0%}" for k, v in sorted(MEASURED_COVERAGE.items()))
-        + "): else low/high are null and coverage_ok false"
-    ),
     "uniform": (
         "uniform sample without replacement; Student's t interval with the finite-population "
         "correction; none below 40 labels"
@@ -67,14 +60,26 @@ METHOD = {
 }
 
 
+#: Measures whose corrected figure is not shown (``estimate`` null, ``withheld`` says why).
+WITHHELD_MEASURES = ("ndcg", "map")
+WITHHELD = (
+    "not shown: corrected AP and nDCG are worse than the judge's own figure at the sample sizes "
+    "measured (TREC DL 2019, a simulated lenient judge: their error was about twice the judge's at "
+    "10-15% labelled and still above it at 30%; on the embedded judge's real verdicts their intervals "
+    "held only 86.5-90.5%; docs/concepts/prediction-powered.md). Trust the judge's figure (judge)"
+)
+
+
 @dataclass(frozen=True)
 class SampleLabelOptions:
     """Sample labels and how they are read: ``grade >= level`` is relevant (``yes``);
-    intervals at ``confidence``."""
+    intervals at ``confidence``; ``allow_unlabelled``: drawn pairs the file names as left
+    unlabelled count as agreeing with the judge and the intervals are given (else none)."""
 
     labels: SampleLabels
     level: int = 1
     confidence: float = 0.95
+    allow_unlabelled: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.confidence < 1.0:
@@ -124,12 +129,23 @@ def _lists(
 
 
 def ppi_block(
-    records: Sequence[Mapping[str, Any]], options: SampleLabelOptions, k: Sequence[int]
+    records: Sequence[Mapping[str, Any]],
+    options: SampleLabelOptions,
+    k: Sequence[int],
+    *,
+    withhold: bool = True,
 ) -> dict[str, Any]:
     """The ``ppi`` block of a summary: ``precision``/``ndcg`` by cutoff, ``map``,
     ``mean_score`` (each ``{"estimate", "low", "high", "judge", "labels", "coverage_ok"}``),
     the labels used, the mapping and the method. A label naming a pair not in ``records``
-    is an InputError naming its line (callers check before judging)."""
+    is an InputError naming its line (callers check before judging).
+
+    Corrected nDCG and AP are withheld (:data:`WITHHELD`: ``estimate`` null, the judge's
+    figure kept); ``withhold=False`` computes them anyway, for a measurement of them
+    (``scripts/agreement_on_choice.py``), never for a report. Drawn pairs the file names as
+    left unlabelled (grade -1) are listed in ``unlabelled_pairs``; they count as agreeing
+    with the judge (a label equal to its verdict), and every interval is withheld
+    (``interval_note`` says why) unless ``options.allow_unlabelled``."""
     sample = options.labels
     sample.check_pairs(record_pairs(records))
     lists, where = _lists(records)
@@ -150,9 +166,46 @@ def ppi_block(
         gains.append(label.grade if graded else yes)
         if label.inclusion is not None:
             inclusion.append(label.inclusion)
+    labelled = len(pairs)
+    named: list[list[str]] = []
+    for label in sample.unlabelled:  # drawn, nobody labelled: taken as agreeing with the judge
+        qi, pos = where[(label.qid, label.docno)]
+        if lists[qi].relevant[pos] < 0:
+            unjudged += 1
+            continue
+        named.append([label.qid, label.docno])
+        pairs.append((qi, pos))
+        relevant.append(int(lists[qi].relevant[pos]))
+        gains.append(int(lists[qi].gains[pos]))
+        if label.inclusion is not None:
+            inclusion.append(label.inclusion)
     population = sum(jl.judged for jl in lists)
+    note = None
+    if named:
+        note = (
+            f"{len(named)} drawn pair(s) left unlabelled (unlabelled_pairs) are counted as agreeing with "
+            "the judge; "
+            + (
+                "--allow-unlabelled accepts that, so the intervals are given"
+                if options.allow_unlabelled
+                else "that is not a random sample's estimate, so no interval is given: label them "
+                "(then export the sample again), or pass --allow-unlabelled (allow_unlabelled) to accept it"
+            )
+        )
 
     def figure(text: str) -> dict[str, object]:
+        measure = judge_measure(text)
+        if withhold and measure.name in ("map", "ndcg_cut"):  # the judge's figure only (WITHHELD)
+            judge_value, _ = label_effects(lists, measure, [], [], [])
+            return {
+                "estimate": None,
+                "low": None,
+                "high": None,
+                "judge": None if judge_value is None else round(judge_value, 6),
+                "labels": len(pairs),
+                "coverage_ok": False,
+                "withheld": WITHHELD,
+            }
         f: PpiFigure = ppi_figure(
             lists,
             judge_measure(text),
@@ -163,20 +216,27 @@ def ppi_block(
             inclusion=inclusion if sample.weighted else None,
             confidence=options.confidence,
         )
-        return f.as_dict()
+        out = f.as_dict()
+        if named and not options.allow_unlabelled:
+            out["low"] = out["high"] = None
+        return out
 
     return {
-        "labels": len(pairs),
+        "labels": labelled,
         "labels_in_file": len(sample),
+        "unlabelled": len(named),
+        "unlabelled_pairs": named,
+        "allow_unlabelled": options.allow_unlabelled,
+        "interval_note": note,
         "labels_unjudged": unjudged,
         "population": population,
         "source": sample.path,
         "confidence": options.confidence,
         "mapping": f"a person's grade >= {options.level} is relevant (yes)"
         + ("; the gain is the grade" if graded else "; gain 1/0"),
+        "withheld": {"measures": list(WITHHELD_MEASURES), "why": WITHHELD} if withhold else None,
         "method": {
             "linear": METHOD["linear"],
-            "nonlinear": METHOD["nonlinear"],
             "sampling": METHOD["weighted" if sample.weighted else "uniform"],
         },
         "precision": {str(c): figure(f"P_{c}") for c in k},
@@ -188,7 +248,8 @@ def ppi_block(
 
 @dataclass(frozen=True)
 class SampleItem:
-    """A pair the sample mode drew, with the probability it was drawn with."""
+    """A judged pair of a draw, with the probability this draw gave it and whether it took
+    it (``drawn``)."""
 
     qid: str
     docno: str
@@ -196,14 +257,38 @@ class SampleItem:
     query: str
     verdict: str
     p_yes: float | None
+    drawn: bool = True
 
 
 def sample_queue(
-    records: Sequence[Mapping[str, Any]], *, expected: float, design: str = "uniform", seed: int = 0
+    records: Sequence[Mapping[str, Any]],
+    *,
+    expected: float,
+    design: str = "uniform",
+    seed: int = 0,
+    number: int = 0,
 ) -> list[SampleItem]:
-    """Draw about ``expected`` of the records' judged pairs for review, each independently
-    with a known inclusion probability (``design``, :data:`SAMPLE_DESIGNS`); labels of the
-    drawn pairs enter prediction-powered estimates weighted by 1 / that probability."""
+    """The pairs :func:`sample_frame` draws (``drawn``)."""
+    frame = sample_frame(records, expected=expected, design=design, seed=seed, number=number)
+    return [item for item in frame if item.drawn]
+
+
+def sample_frame(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    expected: float,
+    design: str = "uniform",
+    seed: int = 0,
+    number: int = 0,
+) -> list[SampleItem]:
+    """Every judged pair of the records, each with the probability this draw gives it and
+    whether the draw takes it: about ``expected`` pairs, each independently with a known
+    inclusion probability (``design``, :data:`SAMPLE_DESIGNS`); labels of the drawn pairs
+    enter prediction-powered estimates weighted by 1 / that probability. ``number`` is the
+    draw's place among the draws over the same run (0 first): draw ``n > 0`` uses the random
+    stream of ``[seed, n, 1]``, independent of the earlier ones even with the same ``seed``,
+    so that the union of the draws has the probabilities the store records (1 - prod(1 -
+    p_i)). A probability below :data:`judge.io.MIN_INCLUSION` is refused (``--n``)."""
     if design not in SAMPLE_DESIGNS:
         raise InputError(f"must be one of {', '.join(SAMPLE_DESIGNS)}, got {design!r}", field="--design")
     if not expected > 0:
@@ -225,11 +310,23 @@ def sample_queue(
             spread = 0.5 if p is None else (float(p) * (1.0 - float(p))) ** 0.5
             weights.append(max(spread, UNCERTAINTY_FLOOR))
     pi = inclusion_probabilities(weights, expected)
-    drawn = poisson_draw(pi, seed)
+    if float(pi.min()) < MIN_INCLUSION:
+        raise InputError(
+            f"{expected:g} expected of {len(pairs)} pairs gives a pair the probability "
+            f"{float(pi.min()):.3g}, "
+            f"below {MIN_INCLUSION:g} (1 / p would weigh one label more than a million): draw more",
+            field="--n",
+        )
+    drawn = poisson_draw(pi, seed if number == 0 else [seed, number, 1])
     return [
         SampleItem(
-            str(rec["id"]), docno, float(p), str(rec.get("query", "")), str(v["verdict"]), v.get("p_yes")
+            str(rec["id"]),
+            docno,
+            float(p),
+            str(rec.get("query", "")),
+            str(v["verdict"]),
+            v.get("p_yes"),
+            bool(hit),
         )
         for (rec, docno, v), p, hit in zip(pairs, pi, drawn, strict=True)
-        if hit
     ]

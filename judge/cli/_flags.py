@@ -377,9 +377,15 @@ def add_sample_label_flags(p: argparse.ArgumentParser, *, confidence: bool = Fal
     p.add_argument(
         "--sample-level",
         type=int,
-        default=1,
+        default=None,
         metavar="L",
         help="--sample-labels: a grade >= L is relevant (yes) (default 1; stated in the output)",
+    )
+    p.add_argument(
+        "--allow-unlabelled",
+        action="store_true",
+        help="--sample-labels: count the drawn pairs the file names as left unlabelled (grade -1) as "
+        "agreeing with the judge and give the intervals (default: the estimate without an interval)",
     )
     if confidence:
         p.add_argument(
@@ -392,14 +398,23 @@ def add_sample_label_flags(p: argparse.ArgumentParser, *, confidence: bool = Fal
 
 def sample_label_options(args: argparse.Namespace) -> Any:
     """The :class:`~judge.batch.SampleLabelOptions` of ``--sample-labels`` (None when not
-    given); the file is read and checked here (exit 2 naming its line)."""
+    given); the file is read and checked here (exit 2 naming its line). ``--sample-level``
+    or ``--allow-unlabelled`` without ``--sample-labels`` is refused (exit 2): it would do
+    nothing."""
     if not getattr(args, "sample_labels", None):
+        for flag, value in (
+            ("--sample-level", args.sample_level),
+            ("--allow-unlabelled", args.allow_unlabelled),
+        ):
+            if value not in (None, False):
+                raise InputError(f"{flag} is only used with --sample-labels", field=flag)
         return None
     from judge.batch import SampleLabelOptions
     from judge.io import read_sample_labels
 
     return SampleLabelOptions(
         read_sample_labels(args.sample_labels),
-        level=args.sample_level,
+        level=1 if args.sample_level is None else args.sample_level,
         confidence=float(getattr(args, "confidence", 0.95)),
+        allow_unlabelled=bool(args.allow_unlabelled),
     )

@@ -150,8 +150,15 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--sample",
         action="store_true",
-        help="only labels of pairs the sample mode drew, as 'qid 0 docno label inclusion' (the "
-        "--sample-labels file; the latest label per pair)",
+        help="the sample file of one sampled run: every pair the sample mode drew over it, as 'qid 0 "
+        "docno label inclusion' (the --sample-labels file; the latest label per pair, -1 for a drawn "
+        "pair nobody labelled; inclusion: the union over the run's draws)",
+    )
+    e.add_argument(
+        "--job",
+        default=None,
+        metavar="OUTPUT.jsonl",
+        help="--sample: the output 'judge labels sample' drew from (needed when several were sampled)",
     )
     e.set_defaults(func=run_export)
 
@@ -201,9 +208,10 @@ def register(subparsers: Any) -> None:
         help="review queue, sample mode: draw a job's pairs with known inclusion probabilities",
         description="Draw about N judged pairs of a judge score output for review, each independently "
         "with a known probability (uniform, or proportional to the judge's uncertainty), and record "
-        "each draw with its probability in the label store: labels of those pairs then carry it, and "
-        "'judge labels export --sample' writes them for --sample-labels (weighted by 1/probability). "
-        "Prints one JSON object per drawn pair.",
+        "each draw with its probability in the label store; 'judge labels export --sample' then writes "
+        "the drawn pairs' labels for --sample-labels (weighted by 1/probability). Drawing again over "
+        "the same output draws independently and records each pair's union probability "
+        "1 - prod(1 - p_i). Prints one JSON object per pair this draw took.",
     )
     common(sm)
     sm.add_argument("output", metavar="OUTPUT.jsonl", help="a judge score output")
@@ -448,41 +456,81 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def sample_job_key(output: str) -> str:
+    """The job a CLI draw is recorded under: the output's resolved path (one key however the
+    path is written)."""
+    return str(Path(output).resolve())
+
+
 def run_sample(args: argparse.Namespace) -> int:
-    from judge.batch import sample_queue
+    from judge.batch import sample_frame
     from judge.store import LabelStore, recover_output
 
     path = Path(args.output)
     if not path.exists():
         raise InputError("no such file", path=str(path))
-    items = sample_queue(recover_output(path), expected=args.n, design=args.design, seed=args.seed)
+    records = recover_output(path)
+    job = sample_job_key(args.output)
     with LabelStore(args.store) as store:
-        added = store.record_sample_draws(
-            str(path),
-            [(i.qid, i.docno, i.inclusion) for i in items],
+        number = store.sample_round(job, collection=args.collection)
+        frame = sample_frame(records, expected=args.n, design=args.design, seed=args.seed, number=number)
+        taken, added = store.record_sample_draws(
+            job,
+            [(i.qid, i.docno, i.inclusion, i.drawn) for i in frame],
             design=args.design,
             collection=args.collection,
+            number=number,
+            expected=args.n,
+            seed=args.seed,
         )
-    for i in items:
-        shown = {"qid": i.qid, "docno": i.docno, "inclusion": round(i.inclusion, 6), "query": i.query}
+        union = {(q, d): p for q, d, p, _ in store.sample_draws(collection=args.collection, job=job)}
+    for i in frame:
+        if not i.drawn:
+            continue
+        shown = {
+            "qid": i.qid,
+            "docno": i.docno,
+            "inclusion": round(union[(i.qid, i.docno)], 6),
+            "query": i.query,
+        }
         print(json.dumps(shown | {"verdict": i.verdict, "p_yes": i.p_yes}, ensure_ascii=False))
     print(
-        f"judge labels sample: drew {len(items)} pair(s) ({added} new), design {args.design}", file=sys.stderr
+        f"judge labels sample: draw {number + 1} over {args.output} took {taken} pair(s) ({added} new), "
+        f"design {args.design}; {len(union)} drawn in all"
+        + (", each at its union probability over the draws" if number else ""),
+        file=sys.stderr,
     )
     return 0
 
 
 def _export_sample(args: argparse.Namespace) -> int:
-    """``export --sample``: the latest label of each drawn pair with its inclusion probability."""
-    from judge.store import LabelStore, sample_label_lines
+    """``export --sample``: every pair the sample mode drew over one output, with its latest
+    label (-1: none) and union inclusion probability; the unlabelled ones named on stderr."""
+    from judge.store import LabelStore, sample_job, sample_label_lines
 
     with LabelStore(args.store) as store:
-        lines = sample_label_lines(store, collection=args.collection)
+        given = None if args.job is None else sample_job_key(args.job)
+        if given is not None and given not in store.sample_jobs(collection=args.collection):
+            given = args.job  # a service job id, or a store written elsewhere: the key as given
+        job = sample_job(store, given, collection=args.collection, field="--job")
+        export = sample_label_lines(store, job=job, collection=args.collection)
     out = _out(args.output)
     try:
-        out.writelines(lines)
+        out.writelines(export.lines)
     finally:
         if out is not sys.stdout:
             out.close()
-    print(f"judge labels: exported {len(lines)} sample label(s)", file=sys.stderr)
+    print(
+        f"judge labels: exported the sample of {job}: {export.labelled} labelled, "
+        f"{len(export.unlabelled)} drawn pair(s) left unlabelled",
+        file=sys.stderr,
+    )
+    for q, d in export.unlabelled:
+        print(f"  unlabelled: {q}\t{d}", file=sys.stderr)
+    if export.unlabelled:
+        print(
+            "judge labels: --sample-labels gives no interval while drawn pairs are unlabelled: label them "
+            "and export again, or pass --allow-unlabelled to count them as agreeing with the judge",
+            file=sys.stderr,
+        )
     return 0

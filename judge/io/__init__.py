@@ -9,11 +9,14 @@ from judge.io._language import CJK_SHARE, language_of
 from judge.io._numbers import INT64_MAX, INT64_MIN, number_problem
 from judge.io._secrets import RedactingFilter, redact, register_secret
 from judge.io._trec import (
+    MIN_INCLUSION,
     JudgedRanking,
     Qrels,
     QrelsLines,
     Run,
     join_run_qrels,
+    qrels_escape,
+    qrels_unescape,
     read_qrels,
     read_qrels_lines,
     read_run,
@@ -27,6 +30,7 @@ __all__ = [
     "CJK_SHARE",
     "INT64_MAX",
     "INT64_MIN",
+    "MIN_INCLUSION",
     "InputError",
     "JudgedRanking",
     "LockBusy",
@@ -47,6 +51,8 @@ __all__ = [
     "lock_output",
     "number_problem",
     "open_binary",
+    "qrels_escape",
+    "qrels_unescape",
     "read_qrels",
     "read_qrels_lines",
     "read_run",
@@ -102,9 +108,9 @@ __all__ += [
     "read_dataset",
 ]
 
-from judge.io._sample_labels import SampleLabel, SampleLabels, read_sample_labels  # noqa: E402
+from judge.io._sample_labels import UNLABELLED, SampleLabel, SampleLabels, read_sample_labels  # noqa: E402
 
-__all__ += ["SampleLabel", "SampleLabels", "read_sample_labels"]
+__all__ += ["UNLABELLED", "SampleLabel", "SampleLabels", "read_sample_labels"]
 
 # Judgment lists of other tools (Quepid, SRW, RRE) and their rating scales.
 from judge.io._judgment_formats import (  # noqa: E402

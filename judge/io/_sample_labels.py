@@ -2,11 +2,17 @@
 
 A TREC qrels file, one pair a line: ``qid iter docno grade`` (uniform sample: every line
 has four columns), or ``qid iter docno grade inclusion`` where ``inclusion`` is the
-probability, in (0, 1], with which the pair was drawn (a review queue's sample mode writes
-it). Every line of one file has the same number of columns. ``#`` lines and blank lines
-are skipped; a file without a data line is refused. The lines are read by the one qrels
-reader (:func:`judge.io.read_qrels_lines`); errors name the file, the line and the column
-(:class:`InputError`).
+probability, in [1e-6, 1], with which the pair was drawn (a review queue's sample mode writes
+it; at least :data:`judge.io.MIN_INCLUSION`). Every line of one file has the same number of
+columns. ``#`` lines and blank lines are skipped; a file without a data line is refused. The
+lines are read by the one qrels reader (:func:`judge.io.read_qrels_lines`), ids as
+:func:`judge.io.qrels_escape` writes them (``doc%201`` is ``doc 1``, ``50%25`` is ``50%``);
+errors name the file, the line and the column (:class:`InputError`).
+
+A grade of ``-1`` marks a pair that was drawn and **left unlabelled** (``judge labels export
+--sample`` writes one such line for each): it is no label, but it is part of the sample, so
+an estimate names it and withholds its interval unless the user accepts counting it as
+agreeing with the judge (``--allow-unlabelled``). Any other negative grade is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from pathlib import Path
 from judge.io._errors import InputError
 from judge.io._trec import read_qrels_lines
 
-__all__ = ["SampleLabel", "SampleLabels", "read_sample_labels"]
+__all__ = ["UNLABELLED", "SampleLabel", "SampleLabels", "read_sample_labels"]
+
+UNLABELLED = -1
+"""The grade of a sample file's line for a drawn pair nobody labelled."""
 
 
 @dataclass(frozen=True)
@@ -34,23 +43,26 @@ class SampleLabel:
 
 @dataclass(frozen=True)
 class SampleLabels:
-    """The labels of one sample file (``path``), in file order."""
+    """The labels of one sample file (``path``), in file order, and the drawn pairs it names
+    as left unlabelled (``unlabelled``: lines of grade -1)."""
 
     path: str
     labels: tuple[SampleLabel, ...]
+    unlabelled: tuple[SampleLabel, ...] = ()
 
     @property
     def weighted(self) -> bool:
         """Drawn with recorded inclusion probabilities (else a uniform sample)."""
-        return bool(self.labels) and self.labels[0].inclusion is not None
+        first = self.labels[:1] or self.unlabelled[:1]
+        return bool(first) and first[0].inclusion is not None
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def check_pairs(self, pairs: set[tuple[str, str]], *, field: str = "--sample-labels") -> None:
         """Every label names a pair of ``pairs`` (qid, docno), else InputError naming the
-        first line that does not."""
-        for label in self.labels:
+        first line that does not (the unlabelled lines too)."""
+        for label in sorted((*self.labels, *self.unlabelled), key=lambda lab: lab.line):
             if (label.qid, label.docno) not in pairs:
                 raise InputError(
                     f"pair ({label.qid}, {label.docno}) is not among the run's pairs: a sample "
@@ -63,13 +75,20 @@ class SampleLabels:
 
 def read_sample_labels(path: str | Path) -> SampleLabels:
     """Read and check a sample-labels file (see the module docstring) with the one qrels
-    reader, :func:`judge.io.read_qrels_lines`; then no grade below 0 and no pair twice."""
+    reader, :func:`judge.io.read_qrels_lines` (ids unescaped); then no grade below -1 (-1:
+    drawn, unlabelled) and no pair twice."""
     rows = read_qrels_lines(path, inclusion=True)
     labels: list[SampleLabel] = []
+    unlabelled: list[SampleLabel] = []
     seen: dict[tuple[str, str], int] = {}
-    for number, qid, docno, grade, inclusion in rows.rows():
-        if grade < 0:
-            raise InputError(f"must be >= 0, got {grade}", path=rows.path, line=number, field="grade")
+    for number, qid, docno, grade, inclusion in rows.rows(escaped=True):
+        if grade < UNLABELLED:
+            raise InputError(
+                f"must be >= 0 (or -1: drawn, left unlabelled), got {grade}",
+                path=rows.path,
+                line=number,
+                field="grade",
+            )
         key = (qid, docno)
         if key in seen:
             raise InputError(
@@ -78,5 +97,7 @@ def read_sample_labels(path: str | Path) -> SampleLabels:
                 line=number,
             )
         seen[key] = number
-        labels.append(SampleLabel(qid, docno, grade, number, inclusion))
-    return SampleLabels(rows.path, tuple(labels))
+        (unlabelled if grade == UNLABELLED else labels).append(
+            SampleLabel(qid, docno, grade, number, inclusion)
+        )
+    return SampleLabels(rows.path, tuple(labels), tuple(unlabelled))

@@ -18,6 +18,7 @@ line and the column, before any evaluation work.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +30,14 @@ import numpy.typing as npt
 from judge.io._errors import InputError
 
 __all__ = [
+    "MIN_INCLUSION",
     "JudgedRanking",
     "Qrels",
     "QrelsLines",
     "Run",
     "join_run_qrels",
+    "qrels_escape",
+    "qrels_unescape",
     "read_qrels",
     "read_qrels_lines",
     "read_run",
@@ -48,6 +52,34 @@ _QRELS_COLUMNS = ("qid", "iter", "docno", "grade")
 _RUN_COLUMNS = ("qid", "Q0", "docno", "rank", "score", "tag")
 
 Bytes = npt.NDArray[np.bytes_]
+
+MIN_INCLUSION = 1e-6
+"""The smallest inclusion probability a sample may record or a sample file give: a pair drawn
+with a smaller one would weigh more than a million labels (``1 / p``), and ``1e-320`` is not
+even a normal double (its inverse overflows). Below it: :class:`InputError` naming the line
+and ``inclusion`` (exit 2, 422 on the service)."""
+
+
+def qrels_escape(value: str) -> str:
+    """An id as one TREC qrels token that :func:`qrels_unescape` reads back exactly: every
+    whitespace, control character and ``%`` percent-encoded (its UTF-8 bytes as ``%XX``),
+    everything else kept (``doc 1`` -> ``doc%201``, ``50%`` -> ``50%25``). Every qrels file
+    ``judge`` writes from ids it holds (label exports, sample files) writes them with this,
+    and every reader of such a file reads them with :meth:`QrelsLines.rows` ``(escaped=True)``."""
+    return "".join(
+        urllib.parse.quote(ch, safe="")
+        if ch == "%" or ch.isspace() or ch < " " or "\x7f" <= ch <= "\x9f"
+        else ch
+        for ch in value
+    )
+
+
+def qrels_unescape(token: str) -> str:
+    """The id a :func:`qrels_escape` token stands for (``%XX`` sequences decoded; a sequence
+    that is not UTF-8 raises :class:`UnicodeDecodeError`)."""
+    return urllib.parse.unquote(token, errors="strict") if "%" in token else token
+
+
 _V = TypeVar("_V")
 _T = TypeVar("_T")
 _S = TypeVar("_S", bound=np.generic)
@@ -459,7 +491,8 @@ def read_qrels(path: str | os.PathLike[str]) -> Qrels:
 class QrelsLines:
     """The data lines of a qrels file as written, in file order: ``lines`` (1-based line
     numbers), ``qids``, ``docnos`` (bytes), ``grades`` and, for a sample file whose lines
-    carry it, ``inclusion`` (each pair's inclusion probability, in (0, 1]; None without)."""
+    carry it, ``inclusion`` (each pair's inclusion probability, in [:data:`MIN_INCLUSION`, 1];
+    None without)."""
 
     path: str
     lines: npt.NDArray[np.int64]
@@ -471,20 +504,30 @@ class QrelsLines:
     def __len__(self) -> int:
         return int(self.lines.shape[0])
 
-    def rows(self) -> Iterator[tuple[int, str, str, int, float | None]]:
+    def rows(self, *, escaped: bool = False) -> Iterator[tuple[int, str, str, int, float | None]]:
         """``(line, qid, docno, grade, inclusion)`` of every line, ids decoded as strict
-        UTF-8 (:class:`InputError` naming the line and the field otherwise)."""
+        UTF-8 (:class:`InputError` naming the line and the field otherwise); ``escaped``:
+        the ids are :func:`qrels_escape` tokens (a file ``judge`` wrote: a label export, a
+        sample file) and are read back with :func:`qrels_unescape`, the one place that does."""
         inclusion = self.inclusion.tolist() if self.inclusion is not None else None
         columns = (self.lines.tolist(), self.qids.tolist(), self.docnos.tolist(), self.grades.tolist())
         for i, (number, qid, docno, grade) in enumerate(zip(*columns, strict=True)):
             ids: list[str] = []
             for name, raw in (("qid", qid), ("docno", docno)):
                 try:
-                    ids.append(bytes(raw).decode("utf-8"))
+                    text = bytes(raw).decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise InputError(
                         f"invalid UTF-8 at byte {exc.start}", path=self.path, line=number, field=name
                     ) from None
+                if escaped:
+                    try:
+                        text = qrels_unescape(text)
+                    except UnicodeDecodeError:
+                        raise InputError(
+                            "a %XX escape that is not UTF-8", path=self.path, line=number, field=name
+                        ) from None
+                ids.append(text)
             yield number, ids[0], ids[1], grade, None if inclusion is None else float(inclusion[i])
 
 
@@ -493,7 +536,7 @@ def read_qrels_lines(path: str | os.PathLike[str], *, inclusion: bool = False) -
     an optional fifth column, the probability the pair was drawn with, in (0, 1], given by
     every line of the file or by none). Bad input (no data line, a wrong number of columns,
     a grade that is not an integer, an inclusion probability that is not a finite number
-    in (0, 1]) raises :class:`InputError` naming the file, the line and the field."""
+    in [:data:`MIN_INCLUSION`, 1]) raises :class:`InputError` naming the file, the line and the field."""
     where = str(path)
     names = (*_QRELS_COLUMNS, "inclusion") if inclusion else _QRELS_COLUMNS
     wanted = (0, 2, 3, 4) if inclusion else (0, 2, 3)
@@ -505,10 +548,13 @@ def read_qrels_lines(path: str | os.PathLike[str], *, inclusion: bool = False) -
         probabilities = _parse_floats(
             matrix, lines, path=where, field="inclusion", what="inclusion probability must be a number"
         )
-        bad = np.flatnonzero(~(np.isfinite(probabilities) & (probabilities > 0.0) & (probabilities <= 1.0)))
+        ok = np.isfinite(probabilities) & (probabilities >= MIN_INCLUSION) & (probabilities <= 1.0)
+        bad = np.flatnonzero(~ok)
         if bad.shape[0]:
             i, text = int(bad[0]), _as_strings(matrix)
-            raise _parse_error(text, lines, i, path=where, field="inclusion", what="must be in (0, 1]")
+            raise _parse_error(
+                text, lines, i, path=where, field="inclusion", what=f"must be in [{MIN_INCLUSION:g}, 1]"
+            )
     return QrelsLines(where, lines, _as_strings(columns[0]), _as_strings(columns[2]), grades, probabilities)
 
 

@@ -153,8 +153,10 @@ def rectified_mean(
         pi = np.asarray(inclusion, dtype=np.float64).reshape(-1)
         if pi.shape != e.shape:
             raise ValueError(f"inclusion has {pi.shape[0]} values for {e.shape[0]} effects")
-        if not np.all((pi > 0.0) & (pi <= 1.0)):
-            raise ValueError("inclusion probabilities must be in (0, 1]")
+        with np.errstate(divide="ignore", over="ignore"):
+            weights = 1.0 / pi
+        if not np.all((pi > 0.0) & (pi <= 1.0) & np.isfinite(weights)):
+            raise ValueError("inclusion probabilities must be in (0, 1] with a finite 1 / p")
         estimate = judge_value + math.fsum(e / pi)
         se: float | None = math.sqrt(math.fsum((1.0 - pi) * e**2 / pi**2)) if e.size else None
     else:
@@ -372,7 +374,10 @@ def inclusion_probabilities(weights: npt.ArrayLike, expected: float) -> npt.NDAr
     return pi
 
 
-def poisson_draw(inclusion: npt.ArrayLike, seed: int) -> npt.NDArray[np.bool_]:
-    """Which pairs are drawn: each independently with its inclusion probability (seeded)."""
+def poisson_draw(inclusion: npt.ArrayLike, seed: int | Sequence[int]) -> npt.NDArray[np.bool_]:
+    """Which pairs are drawn: each independently with its inclusion probability (seeded; a
+    sequence of integers seeds one stream of them, as :class:`numpy.random.SeedSequence`)."""
     pi = np.asarray(inclusion, dtype=np.float64).reshape(-1)
-    return np.asarray(np.random.default_rng(seed).random(pi.size) < pi)
+    return np.asarray(
+        np.random.default_rng(list(seed) if isinstance(seed, Sequence) else seed).random(pi.size) < pi
+    )

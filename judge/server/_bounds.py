@@ -16,7 +16,12 @@
   and ``1.0``): a larger one is a 422 naming it, never an overflow in SQLite (a 500). A
   label cursor is bounded the same way where it is decoded (:func:`judge.store.decode_cursor`).
   Every other integer or number option is a :data:`RequestInt` / :data:`RequestFloat`: JSON
-  ``true``/``false`` is refused (422 naming the field), never read as 1/0.
+  ``true``/``false`` is refused (422 naming the field), never read as 1/0, and so is a JSON
+  string (``{"examples": "2"}``), never read as 2 (a query string's text is read as a number).
+* **No server path in a response**: what a job wrote names its files by their place on the
+  server; :func:`public_paths` (a JSON value) and :func:`public_text` (a report's text) give
+  them relative to the job's folder (``output.jsonl``, ``systems/A.jsonl``) before a response
+  carries them.
 * **Off the event loop**: a JSON body is parsed in a worker thread (:class:`ParsedBodyRoute`),
   and so are the checks of a job's input.
 """
@@ -33,7 +38,7 @@ from typing import Annotated, Any
 from fastapi import Query
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationInfo
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -48,17 +53,27 @@ DEFAULT_MAX_RECORDS = 100_000
 INLINE_PARSE_BYTES = 64 * 1024
 
 
-def _not_a_boolean(value: object) -> object:
-    """JSON ``true``/``false`` is not a number (pydantic's lax mode would read it as 1/0)."""
+#: The validation context of options read from a query string, where every value is text.
+QUERY_CONTEXT = {"query": True}
+
+
+def _a_number(value: object, info: ValidationInfo) -> object:
+    """JSON ``true``/``false`` is not a number (pydantic's lax mode would read it as 1/0), and
+    neither is a JSON string (``"2"``: lax mode would read it as 2); only a query string's
+    values (validated with :data:`QUERY_CONTEXT`) are text to be read as numbers."""
     if isinstance(value, bool):
         raise ValueError(f"{str(value).lower()} is not a number")
+    if isinstance(value, str) and not (info.context or {}).get("query"):
+        raise ValueError(f"{value!r} is a string, not a number (give the number without quotes)")
     return value
 
 
-RequestInt = Annotated[int, BeforeValidator(_not_a_boolean)]
-"""An integer option of a body or query (its range is the field's); a boolean is refused."""
-RequestFloat = Annotated[float, BeforeValidator(_not_a_boolean)]
-"""A number option of a body or query (its range is the field's); a boolean is refused."""
+RequestInt = Annotated[int, BeforeValidator(_a_number)]
+"""An integer option of a body or query (its range is the field's); a boolean, and in a JSON
+body a string, is refused."""
+RequestFloat = Annotated[float, BeforeValidator(_a_number)]
+"""A number option of a body or query (its range is the field's); a boolean, and in a JSON
+body a string, is refused."""
 Offset = Annotated[int, Query(ge=0, le=MAX_SQLITE_INT, description="items to skip")]
 """A page offset given as a query parameter (``?offset=``)."""
 Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SQLITE_INT)]
@@ -222,3 +237,34 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(rec) + "\n")
+
+
+def _job_prefixes(job_dir: Path) -> list[str]:
+    """The job folder's path as a response could carry it (as given and resolved), with the
+    separator: what :func:`public_text` and :func:`public_paths` take away."""
+    found = {str(job_dir), str(job_dir.resolve())}
+    return sorted((p.rstrip("/") + "/" for p in found), key=len, reverse=True)
+
+
+def public_text(text: str, job_dir: Path) -> str:
+    """``text`` (a report: JSON, Markdown, HTML) with the job folder's path taken out of every
+    path in it: files named relative to the job's folder, never by the server's absolute path."""
+    for prefix in _job_prefixes(job_dir):
+        text = text.replace(prefix, "")
+        text = text.replace(json.dumps(prefix)[1:-1], "")  # as a JSON string escapes it
+    return text
+
+
+def public_paths(value: Any, job_dir: Path) -> Any:
+    """A JSON value (a job's view, a summary) with every string under the job's folder made
+    relative to it (see :func:`public_text`)."""
+    prefixes = _job_prefixes(job_dir)
+    if isinstance(value, str):
+        for prefix in prefixes:
+            value = value.replace(prefix, "")
+        return value
+    if isinstance(value, Mapping):
+        return {k: public_paths(v, job_dir) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [public_paths(v, job_dir) for v in value]
+    return value

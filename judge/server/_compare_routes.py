@@ -124,11 +124,14 @@ async def compare_report(
 ) -> Response:
     """A finished comparison's ``report.json`` (schema ``judge.systems/1``); ``format=md``
     its ``report.md``, ``format=html`` its self-contained ``report.html`` (served with a
-    Content-Security-Policy that forbids every network load)."""
+    Content-Security-Policy that forbids every network load). Files are named relative to
+    the job's folder (``systems/A.jsonl``, ``human.qrels``), never by a path of the server."""
     job = state.compare_job(job_id)
-    text = await asyncio.to_thread(_engine.report_text, state.manager.job_dir(job_id), format)
+    job_dir = state.manager.job_dir(job_id)
+    text = await asyncio.to_thread(_engine.report_text, job_dir, format)
     if text is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
+    text = _bounds.public_text(text, job_dir)
     if format in MEDIA_TYPES:
         return Response(text, media_type=MEDIA_TYPES[format])
     return HTMLResponse(

@@ -18,7 +18,7 @@ import json
 import math
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -136,10 +136,12 @@ def sample_label_options(job_dir: Path, options: Mapping[str, Any]) -> SampleLab
     """The job's sample labels (None without): InputError naming the file's line."""
     if not options.get("sample_labels"):
         return None
+    labels = read_sample_labels(job_dir / SAMPLE_LABELS)
     return SampleLabelOptions(
-        read_sample_labels(job_dir / SAMPLE_LABELS),
+        replace(labels, path=SAMPLE_LABELS),  # what a report shows: the job's file, never a server path
         level=int(options.get("sample_level") or 1),
         confidence=float(options.get("confidence") or 0.95),
+        allow_unlabelled=bool(options.get("allow_unlabelled")),
     )
 
 

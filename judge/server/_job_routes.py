@@ -9,7 +9,7 @@ import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -57,7 +57,7 @@ def options_from_query(request: Request) -> JobOptions:
         else:
             raw[key] = values[-1]
     try:
-        return JobOptions.model_validate(raw)
+        return JobOptions.model_validate(raw, context=_bounds.QUERY_CONTEXT)
     except ValidationError as exc:
         raise validation_error(exc, ("query",)) from None
 
@@ -136,7 +136,10 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     except InputError as err:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(
-            422, _engine.public_message(job_dir, err), line=err.line, field="options.sample_labels"
+            422,
+            _engine.public_message(job_dir, err),
+            line=err.line,
+            field="options.sample_labels" + (f".{err.field}" if err.field and "." not in err.field else ""),
         )
     await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
     return state.accept_job(job_dir, intake, options, check)
@@ -151,15 +154,20 @@ async def list_jobs(
 ) -> dict[str, Any]:
     """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
     rows = state.db.list_jobs(status=status, limit=limit, offset=offset)
-    jobs = [state.manager.view(j) | {"summary": None} for j in rows]
+    jobs = [
+        _bounds.public_paths(state.manager.view(j) | {"summary": None}, state.manager.job_dir(str(j["id"])))
+        for j in rows
+    ]
     return {"jobs": jobs, "offset": offset, "limit": limit}
 
 
 @router.get("/v1/jobs/{job_id}")
 async def get_job(job_id: str, state: State) -> dict[str, Any]:
-    """Status, counters, ETA and, once done, the summary ``judge score`` writes."""
+    """Status, counters, ETA and, once done, the summary ``judge score`` writes (its files
+    named relative to the job's folder: ``output.jsonl``, never a path of the server)."""
     job = state.job(job_id)
-    return await asyncio.to_thread(state.review.view, job, state.manager.view(job))
+    view = await asyncio.to_thread(state.review.view, job, state.manager.view(job))
+    return cast(dict[str, Any], _bounds.public_paths(view, state.manager.job_dir(job_id)))
 
 
 async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIterator[str]:
@@ -171,7 +179,10 @@ async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIter
         job = state.db.get(job_id)
         if job is None:
             return
-        data = json.dumps(state.manager.view(job) | {"summary": None}, ensure_ascii=False)
+        view = _bounds.public_paths(
+            state.manager.view(job) | {"summary": None}, state.manager.job_dir(job_id)
+        )
+        data = json.dumps(view, ensure_ascii=False)
         if data != last:
             last = data
             quiet = 0.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.batch import (
     label_for_passage,
-    sample_queue,
+    sample_frame,
 )
 from judge.io import MAX_ID_CHARS, InputError
 from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_mapping
@@ -221,9 +222,10 @@ async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
     or ``uncertainty``, proportional to sqrt(P(yes)(1 - P(yes))) as in active statistical
     inference; ``seed``), by the draw of ``judge labels sample``. The draws are recorded in
     the label store (the job is this one, the time the store's clock; a pair drawn before
-    keeps its first probability), so a label later given on a drawn pair carries its
-    probability and enters a prediction-powered estimate (``GET /v1/labels?format=sample``);
-    a label on a pair never drawn does not. Answers the draw and the job's drawn pairs as
+    draws again independently, and each pair's recorded probability is its union over the
+    job's draws, 1 - prod(1 - p_i)), so the label of a drawn pair enters a prediction-powered
+    estimate through the job's sample file (``GET /v1/labels?format=sample&job=ID``); a label
+    on a pair never drawn does not. Answers the draw and the job's drawn pairs as
     ``GET /v1/jobs/{id}/sample`` lists them. 409 while the job is not done (its pairs are
     the population)."""
     review, job = state.review, state.job(job_id)
@@ -233,18 +235,33 @@ async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
         )
     data = await asyncio.to_thread(review.data, job)
     try:
-        items = sample_queue(data.records, expected=body.n, design=body.design, seed=body.seed)
-        added = await asyncio.to_thread(
-            review.store.record_sample_draws,
-            job_id,
-            [(i.qid, i.docno, i.inclusion) for i in items],
-            design=body.design,
-            collection=review.collection,
+        number = await asyncio.to_thread(review.store.sample_round, job_id, collection=review.collection)
+        frame = sample_frame(data.records, expected=body.n, design=body.design, seed=body.seed, number=number)
+        taken, added = await asyncio.to_thread(
+            partial(
+                review.store.record_sample_draws,
+                job_id,
+                [(i.qid, i.docno, i.inclusion, i.drawn) for i in frame],
+                design=body.design,
+                collection=review.collection,
+                number=number,
+                expected=body.n,
+                seed=body.seed,
+            )
         )
     except InputError as err:
+        if err.field == "job":
+            return JSONResponse({"detail": err.message}, status_code=409)
         raise field_error(("body", (err.field or "n").lstrip("-")), err.message) from None
     listed = await asyncio.to_thread(_drawn, review, job)
-    drew = {"design": body.design, "seed": body.seed, "n": body.n, "drawn": len(items), "new": added}
+    drew = {
+        "design": body.design,
+        "seed": body.seed,
+        "n": body.n,
+        "draw": number + 1,
+        "drawn": taken,
+        "new": added,
+    }
     return drew | listed
 
 
@@ -252,10 +269,11 @@ async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
 async def list_sample(job_id: str, state: State) -> Any:
     """The job's pairs the sample mode drew (``POST /v1/jobs/{id}/sample``), for the review
     screen: each with its query, passage text, rank index, the judge's verdict and P(yes),
-    the recorded ``inclusion`` probability and design, and the current ``label`` (null until
-    someone labels it; label it with ``POST /v1/jobs/{id}/labels``). ``unlabelled`` counts
-    the drawn pairs still waiting: label every one (a drawn pair left unlabelled counts as
-    agreeing with the judge)."""
+    the recorded ``inclusion`` probability (the union over the job's draws) and design, and
+    the current ``label`` (null until someone labels it; label it with ``POST
+    /v1/jobs/{id}/labels``). ``unlabelled`` counts the drawn pairs still waiting: label every
+    one (the job's sample file names them, and an estimate from it has no interval unless
+    ``allow_unlabelled``)."""
     review, job = state.review, state.job(job_id)
     return await asyncio.to_thread(_drawn, review, job)
 
@@ -296,6 +314,7 @@ async def calibrate(job_id: str, state: State, body: CalibrateIn | None = None) 
 async def export_labels(
     state: State,
     format: str = Query(default="json", pattern="^(json|qrels|sample)$"),
+    job: str | None = Query(default=None, min_length=1, max_length=200),
     history: bool = False,
     collection: str | None = Query(default=None, min_length=1, max_length=200),
     limit: int = Query(default=MAX_PAGE, ge=1, le=MAX_PAGE),
@@ -304,10 +323,12 @@ async def export_labels(
     """The human labels of a collection (default and only one: the server's, listed under
     ``collections``; another is refused, 422). ``format=qrels``: the resolved label of each
     passage as TREC qrels (``qid 0 docno label``, ids percent-encoded where they hold
-    whitespace, ``%`` or control characters). ``format=sample``: the labels of the pairs the
-    sample mode drew, each with its inclusion probability (``qid 0 docno label inclusion``,
-    what a job's ``sample_labels`` option and ``--sample-labels`` read); a label on a pair
-    never drawn is not there, so it never enters an estimate. ``format=json``: one page, in write order, of
+    whitespace, ``%`` or control characters). ``format=sample&job=ID``: the sample file of
+    job ``ID`` (required): every pair the sample mode drew over that job with its latest
+    label (``-1``: left unlabelled; the header ``X-Unlabelled`` counts them) and its union
+    inclusion probability (``qid 0 docno label inclusion``, what that job's ``sample_labels``
+    option and ``--sample-labels`` read); a label on a pair never drawn is not there, so it
+    never enters an estimate. ``format=json``: one page, in write order, of
     every reviewer's latest label with its provenance (``history=true``: every change), at
     most ``limit`` (<= 1000) labels; ``next`` is the ``cursor`` of the next page (null at
     the end); ``conflicts`` are those among the page's passages."""
@@ -316,13 +337,31 @@ async def export_labels(
         raise field_error(
             ("query", "collection"), f"no collection {collection!r}; this server has {review.collection!r}"
         )
+    if job is not None and format != "sample":
+        raise field_error(("query", "job"), "job is only used with format=sample")
     if format == "qrels":
         text = await asyncio.to_thread(_qrels_text, review)
         return PlainTextResponse(text, headers={"Content-Disposition": 'inline; filename="labels.qrels"'})
     if format == "sample":
-        lines = await asyncio.to_thread(sample_label_lines, review.store, collection=review.collection)
+        if job is None:
+            raise field_error(("query", "job"), "format=sample is one job's sample file: give job=ID")
+        state.job(job)  # 404 for a job this server does not know
+        try:
+            export = await asyncio.to_thread(
+                partial(sample_label_lines, review.store, job=job, collection=review.collection)
+            )
+        except InputError as err:
+            raise field_error(("query", "job"), err.message) from None
+        if not export.lines[1:]:
+            raise field_error(
+                ("query", "job"), f"no sample drawn over job {job} (POST /v1/jobs/{job}/sample)"
+            )
         return PlainTextResponse(
-            "".join(lines), headers={"Content-Disposition": 'inline; filename="sample.qrels"'}
+            export.text(),
+            headers={
+                "Content-Disposition": f'inline; filename="sample-{job}.qrels"',
+                "X-Unlabelled": str(len(export.unlabelled)),
+            },
         )
     try:
         after = decode_cursor(cursor) if cursor else 0
@@ -412,7 +451,9 @@ def _drawn(review: Review, job: Any) -> dict[str, Any]:
     texts = review.texts(job)
     labels = {lab.key: lab for lab in data.labels if lab.label is not None}  # the latest wins
     items: list[dict[str, Any]] = []
-    for qid, docno, inclusion, design in review.store.sample_draws(collection=review.collection):
+    for qid, docno, inclusion, design in review.store.sample_draws(
+        collection=review.collection, job=job["id"]
+    ):
         at = data.by_qid.get(qid)
         record = None if at is None else data.records[at]
         docnos = [] if record is None else [str(d) for d in record["docnos"]]

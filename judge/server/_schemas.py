@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from judge.batch import RUN_DEFAULTS
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS
@@ -43,6 +51,21 @@ TemplateId = Annotated[str | None, AfterValidator(_check_template)]
 Cutoffs = Annotated[list[RequestInt], AfterValidator(_check_cutoffs)]
 """Rank cutoffs in 1..10000, repeats dropped."""
 FieldMap = Annotated[dict[str, str], AfterValidator(_check_field_map)]
+
+
+def _needs_sample_labels(value: object, info: ValidationInfo) -> object:
+    """``sample_level`` and ``allow_unlabelled`` read ``sample_labels``: refused without it
+    (``sample_labels`` is declared before them, so it is in ``info.data``)."""
+    if value not in (None, False) and not info.data.get("sample_labels"):
+        raise ValueError(f"{info.field_name} is only used with sample_labels")
+    return value
+
+
+SampleLevel = Annotated[RequestInt | None, AfterValidator(_needs_sample_labels)]
+"""``--sample-level``: a sample label's grade >= it is relevant (only with ``sample_labels``)."""
+AllowUnlabelled = Annotated[bool | None, AfterValidator(_needs_sample_labels)]
+"""``--allow-unlabelled``: a sample's unlabelled drawn pairs agree with the judge (only with
+``sample_labels``)."""
 """``{name: field}``: read a record's ``name`` from ``field`` (as ``judge score --map``)."""
 
 
@@ -92,8 +115,9 @@ class JobOptions(JudgeOptions):
     calibration: str | None = Field(default=None, min_length=1, max_length=200)
     # --sample-labels: TREC qrels text of pairs drawn at random from the job's pairs (the summary's ppi)
     sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
-    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
-    confidence: float | None = Field(default=None, gt=0.0, lt=1.0)
+    sample_level: SampleLevel = Field(default=None, ge=0, le=100)
+    allow_unlabelled: AllowUnlabelled = None
+    confidence: RequestFloat | None = Field(default=None, gt=0.0, lt=1.0)
     # worked examples: up to N labelled passages of the label store (the job's queries, as
     # the job first starts); a labelled passage takes its label and is never judged
     examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
@@ -167,7 +191,8 @@ class CompareOptions(JudgeOptions):
     batch: RequestInt | None = Field(default=None, ge=1, le=1_000_000)
     # --sample-labels: TREC qrels text of pairs drawn at random from the pool (each system's ppi)
     sample_labels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
-    sample_level: RequestInt | None = Field(default=None, ge=0, le=100)
+    sample_level: SampleLevel = Field(default=None, ge=0, le=100)
+    allow_unlabelled: AllowUnlabelled = None
     # worked examples: up to N labelled passages of ``qrels`` per pooled passage
     examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
     examples_from: Literal["same", "nearest"] | None = None

@@ -19,11 +19,13 @@ from judge.store._label_exchange import (
 from judge.store._label_files import (
     LABEL_FORMATS,
     LabelFormat,
+    SampleExport,
     calibrated_config,
     labels_to_jsonl,
     labels_to_qrels,
     read_label_file,
     read_label_lines,
+    sample_job,
     sample_label_lines,
 )
 from judge.store._label_model import (
@@ -91,6 +93,7 @@ __all__ = [
     "ResolvedLabel",
     "SQLiteHolder",
     "SQLiteVerdictStore",
+    "SampleExport",
     "atomic_write_bytes",
     "atomic_write_lines",
     "atomic_write_text",
@@ -118,6 +121,7 @@ __all__ = [
     "read_label_lines",
     "recover_output",
     "run_migrations",
+    "sample_job",
     "sample_label_lines",
     "scan_output",
     "schema_version",

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.io import MAX_JSON_DEPTH, InputError, deep_field, json_problem, read_qrels_lines
+from judge.io import (
+    MAX_JSON_DEPTH,
+    UNLABELLED,
+    InputError,
+    deep_field,
+    json_problem,
+    qrels_escape,
+    read_qrels_lines,
+)
 from judge.metrics import Scale
 from judge.metrics import scale_of_labels as _scale_of_labels
 from judge.store._label_model import (
@@ -17,8 +25,6 @@ from judge.store._label_model import (
     Label,
     LabelSet,
     check_label_fields,
-    qrels_escape,
-    qrels_unescape,
 )
 from judge.store._label_store import LabelStore
 
@@ -28,11 +34,13 @@ LABEL_FORMATS: tuple[LabelFormat, ...] = ("qrels", "jsonl")
 __all__ = [
     "LABEL_FORMATS",
     "LabelFormat",
+    "SampleExport",
     "calibrated_config",
     "labels_to_jsonl",
     "labels_to_qrels",
     "read_label_file",
     "read_label_lines",
+    "sample_job",
     "sample_label_lines",
 ]
 
@@ -113,16 +121,9 @@ def _read_qrels_lines(p: Path) -> list[tuple[int, str, str, int]]:
     the one qrels reader reads them (:func:`judge.io.read_qrels_lines`: strict UTF-8 ids,
     :class:`InputError` naming the line and the field), ids unescaped
     (:func:`qrels_unescape`)."""
-    out: list[tuple[int, str, str, int]] = []
-    for number, qid, docno, grade, _ in read_qrels_lines(p).rows():
-        ids: list[str] = []
-        for name, token in (("qid", qid), ("docno", docno)):
-            try:
-                ids.append(qrels_unescape(token))
-            except UnicodeDecodeError:
-                raise InputError("a %XX escape that is not UTF-8", path=p, line=number, field=name) from None
-        out.append((number, ids[0], ids[1], grade))
-    return out
+    return [
+        (number, qid, docno, grade) for number, qid, docno, grade, _ in read_qrels_lines(p).rows(escaped=True)
+    ]
 
 
 def _read_jsonl_labels(
@@ -170,20 +171,75 @@ def labels_to_qrels(
     return sum(len(d) for d in qrels.values())
 
 
-def sample_label_lines(store: LabelStore, *, collection: str = DEFAULT_COLLECTION) -> list[str]:
-    """The latest label of each pair the sample mode drew (``label_history.inclusion``), as
-    the five-column qrels lines ``--sample-labels`` reads (``qid 0 docno label inclusion``,
-    ids by :func:`qrels_escape`, sorted by pair). A label without a recorded inclusion
-    probability (chosen by the review queue, or given on a pair never drawn) is left out:
-    it never enters an estimate."""
-    by_pair: dict[tuple[str, str], Label] = {}
+@dataclass(frozen=True)
+class SampleExport:
+    """A job's sample file (:func:`sample_label_lines`): its ``lines``, the drawn pairs with a
+    label (``labelled``) and those left unlabelled (``unlabelled``, (qid, docno) each)."""
+
+    job: str
+    lines: list[str]
+    labelled: int
+    unlabelled: list[tuple[str, str]]
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def sample_job(store: LabelStore, job: str | None, *, collection: str, field: str = "--job") -> str:
+    """The job whose draws to export: ``job`` when it has a recorded draw, else (None) the
+    only job that has one; :class:`InputError` naming ``field`` otherwise (a sample file is
+    one job's: its probabilities are that job's draws over that job's pairs)."""
+    jobs = store.sample_jobs(collection=collection)
+    if job is not None:
+        if job not in jobs:
+            raise InputError(
+                f"no sample drawn over {job!r} in collection {collection!r}"
+                + (f" (drawn over: {', '.join(jobs[:5])}{', ...' if len(jobs) > 5 else ''})" if jobs else ""),
+                field=field,
+            )
+        return job
+    if len(jobs) == 1:
+        return jobs[0]
+    if not jobs:
+        raise InputError(f"no sample drawn in collection {collection!r} (judge labels sample)", field=field)
+    raise InputError(
+        f"{len(jobs)} jobs have samples ({', '.join(jobs[:5])}{', ...' if len(jobs) > 5 else ''}): "
+        "name the one whose sample to export",
+        field=field,
+    )
+
+
+def sample_label_lines(store: LabelStore, *, job: str, collection: str = DEFAULT_COLLECTION) -> SampleExport:
+    """The sample file of ``job``: one five-column qrels line (``qid 0 docno label
+    inclusion``, what ``--sample-labels`` reads) for **every** pair the sample mode drew over
+    the job, sorted by pair, ids by :func:`judge.io.qrels_escape`. ``inclusion`` is the pair's
+    union probability over the job's draws; ``label`` the pair's latest label, whenever it
+    was given (before the draw too: a drawn pair that someone labelled is labelled), or
+    ``-1`` for a drawn pair nobody labelled, which ``--sample-labels`` names and which keeps
+    the estimate from an interval unless ``--allow-unlabelled``. A first ``#`` line says
+    so. Labels on pairs never drawn are not there: they never enter an estimate."""
+    latest: dict[tuple[str, str], Label] = {}
     for lab in store.latest(collection=collection):  # ordered by time: the last one wins
-        if lab.inclusion is not None:
-            by_pair[lab.key] = lab
-    return [
-        f"{qrels_escape(q)} 0 {qrels_escape(d)} {lab.label} {lab.inclusion!r}\n"
-        for (q, d), lab in sorted(by_pair.items())
-    ]
+        latest[lab.key] = lab
+    body: list[str] = []
+    unlabelled: list[tuple[str, str]] = []
+    for q, d, inclusion, _ in store.sample_draws(collection=collection, job=job):
+        found = latest.get((q, d))
+        grade = UNLABELLED if found is None or found.label is None else found.label
+        if grade == UNLABELLED:
+            unlabelled.append((q, d))
+        body.append(f"{qrels_escape(q)} 0 {qrels_escape(d)} {grade} {inclusion!r}\n")
+    head = (
+        f"# judge sample of {qrels_escape(job)}: {len(body)} drawn pair(s), {len(unlabelled)} left unlabelled"
+        + (
+            " (label -1: label them, or --allow-unlabelled, the service's option allow_unlabelled, "
+            "counts them as agreeing with the judge)"
+            if unlabelled
+            else ""
+        )
+        + "\n"
+    )
+    return SampleExport(job, [head, *body], len(body) - len(unlabelled), unlabelled)
 
 
 def labels_to_jsonl(labels: Iterable[Label], path: str | Path) -> int:

@@ -33,12 +33,11 @@ import or none of it.
 from __future__ import annotations
 
 import math
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from judge.io import InputError, id_problem
+from judge.io import MIN_INCLUSION, InputError, id_problem, qrels_escape, qrels_unescape
 from judge.metrics import Scale, ScaleError, ScaleMapping, check_label, check_scale, resolve_mapping
 
 DEFAULT_COLLECTION = "default"
@@ -70,23 +69,6 @@ __all__ = [
 def trec_token(value: object) -> str:
     """A query id or docno as one TREC token (whitespace replaced by ``_``), as exports do."""
     return "_".join(str(value).split()) or "_"
-
-
-def qrels_escape(value: str) -> str:
-    """An id as one TREC qrels token that :func:`qrels_unescape` reads back exactly: every
-    whitespace, control character and ``%`` percent-encoded (its UTF-8 bytes as ``%XX``),
-    everything else kept (``doc 1`` -> ``doc%201``, ``50%`` -> ``50%25``)."""
-    return "".join(
-        urllib.parse.quote(ch, safe="")
-        if ch == "%" or ch.isspace() or ch < " " or "\x7f" <= ch <= "\x9f"
-        else ch
-        for ch in value
-    )
-
-
-def qrels_unescape(token: str) -> str:
-    """The id a :func:`qrels_escape` token stands for (``%XX`` sequences decoded)."""
-    return urllib.parse.unquote(token, errors="strict") if "%" in token else token
 
 
 @dataclass(frozen=True)
@@ -289,7 +271,10 @@ def field_problems(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
         "inclusion",
         None
         if inclusion is None
-        else (_number_problem(inclusion, 0.0, 1.0) or (None if inclusion > 0 else "must be in (0, 1]")),
+        else (
+            _number_problem(inclusion, 0.0, 1.0)
+            or (None if inclusion >= MIN_INCLUSION else f"must be in [{MIN_INCLUSION:g}, 1]")
+        ),
     )
 
 

@@ -234,12 +234,43 @@ def _m005_checked_calibrations(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM calibrations WHERE rowid = ?", (rowid,))
 
 
+def _m006_sample_frames(conn: sqlite3.Connection) -> None:
+    """The sample mode's draws per job, several draws over one job each with its union
+    probability: ``sample_rounds`` (one row a draw: its job, round, design, expected size, seed,
+    time and how many pairs it took) and ``sample_frames`` (every pair of a sampled job's
+    population: ``inclusion``, the probability that some draw so far took it, 1 - prod(1 - p_i);
+    ``draws``, how many did). Rows of ``sample_draws`` (one draw a pair, keyed by pair, not job)
+    move over as drawn pairs of a ``legacy`` frame: their population's other pairs were never
+    recorded, so a further draw over such a job is refused rather than given a wrong union."""
+    conn.execute(
+        "CREATE TABLE sample_rounds (collection TEXT NOT NULL, job TEXT NOT NULL, round INTEGER NOT NULL, "
+        "design TEXT NOT NULL, expected REAL, seed INTEGER, drawn REAL NOT NULL, taken INTEGER NOT NULL, "
+        "PRIMARY KEY (collection, job, round))"
+    )
+    conn.execute(
+        "CREATE TABLE sample_frames (collection TEXT NOT NULL, job TEXT NOT NULL, qid TEXT NOT NULL, "
+        "docno TEXT NOT NULL, inclusion REAL NOT NULL, draws INTEGER NOT NULL, design TEXT NOT NULL, "
+        "legacy INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (collection, job, qid, docno))"
+    )
+    conn.execute(
+        "INSERT INTO sample_frames (collection, job, qid, docno, inclusion, draws, design, legacy) "
+        "SELECT collection, job, qid, docno, inclusion, 1, design, 1 FROM sample_draws"
+    )
+    conn.execute(
+        "INSERT INTO sample_rounds (collection, job, round, design, expected, seed, drawn, taken) "
+        "SELECT collection, job, 0, MIN(design), NULL, NULL, MIN(drawn), COUNT(*) FROM sample_draws "
+        "GROUP BY collection, job"
+    )
+    conn.execute("DROP TABLE sample_draws")
+
+
 LABEL_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _m001_labels,
     _m002_calibrations,
     _m003_checked,
     _m004_sample_draws,
     _m005_checked_calibrations,
+    _m006_sample_frames,
 )
 """Label-store schema migrations in order; after migration ``i`` ``user_version`` is ``i``.
 Append to change the schema; never edit one that has shipped."""

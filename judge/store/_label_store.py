@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from judge.io import InputError
+from judge.io import MIN_INCLUSION, InputError
 from judge.store._cache import judge_home
 from judge.store._label_model import (
     DEFAULT_COLLECTION,
@@ -117,14 +117,6 @@ class LabelStore(SQLiteHolder):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for lab in checked:
-                    if lab.inclusion is None and lab.label is not None:  # a pair the sample mode drew
-                        drawn = conn.execute(
-                            "SELECT inclusion FROM sample_draws "
-                            "WHERE collection = ? AND qid = ? AND docno = ?",
-                            (lab.collection, lab.qid, lab.docno),
-                        ).fetchone()
-                        if drawn is not None:
-                            lab = replace(lab, inclusion=float(drawn[0]))
                     cur = conn.execute(
                         "INSERT INTO label_history (collection, qid, docno, reviewer, label, scale, query, "
                         "created, comment, judge_verdict, judge_grade, judge_p_yes, template_id, audit, "
@@ -190,47 +182,134 @@ class LabelStore(SQLiteHolder):
                 raise
 
     # --- the review queue's sample mode ----------------------------------------------------
+    def sample_round(self, job: str, *, collection: str) -> int:
+        """How many draws the sample mode recorded over ``job`` (the next draw's round)."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT COUNT(*) FROM sample_rounds WHERE collection = ? AND job = ?", (collection, job)
+                )
+                .fetchone()
+            )
+        return int(row[0])
+
     def record_sample_draws(
-        self, job: str, draws: Iterable[tuple[str, str, float]], *, design: str, collection: str
-    ) -> int:
-        """Remember the pairs the sample mode drew, each with its inclusion probability (a
-        pair drawn before keeps its first draw: its probability is the one it was drawn
-        with). Returns how many were new."""
-        now = time.time()
-        rows = [(collection, q, d, job, float(p), design, now) for q, d, p in draws]
-        for _, q, d, _, p, _, _ in rows:
-            if not (math.isfinite(p) and 0.0 < p <= 1.0):
-                raise InputError(f"must be in (0, 1], got {p!r} for ({q}, {d})", field="inclusion")
+        self,
+        job: str,
+        frame: Iterable[tuple[str, str, float, bool]],
+        *,
+        design: str,
+        collection: str,
+        number: int,
+        expected: float | None = None,
+        seed: int | None = None,
+    ) -> tuple[int, int]:
+        """Record draw ``number`` (0 first) of the sample mode over ``job``: ``frame`` is every
+        pair of the job's population with the probability this draw gave it and whether it
+        took it. Each pair's recorded inclusion probability becomes the union over the job's
+        draws, ``1 - prod(1 - p_i)`` (two draws at 0.25: 0.4375), for the pairs it took and
+        for the others alike (a later draw may take them). Returns (pairs this draw took,
+        pairs drawn for the first time). :class:`InputError` (field ``inclusion``) for a
+        probability outside [:data:`judge.io.MIN_INCLUSION`, 1]; (field ``job``) when another
+        draw over the job was recorded since ``number`` was read, or the job's earlier draws
+        were recorded without their population (an older judge)."""
+        rows = [(q, d, float(p), bool(hit)) for q, d, p, hit in frame]
+        for q, d, p, _ in rows:
+            if not (math.isfinite(p) and MIN_INCLUSION <= p <= 1.0):
+                raise InputError(
+                    f"must be in [{MIN_INCLUSION:g}, 1], got {p!r} for ({q}, {d})", field="inclusion"
+                )
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                before = conn.total_changes
+                where = (collection, job)
+                done = conn.execute(
+                    "SELECT COUNT(*) FROM sample_rounds WHERE collection = ? AND job = ?", where
+                ).fetchone()[0]
+                if int(done) != number:
+                    raise InputError(
+                        f"{done} draw(s) over {job!r} are recorded, this one was made as draw {number + 1}: "
+                        "draw again",
+                        field="job",
+                    )
+                legacy = conn.execute(
+                    "SELECT 1 FROM sample_frames WHERE collection = ? AND job = ? AND legacy = 1 LIMIT 1",
+                    where,
+                ).fetchone()
+                if legacy is not None:
+                    raise InputError(
+                        f"{job!r} was drawn by an older judge that kept only the drawn pairs: a further draw "
+                        "cannot know each pair's union probability; label that sample, or sample a new run",
+                        field="job",
+                    )
+                known = {
+                    (str(q), str(d)): (float(p), int(n), str(g))
+                    for q, d, p, n, g in conn.execute(
+                        "SELECT qid, docno, inclusion, draws, design FROM sample_frames "
+                        "WHERE collection = ? AND job = ?",
+                        where,
+                    )
+                }
+                taken = new = 0
+                written: list[tuple[str, str, str, str, float, int, str]] = []
+                for q, d, p, hit in rows:
+                    before, draws, designs = known.get((q, d), (0.0, 0, ""))
+                    union = before + p - before * p  # 1 - (1 - before)(1 - p)
+                    names = (
+                        designs
+                        if design in designs.split("+")
+                        else "+".join(x for x in (designs, design) if x)
+                    )
+                    taken += hit
+                    new += hit and draws == 0
+                    written.append((collection, job, q, d, min(1.0, union), draws + int(hit), names))
                 conn.executemany(
-                    "INSERT OR IGNORE INTO sample_draws "
-                    "(collection, qid, docno, job, inclusion, design, drawn) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    rows,
+                    "INSERT OR REPLACE INTO sample_frames "
+                    "(collection, job, qid, docno, inclusion, draws, design, legacy) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+                    written,
                 )
-                added = conn.total_changes - before
+                conn.execute(
+                    "INSERT INTO sample_rounds "
+                    "(collection, job, round, design, expected, seed, drawn, taken) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (collection, job, number, design, expected, seed, time.time(), taken),
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        return int(added)
+        return taken, new
 
-    def sample_draws(self, *, collection: str = DEFAULT_COLLECTION) -> list[tuple[str, str, float, str]]:
-        """``[(qid, docno, inclusion, design)]`` of every pair the sample mode drew."""
+    def sample_draws(
+        self, *, collection: str = DEFAULT_COLLECTION, job: str | None = None
+    ) -> list[tuple[str, str, float, str]]:
+        """``[(qid, docno, inclusion, design)]`` of every pair the sample mode drew over
+        ``job`` (None: over any job; a pair drawn over two jobs is listed for each), its
+        inclusion the union probability over the job's draws."""
+        sql = "SELECT qid, docno, inclusion, design FROM sample_frames WHERE collection = ? AND draws > 0"
+        params: list[Any] = [collection]
+        if job is not None:
+            sql += " AND job = ?"
+            params.append(job)
+        with self._lock:
+            rows = self._connection().execute(sql + " ORDER BY qid, docno, job", params).fetchall()
+        return [(str(q), str(d), float(p), str(g)) for q, d, p, g in rows]
+
+    def sample_jobs(self, *, collection: str = DEFAULT_COLLECTION) -> list[str]:
+        """The jobs (service job ids, or the outputs ``judge labels sample`` drew from) with a
+        recorded draw."""
         with self._lock:
             rows = (
                 self._connection()
                 .execute(
-                    "SELECT qid, docno, inclusion, design FROM sample_draws WHERE collection = ? "
-                    "ORDER BY qid, docno",
-                    (collection,),
+                    "SELECT DISTINCT job FROM sample_rounds WHERE collection = ? ORDER BY job", (collection,)
                 )
                 .fetchall()
             )
-        return [(str(q), str(d), float(p), str(g)) for q, d, p, g in rows]
+        return [str(r[0]) for r in rows]
 
     def audit_drawn(self, qid: str, docno: str, *, collection: str) -> bool:
         """Whether the review queue drew (qid, docno) as an audit item."""

@@ -46,7 +46,9 @@ class PooledKeywords(TypedDict, total=False):
     draws); ``cascade="CHEAP,EXPENSIVE"`` with ``margin`` (the cheap judge first, the
     expensive one where the cheap P(yes) is within ``margin`` of the threshold);
     ``sample_labels``: a file of randomly drawn human labels (``--sample-labels``), read at
-    ``sample_level`` (grade >= L is relevant): each system's prediction-powered figures.
+    ``sample_level`` (grade >= L is relevant; refused without ``sample_labels``): each
+    system's prediction-powered figures; ``allow_unlabelled``: drawn pairs the file names as
+    left unlabelled count as agreeing with the judge and the intervals are given.
     ``examples=N`` (0-16): each pooled passage is shown up to N labelled passages of its
     query from ``qrels`` as worked examples, ``examples_from="nearest"``: also of the most
     similar labelled queries (the run spec's one ``examples`` field)."""
@@ -78,6 +80,7 @@ class PooledKeywords(TypedDict, total=False):
     margin: float
     sample_labels: str | os.PathLike[str] | None
     sample_level: int
+    allow_unlabelled: bool
     examples: int | None
     examples_from: str | None
 
@@ -123,7 +126,12 @@ def systems_options_of(
             read_sample_labels(kw["sample_labels"]),
             level=int(kw.get("sample_level", 1)),
             confidence=float(kw.get("confidence", 0.95)),
+            allow_unlabelled=bool(kw.get("allow_unlabelled", False)),
         )
+    else:
+        for name in ("sample_level", "allow_unlabelled"):
+            if kw.get(name) not in (None, False):
+                raise InputError(f"{name} is only used with sample_labels", field=name)
     options = SystemsOptions(**(fields | extra))
     options.check()
     return options

@@ -146,7 +146,7 @@ function sampleCard(jobId, sampleMode) {
     ? el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review`, id: "to-queue" }, "back to the queue")
     : el("a", { href: `/jobs/${encodeURIComponent(jobId)}/review?mode=sample`, id: "to-sample" }, "review the drawn pairs");
   return el("div", { class: "card", id: "sample-card" }, el("h2", {}, "Sample mode"),
-    el("p", { class: "muted" }, "Draws pairs with known inclusion probabilities (uniform, or where the judge is least sure). Labels on drawn pairs carry their probability and can correct the judge's figures without bias (GET /v1/labels?format=sample); labels chosen from the queue never enter an estimate. Label every drawn pair."),
+    el("p", { class: "muted" }, "Draws pairs with known inclusion probabilities (uniform, or where the judge is least sure). Labels on drawn pairs can correct the judge's figures without bias (this job's sample file: GET /v1/labels?format=sample&job=ID); labels chosen from the queue never enter an estimate. Drawing again records each pair's union probability. Label every drawn pair: an unlabelled one keeps the estimate from an interval."),
     el("div", { class: "row filters" }, n, design, seed, button), out, other);
 }
 
