@@ -24,9 +24,11 @@ from judge.batch._label_examples import dataset_example_bank
 from judge.batch._plans import FeedPlan, InputPlan, RetryItem, RetryPlan
 from judge.batch._ppi_summary import (
     SAMPLE_DESIGNS,
+    SampleDraw,
     SampleItem,
     SampleLabelOptions,
     dataset_pairs,
+    draw_sample,
     ppi_block,
     record_pairs,
     sample_frame,
@@ -111,6 +113,7 @@ __all__ = [
     "RetryItem",
     "RetryPlan",
     "RunSpec",
+    "SampleDraw",
     "SampleItem",
     "SampleLabelOptions",
     "Snapshot",
@@ -124,6 +127,7 @@ __all__ = [
     "dataset_example_bank",
     "dataset_pairs",
     "default_output_path",
+    "draw_sample",
     "executor_for",
     "ground_truth_metrics",
     "human_label_counts",

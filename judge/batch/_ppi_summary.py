@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from judge.store import LabelStore
 
 from judge.io import MIN_INCLUSION, DatasetRecord, InputError, SampleLabels, iter_dataset
 from judge.metrics import (
@@ -29,9 +32,11 @@ from judge.metrics import (
 __all__ = [
     "SAMPLE_DESIGNS",
     "WITHHELD",
+    "SampleDraw",
     "SampleItem",
     "SampleLabelOptions",
     "dataset_pairs",
+    "draw_sample",
     "ppi_block",
     "record_pairs",
     "sample_frame",
@@ -271,6 +276,44 @@ def sample_queue(
     """The pairs :func:`sample_frame` draws (``drawn``)."""
     frame = sample_frame(records, expected=expected, design=design, seed=seed, number=number)
     return [item for item in frame if item.drawn]
+
+
+@dataclass(frozen=True)
+class SampleDraw:
+    """One recorded draw of the sample mode: ``frame`` (every pair, ``drawn`` or not), its
+    place among the job's draws (``number``, 0 first), and what the store took and added."""
+
+    frame: list[SampleItem]
+    number: int
+    taken: int
+    added: int
+
+
+def draw_sample(
+    store: LabelStore,
+    job: str,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    expected: float,
+    design: str,
+    seed: int,
+    collection: str,
+) -> SampleDraw:
+    """Draw the next sample over ``job``'s records (:func:`sample_frame` at the job's next
+    round) and record it in the label store, where each pair's probability becomes its union
+    over the job's draws: the one way ``judge labels sample`` and the service draw."""
+    number = store.sample_round(job, collection=collection)
+    frame = sample_frame(records, expected=expected, design=design, seed=seed, number=number)
+    taken, added = store.record_sample_draws(
+        job,
+        [(i.qid, i.docno, i.inclusion, i.drawn) for i in frame],
+        design=design,
+        collection=collection,
+        number=number,
+        expected=expected,
+        seed=seed,
+    )
+    return SampleDraw(frame, number, taken, added)
 
 
 def sample_frame(

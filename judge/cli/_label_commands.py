@@ -463,7 +463,7 @@ def sample_job_key(output: str) -> str:
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    from judge.batch import sample_frame
+    from judge.batch import draw_sample
     from judge.store import LabelStore, recover_output
 
     path = Path(args.output)
@@ -472,17 +472,16 @@ def run_sample(args: argparse.Namespace) -> int:
     records = recover_output(path)
     job = sample_job_key(args.output)
     with LabelStore(args.store) as store:
-        number = store.sample_round(job, collection=args.collection)
-        frame = sample_frame(records, expected=args.n, design=args.design, seed=args.seed, number=number)
-        taken, added = store.record_sample_draws(
+        draw = draw_sample(
+            store,
             job,
-            [(i.qid, i.docno, i.inclusion, i.drawn) for i in frame],
-            design=args.design,
-            collection=args.collection,
-            number=number,
+            records,
             expected=args.n,
+            design=args.design,
             seed=args.seed,
+            collection=args.collection,
         )
+        frame, number, taken, added = draw.frame, draw.number, draw.taken, draw.added
         union = {(q, d): p for q, d, p, _ in store.sample_draws(collection=args.collection, job=job)}
     for i in frame:
         if not i.drawn:

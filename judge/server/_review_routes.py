@@ -17,8 +17,8 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.batch import (
+    draw_sample,
     label_for_passage,
-    sample_frame,
 )
 from judge.io import MAX_ID_CHARS, InputError
 from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_mapping
@@ -216,7 +216,7 @@ async def add_label(job_id: str, body: LabelIn, request: Request, state: State) 
 
 
 @router.post("/v1/jobs/{job_id}/sample", tags=["review"])
-async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
+async def draw_job_sample(job_id: str, body: SampleIn, state: State) -> Any:
     """The review queue's **sample mode**: draw about ``n`` of the finished job's judged
     pairs, each independently with a known inclusion probability (``design``: ``uniform``,
     or ``uncertainty``, proportional to sqrt(P(yes)(1 - P(yes))) as in active statistical
@@ -235,18 +235,16 @@ async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
         )
     data = await asyncio.to_thread(review.data, job)
     try:
-        number = await asyncio.to_thread(review.store.sample_round, job_id, collection=review.collection)
-        frame = sample_frame(data.records, expected=body.n, design=body.design, seed=body.seed, number=number)
-        taken, added = await asyncio.to_thread(
+        draw = await asyncio.to_thread(
             partial(
-                review.store.record_sample_draws,
+                draw_sample,
+                review.store,
                 job_id,
-                [(i.qid, i.docno, i.inclusion, i.drawn) for i in frame],
-                design=body.design,
-                collection=review.collection,
-                number=number,
+                data.records,
                 expected=body.n,
+                design=body.design,
                 seed=body.seed,
+                collection=review.collection,
             )
         )
     except InputError as err:
@@ -258,9 +256,9 @@ async def draw_sample(job_id: str, body: SampleIn, state: State) -> Any:
         "design": body.design,
         "seed": body.seed,
         "n": body.n,
-        "draw": number + 1,
-        "drawn": taken,
-        "new": added,
+        "draw": draw.number + 1,
+        "drawn": draw.taken,
+        "new": draw.added,
     }
     return drew | listed
 
