@@ -2,7 +2,7 @@
 
 A job row holds its kind, status, options, counters, summary, timestamps and the SHA-256
 of its ``Idempotency-Key`` (never the key itself). A job's records live in its directory
-(see :mod:`judge.server._engine`); the row is the index and the progress. The ``sessions``
+(see :mod:`judge.server._job_kind`); the row is the index and the progress. The ``sessions``
 table holds the viewer's sign-in sessions (see :mod:`judge.server._sessions`).
 
 Each migration is a script run once, in order, in one transaction with the version bump,
