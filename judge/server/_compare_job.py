@@ -92,7 +92,9 @@ class CompareJob:
         folder = ReportFolder(job_dir)
         return JobFiles(folder.pool_judged, folder.pool_input)
 
-    def validate(self, job_dir: Path, options: Mapping[str, Any], *, stop_after: int | None) -> Validation:
+    def validate(
+        self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None
+    ) -> Validation:
         return validate_compare(job_dir, options)
 
     async def run(self, rt: Runtime, job: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:

@@ -114,7 +114,7 @@ async def _submit_compare(
         (job_dir / _comparisons.HUMAN_QRELS).write_text(body.options.qrels, encoding="utf-8")
     await asyncio.to_thread(_job_files.save_sample_labels, job_dir, options)
     try:
-        check = await asyncio.to_thread(validate_job, "compare", job_dir, options, bounds)
+        check = await asyncio.to_thread(validate_job, "compare", job_dir, options, state.runtime)
     except InputError as err:
         return _refusal(job_dir, options, err)
     return state.accept_job(job_dir, intake, options, check)

@@ -196,13 +196,19 @@ class JobDB(SQLiteHolder):
         return None if job is None or row is None else (job, row["body_hash"])
 
     def list_jobs(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+        self, *, status: str | None = None, kind: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
         sql = "SELECT * FROM jobs"
+        where: list[str] = []
         args: list[Any] = []
         if status is not None:
-            sql += " WHERE status = ?"
+            where.append("status = ?")
             args.append(status)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id LIMIT ? OFFSET ?"
         args += [limit, offset]
         with self._lock:

@@ -22,6 +22,7 @@ from judge.judging import JudgeConfig, VerdictStore
 from judge.server._bounds import JobBounds
 from judge.server._job_files import Validation
 from judge.server._schemas import EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
+from judge.server._search_configs import RegisteredConfig
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Runtime:
     executor: Any = None
     """Who judges every job (``judge serve --engine ray``: one Ray executor for the server's
     life); None: each job's local engine over ``backend``."""
+    search_configs: Mapping[str, RegisteredConfig] = field(default_factory=dict)
+    """The search configurations experiments may run, by name (``judge serve
+    --search-config NAME=FILE``); a request names one, never a path."""
     labels: Any = None
     """A scoring job's labels for ``examples``: ``labels(query_ids) -> (LabelSet, level,
     yes_grade)`` from the server's label store and its stated mapping (set with the review
@@ -84,9 +88,13 @@ class JobKind(Protocol):
         """The job's judged records and the dataset their passages' texts come from."""
         ...
 
-    def validate(self, job_dir: Path, options: Mapping[str, Any], *, stop_after: int | None) -> Validation:
-        """Check the saved input once, as the run will read it (InputError: refused outright);
-        ``stop_after``: stop counting once that many records were read."""
+    def validate(
+        self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None
+    ) -> Validation:
+        """Check the saved input once, as the run will read it, against what the server has
+        (``rt``: its bounds, its registered search configurations); InputError naming the
+        field: refused outright, nothing run. ``stop_after``: stop counting once that many
+        records were read."""
         ...
 
     async def run(self, rt: Runtime, job: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:

@@ -118,7 +118,7 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     options = merge_options(state.config.defaults, given)
     options = state.review.with_calibration(options, ctype == "application/json")
     bounds = state.runtime.bounds
-    check = await asyncio.to_thread(validate_job, "score", job_dir, options, bounds)
+    check = await asyncio.to_thread(validate_job, "score", job_dir, options, state.runtime)
     if (refused := _bounds.too_many_records(check, bounds)) is not None:
         shutil.rmtree(job_dir, ignore_errors=True)
         return refused

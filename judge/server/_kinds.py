@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from judge.io import dataset_limits
-from judge.server._bounds import JobBounds
 from judge.server._compare_job import COMPARE
+from judge.server._experiment_job import EXPERIMENT
 from judge.server._job_files import Validation
-from judge.server._job_kind import JobKind
+from judge.server._job_kind import JobKind, Runtime
 from judge.server._score_job import SCORE
 
 #: every kind of job, by the name a job's ``kind`` column holds
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (SCORE, COMPARE)}
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (SCORE, COMPARE, EXPERIMENT)}
 
 
 def job_kind(name: str) -> JobKind:
@@ -24,8 +24,8 @@ def job_kind(name: str) -> JobKind:
     return KINDS[name]
 
 
-def validate_job(kind: str, job_dir: Path, options: Mapping[str, Any], bounds: JobBounds) -> Validation:
-    """A job's saved input checked as its run will read it, under the bounds; stops counting
-    one record past ``max_records``. Blocking: call it in a worker thread."""
-    with dataset_limits(bounds.dataset()):
-        return job_kind(kind).validate(job_dir, options, stop_after=bounds.max_records + 1)
+def validate_job(kind: str, job_dir: Path, options: Mapping[str, Any], rt: Runtime) -> Validation:
+    """A job's saved input checked as its run will read it, under the server's bounds; stops
+    counting one record past ``max_records``. Blocking: call it in a worker thread."""
+    with dataset_limits(rt.bounds.dataset()):
+        return job_kind(kind).validate(job_dir, options, rt, stop_after=rt.bounds.max_records + 1)

@@ -220,7 +220,9 @@ class ScoreJob:
     def files(self, job_dir: Path) -> JobFiles:
         return JobFiles(job_dir / OUTPUT_NAME, job_dir / INPUT_NAME)
 
-    def validate(self, job_dir: Path, options: Mapping[str, Any], *, stop_after: int | None) -> Validation:
+    def validate(
+        self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None
+    ) -> Validation:
         return validate_input(
             job_dir / INPUT_NAME,
             field_map=options.get("map") or {},
