@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.io import InputError
 from judge.server import _bounds, _job_files
@@ -99,16 +99,20 @@ class ExperimentRequest(BaseModel):
                 raise ValueError(f"knob {name!r}: give 1..{MAX_GRID_POINTS} values")
         return value
 
-    @model_validator(mode="after")
-    def _space(self) -> ExperimentRequest:
-        ranges = [n for n, s in self.grid.items() if isinstance(s, KnobRange)]
-        if ranges and self.trials is None:
-            raise ValueError(f"knob {ranges[0]!r}: a range {{low, high}} needs trials")
-        if self.trials is None:
-            points = math.prod(len(s) for s in self.grid.values() if isinstance(s, list))
-            if points > MAX_GRID_POINTS:
-                raise ValueError(f"the grid has {points} points; at most {MAX_GRID_POINTS}")
-        return self
+
+def space_refusal(body: ExperimentRequest) -> JSONResponse | None:
+    """A grid that cannot run as asked (422 naming the field): a range without trials, or more
+    than :data:`MAX_GRID_POINTS` configurations."""
+    ranges = [n for n, s in body.grid.items() if isinstance(s, KnobRange)]
+    if ranges and body.trials is None:
+        return json_error(
+            422, f"knob {ranges[0]!r}: a range {{low, high}} needs trials", field=f"grid.{ranges[0]}"
+        )
+    if body.trials is None:
+        points = math.prod(len(s) for s in body.grid.values() if isinstance(s, list))
+        if points > MAX_GRID_POINTS:
+            return json_error(422, f"the grid has {points} points; at most {MAX_GRID_POINTS}", field="grid")
+    return None
 
 
 def experiment_options(defaults: dict[str, Any], body: ExperimentRequest) -> dict[str, Any]:
@@ -153,6 +157,8 @@ async def submit_experiment(request: Request, body: ExperimentRequest, state: St
     replay = state.replayed(intake.idem_hash, intake.body_hash)
     if replay is not None:
         return replay
+    if (refused := space_refusal(body)) is not None:
+        return refused
     if body.config not in state.runtime.search_configs:
         return json_error(
             422,
