@@ -24,7 +24,7 @@ from judge.io import InputError
 from judge.server import _bounds, _job_files
 from judge.server._app_state import AppState, Intake, NotFound, State, idempotency_hash, json_error
 from judge.server._compare_routes import MEDIA_TYPES, REPORT_CSP
-from judge.server._comparisons import HUMAN_QRELS
+from judge.server._comparisons import HUMAN_QRELS, systems_options
 from judge.server._db import sha256_hex
 from judge.server._experiment_job import write_queries
 from judge.server._job_kind import config_of
@@ -33,7 +33,7 @@ from judge.server._jobs import new_job_id, option_error
 from judge.server._kinds import validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareOptions
 from judge.server._search_configs import NAME_PATTERN
-from judge.systems import ReportFolder
+from judge.systems import ReportFolder, pair_view
 
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["experiments"])
 
@@ -269,6 +269,28 @@ async def experiment_report(
     return HTMLResponse(
         text, headers={"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"}
     )
+
+
+@router.get("/v1/experiments/{job_id}/pair")
+async def experiment_pair(
+    job_id: str,
+    state: State,
+    a: str = Query(min_length=1, max_length=200),
+    b: str = Query(min_length=1, max_length=200),
+) -> Any:
+    """Two configurations of a finished experiment side by side, query by query
+    (:func:`judge.systems.pair_view`): each one's results with their verdicts (or labels),
+    P(yes) and reasons, the passages only one returned marked (``only``), the per-query
+    value of the objective and the difference ``b - a``; largest disagreement first."""
+    job = experiment_job(state, job_id)
+    if job["status"] != "done":
+        return json_error(409, f"experiment is {job['status']}; configurations are compared when it is done")
+    job_dir = state.manager.job_dir(job_id)
+    options = systems_options(job_dir, job["options"])
+    try:
+        return await asyncio.to_thread(pair_view, job_dir, a, b, options)
+    except InputError as err:
+        return json_error(422, err.message, field=err.field)
 
 
 @router.get("/v1/experiments/{job_id}/heatmap.png", response_model=None)
