@@ -281,3 +281,77 @@ def test_judge_serve_runs_an_experiment_across_a_kill_9_judging_nothing_twice(
     assert max(answered.values()) == 1  # nothing judged twice
     assert len(answered) == cli_report["experiment"]["pairs"] == cli_report["pool"]["calls"]
     assert status_r == 200 and _figures(report) == _figures(cli_report)
+
+
+def test_an_engine_secret_never_leaves_the_server_and_its_url_knob_stays_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An http engine registered with a token from the server's environment and a URL that
+    names its index through a knob: the listing shows neither, a grid moving the index knob is
+    a 422 with no request sent, and an engine that echoes the token in its error answer fails
+    the experiment with the token redacted from the job, the listing and the logs."""
+    from _search_stub import SearchStub, serve
+
+    token = "tok-very-secret-4711"
+    monkeypatch.setenv("SEARCH_TOKEN", token)
+
+    def echo(seen: Any) -> tuple[int, Any]:
+        return 401, {"error": f"token refused: {seen.headers.get('Authorization')}"}
+
+    stub = SearchStub({"/products/_search": echo})
+    with serve(stub):
+        config = tmp_path / "shop.toml"
+        config.write_text(
+            f'engine = "http"\nurl = "{stub.url}/{{{{index}}}}/_search"\nmethod = "POST"\n'
+            'body = \'{"size": {{depth}}, "query": {"match": {"text": {{query|json}}}}, '
+            '"boost": {{boost}}}\'\n'
+            '[headers]\nAuthorization = "Bearer ${SEARCH_TOKEN}"\n'
+            '[params]\nindex = "products"\nboost = 1.0\n'
+            '[response]\nids = "hits.hits[*]._id"\ntext = "hits.hits[*]._source.text"\n',
+            encoding="utf-8",
+        )
+        app_config = make_config(tmp_path, backend=QrelsBackend(DATA / "queries.zh.qrels"))
+        app_config.runtime.search_configs = register_configs([f"shop={config}"])
+        queries = [{"id": "q1", "query": "太阳能板怎么清洗"}, {"id": "q2", "query": "猫咪呕吐的原因"}]
+        with TestClient(create_app(app_config)) as client:
+            listed = client.get("/v1/search-configs")
+            moved = client.post(
+                "/v1/experiments", json={"queries": queries, "config": "shop", "grid": {"index": ["secrets"]}}
+            )
+            assert stub.seen == []
+            posted = client.post(
+                "/v1/experiments", json={"queries": queries, "config": "shop", "grid": {"boost": [1.0, 2.0]}}
+            )
+            assert posted.status_code == 202, posted.text
+            job = wait_job(client, posted.json()["id"], timeout=120)
+            shown = client.get("/v1/experiments").text + client.get(f"/v1/experiments/{job['id']}").text
+    assert listed.json()["configs"] == [
+        {"name": "shop", "engine": "http", "depth": 10, "knobs": {"index": "products", "boost": 1.0}}
+    ]
+    assert stub.url not in listed.text and token not in listed.text
+    assert moved.status_code == 422 and moved.json()["field"] == "grid.index"
+    assert stub.seen and stub.seen[0].headers["Authorization"] == f"Bearer {token}"  # it was sent
+    assert job["status"] == "failed" and "token refused" in job["error"]
+    assert token not in job["error"] and token not in shown and token not in caplog.text
+    files = [p for p in (tmp_path / "jobs").rglob("*") if p.is_file()]
+    assert files and not any(token.encode() in p.read_bytes() for p in files)
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        (["bm25"], "expected NAME=FILE"),
+        (["a=/nonexistent/bm25.toml"], "no such file"),
+        ([f"../x={DATA / 'bm25.toml'}"], "is not a configuration name"),
+        ([f"a={DATA / 'bm25.toml'}", f"a={DATA / 'bm25.toml'}"], "registered twice"),
+    ],
+)
+def test_judge_serve_refuses_a_bad_search_config_before_anything_opens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], items: list[str], expected: str
+) -> None:
+    flags = [x for item in items for x in ("--search-config", item)]
+    db = tmp_path / "server.sqlite"
+    code = main(["serve", *flags, "--db", str(db), "--backend", f"qrels:{DATA / 'queries.zh.qrels'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "--search-config" in err
+    assert not db.exists()

@@ -112,11 +112,35 @@ def check_knobs(registered: RegisteredConfig, grid: Mapping[str, Any], where: st
             _check_value(name, value, f"{where}.{name}")
 
 
+def location_knobs(config: SearchConfig) -> set[str]:
+    """The knobs a configuration's ``url`` template names (``{{index}}``, Quepid's
+    ``##index##``): they choose where the engine searches, not how it ranks."""
+    found: set[str] = set()
+    for source in (config, *config.sources):
+        url = source.content.get("url")
+        if isinstance(url, str):
+            found |= {
+                n
+                for n in source.params
+                if re.search(r"\{\{\s*" + re.escape(n) + r"\s*[|}]|##" + re.escape(n) + "##", url)
+            }
+    return found
+
+
 def check_points(registered: RegisteredConfig, points: Iterable[Mapping[str, Any]], where: str) -> None:
     """Every point of the grid stays where the registered configuration points: another
-    index, URL, database or module is refused (InputError naming ``where``)."""
+    index, URL, database or module is refused, and so is another value of a knob its URL
+    names (InputError naming ``where``)."""
     base = _locations(registered.config)
+    fixed = location_knobs(registered.config)
     for point in points:
+        moved_knobs = sorted(k for k in fixed if k in point and point[k] != registered.config.params.get(k))
+        if moved_knobs:
+            raise InputError(
+                f"knob {moved_knobs[0]!r} names where {registered.name!r} searches (its URL); a request "
+                "may not point it outside its registered index",
+                field=f"{where}.{moved_knobs[0]}",
+            )
         try:
             moved = registered.config.with_params(dict(point))
         except InputError as err:
@@ -128,4 +152,11 @@ def check_points(registered: RegisteredConfig, points: Iterable[Mapping[str, Any
             )
 
 
-__all__ = ["NAME_PATTERN", "RegisteredConfig", "check_knobs", "check_points", "register_configs"]
+__all__ = [
+    "NAME_PATTERN",
+    "RegisteredConfig",
+    "check_knobs",
+    "check_points",
+    "location_knobs",
+    "register_configs",
+]
