@@ -181,6 +181,9 @@ def test_a_service_experiment_gives_the_cli_report(
     assert _figures(report) == _figures(cli_report)
     assert report["experiment"]["calls"] == cli_report["experiment"]["calls"] == backend.calls
     assert view["summary"]["best"] == cli_report["experiment"]["best"]
+    pool = cli_report["pool"]
+    assert view["queries_done"] == view["queries_total"] == 16
+    assert view["passages_done"] == view["passages_total"] == pool["judged"] + pool["unjudged"]
     assert view["summary"]["configurations"] == {
         c["name"]: c["objective"] for c in cli_report["experiment"]["configurations"]
     }

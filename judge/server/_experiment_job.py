@@ -161,7 +161,14 @@ class ExperimentJob:
                 field="config",
             )
         spec = job_spec(opts, rt.spec)
-        run = _pool_run(opts, spec, concurrency=rt.concurrency, settings={**rt.settings, "job": job["id"]})
+        run = _pool_run(
+            opts,
+            spec,
+            concurrency=rt.concurrency,
+            settings={**rt.settings, "job": job["id"]},
+            executor=rt.executor,
+            retry=job["phase"] == "retry",  # POST /v1/jobs/{id}/retry-unjudged: the pool's unjudged again
+        )
         comparison = await run_experiment(
             job_dir / QUERIES_NAME,
             job_dir,

@@ -184,6 +184,8 @@ class JobManager:
                 summary=summary,
                 queries_done=int(summary.get("queries", 0)),
                 passages_done=int(summary.get("passages", 0)),
+                # an experiment knows its pool only once it searched: at least what was judged
+                passages_total=max(int(job["passages_total"] or 0), int(summary.get("passages", 0))),
                 unjudged=int(summary.get("unjudged", 0)),
             )
             self._eta[job_id] = 0.0
