@@ -358,3 +358,50 @@ def test_judge_serve_refuses_a_bad_search_config_before_anything_opens(
     err = capsys.readouterr().err
     assert code == 2 and expected in err and "--search-config" in err
     assert not db.exists()
+
+
+def test_a_pair_view_reason_is_asked_on_request_once_and_then_shown(data: Bundled, tmp_path: Path) -> None:
+    """A judge that prefers probabilities judges the pool's verdicts first, without reasons;
+    a passage of the side-by-side view gets its reason when asked (one explaining call), kept
+    and shown by the next view, never asked again."""
+    from _helpers import passage_of
+
+    from judge.backends import ChatRequest, RuleBackend
+
+    keyword = RuleBackend.keyword("太阳", text_of=passage_of)
+    explained: list[str] = []
+
+    def rule(request: ChatRequest) -> Any:
+        if request.candidates is None:
+            explained.append(passage_of(request))
+        return keyword.rule(request)
+
+    backend = RuleBackend(rule, name="fake:explaining", prefers_probabilities=True)
+    with TestClient(_app(tmp_path, data, backend)) as client:
+        posted = client.post(
+            "/v1/experiments", json=_body(grid={"k1": [1.2, 0.6]}, options={"resamples": 200})
+        )
+        job = wait_job(client, posted.json()["id"], timeout=300)
+        assert job["status"] == "done", job
+        names = list(job["summary"]["configurations"])
+        url = f"/v1/experiments/{job['id']}/pair?a={names[0]}&b={names[1]}"
+        view = client.get(url).json()
+        pending = [
+            (q["id"], p["docno"])
+            for q in view["queries"]
+            for p in q["a"]["passages"]
+            if p["reason"] is None and p["source"] == "judge" and p["verdict"] != "unjudged"
+        ]
+        assert pending
+        before = len(explained)
+        qid, docno = pending[0]
+        asked = client.post(f"/v1/jobs/{job['id']}/reasons", json={"query_id": qid, "docno": docno})
+        again = client.post(f"/v1/jobs/{job['id']}/reasons", json={"query_id": qid, "docno": docno})
+        shown = client.get(url).json()
+    assert asked.status_code == 200 and asked.json()["reason"] and asked.json()["calls"] >= 1
+    assert len(explained) == before + 1  # one explaining generation, for that pair
+    assert again.json()["calls"] == 0 and again.json()["reason"] == asked.json()["reason"]
+    found = next(
+        p for q in shown["queries"] if q["id"] == qid for p in q["a"]["passages"] if p["docno"] == docno
+    )
+    assert found["reason"] == asked.json()["reason"]

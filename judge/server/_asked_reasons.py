@@ -72,7 +72,7 @@ def pool_lines(
         q: [d for d in docs if d not in {str(p["id"]) for p in out.get(q, {}).get("retrieval_context", [])}]
         for q, docs in pairs.items()
     }
-    if options is not None and any(rest.values()):
+    if options is not None and options.get("systems") and any(rest.values()):
         inputs = _read_inputs(job_dir, {**options, "strict": False}, _Collect({}))
         for qid, docs in rest.items():
             texts = inputs.passages.get(qid, {})

@@ -87,6 +87,7 @@ class CompareJob:
     unjudged pairs again and rewrites the report."""
 
     name = "compare"
+    pooled = True
 
     def files(self, job_dir: Path) -> JobFiles:
         folder = ReportFolder(job_dir)

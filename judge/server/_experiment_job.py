@@ -133,6 +133,7 @@ class ExperimentJob:
     """``judge experiment`` over a registered configuration in the job's directory."""
 
     name = "experiment"
+    pooled = True
 
     def files(self, job_dir: Path) -> JobFiles:
         folder = ReportFolder(job_dir)

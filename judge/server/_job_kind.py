@@ -83,6 +83,9 @@ class JobKind(Protocol):
     its rejected lines and report."""
 
     name: str
+    pooled: bool
+    """Its records are a pool's judged verdicts (a comparison's, an experiment's): the review
+    queue weighs them as a pool's and their reasons are asked on request."""
 
     def files(self, job_dir: Path) -> JobFiles:
         """The job's judged records and the dataset their passages' texts come from."""

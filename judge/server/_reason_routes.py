@@ -26,9 +26,10 @@ from judge.backends import BackendError, PermanentError, redact
 from judge.io import MAX_ID_CHARS
 from judge.judging import PassageVerdict
 from judge.server import _asked_reasons, _bounds
-from judge.server._app_state import AppState, State, field_error, json_error
+from judge.server._app_state import AppState, NotCompare, State, field_error, json_error
 from judge.server._failures import upstream_status
 from judge.server._job_kind import job_spec
+from judge.server._kinds import job_kind
 from judge.server._review_routes import reviewer_of
 from judge.store import trec_token
 
@@ -88,7 +89,9 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
     (``explain``/``probability`` set in its options, or listwise); 502: the LLM upstream
     refused the request for good (``backend``, ``upstream_status``); 503 (``Retry-After``):
     the judge gave no reason this time (both name the pair; nothing failed is kept)."""
-    job = state.compare_job(job_id)
+    job = state.job(job_id)
+    if not job_kind(job["kind"]).pooled:
+        raise NotCompare(job_id)
     if job["status"] != "done":
         return json_error(409, f"job is {job['status']}; reasons are asked once the comparison is done")
     qid, docno, verdict = await asyncio.to_thread(pooled_verdict, state, job, body)

@@ -414,7 +414,7 @@ class Review:
             hit = self._texts.get(job["id"])
             if hit is not None and hit[0] == key:
                 return hit[1]
-        texts = passage_texts(files.dataset, job["options"], pool=job["kind"] == "compare")
+        texts = passage_texts(files.dataset, job["options"], pool=job_kind(job["kind"]).pooled)
         with self._lock:
             self._texts[job["id"]] = (key, texts)
             while len(self._texts) > 16:

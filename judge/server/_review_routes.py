@@ -24,6 +24,7 @@ from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_map
 from judge.server import _asked_reasons, _bounds
 from judge.server._app_state import State, field_error
 from judge.server._job_kind import job_spec
+from judge.server._kinds import job_kind
 from judge.server._review import CalibrateIn, Conflict, Review, conflict_rows, serve_flags
 from judge.server._viewer_routes import index_page
 from judge.store import (
@@ -152,7 +153,7 @@ async def queue(
     total = await asyncio.to_thread(review.pending, job)
     data = review.data(job)
     on_request = (
-        job["kind"] == "compare"
+        job_kind(job["kind"]).pooled
         and _asked_reasons.explaining_config(
             state.runtime.backend, job_spec(job["options"], state.runtime.spec), job["options"]
         )

@@ -216,6 +216,7 @@ class ScoreJob:
     """``judge score`` on a job's input (``phase=retry``: its unjudged passages asked again)."""
 
     name = "score"
+    pooled = False
 
     def files(self, job_dir: Path) -> JobFiles:
         return JobFiles(job_dir / OUTPUT_NAME, job_dir / INPUT_NAME)

@@ -73,10 +73,29 @@ function heatMap(report, pick) {
       el("tbody", {}, rowsV.map((rv) => el("tr", {}, el("th", { class: "num" }, String(rv)), colsV.map((cv) => cell(rv, cv)))))));
 }
 
+// A passage's reason on request: the one kept (the pool's, or asked before), else the judge
+// is asked now for this pair (POST /v1/jobs/<id>/reasons: one call, kept for the next open).
+async function askReason(jobId, p, box) {
+  box.textContent = "Asking the judge for its reason…";
+  box.dataset.asking = "1";
+  let resp = null, data = {};
+  try {
+    resp = await api(`/v1/jobs/${encodeURIComponent(jobId)}/reasons`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ query_id: p.qid, docno: p.docno }) });
+    data = await resp.json();
+  } catch (e) { data = { detail: String(e.message || e) }; }
+  delete box.dataset.asking;
+  if (resp && resp.ok) { p.reason = data.reason; box.textContent = data.reason; box.dataset.asked = "1"; }
+  else box.textContent = "No reason: " + (typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail || `HTTP ${resp ? resp.status : "?"}`));
+}
+
 function pairPassage(jobId, p, side) {
-  const reason = el("div", { class: "reason", hidden: true }, p.reason || "no reason was asked for this pair");
+  const askable = !p.reason && p.source === "judge" && p.verdict !== "unjudged";
+  const reason = el("div", { class: "reason", hidden: true }, p.reason || (p.source === "human" ? "a person's label" : askable ? "" : "no reason"));
   const show = el("button", { type: "button", class: "link reason-btn" }, "reason");
-  show.addEventListener("click", () => { reason.hidden = !reason.hidden; });
+  show.addEventListener("click", () => {
+    reason.hidden = !reason.hidden;
+    if (!reason.hidden && !p.reason && askable && !reason.dataset.asking) askReason(jobId, p, reason);
+  });
   const review = el("a", { class: "review-link", href: `/jobs/${encodeURIComponent(jobId)}/review?query_id=${encodeURIComponent(p.qid)}&docno=${encodeURIComponent(p.docno)}` }, "review");
   return el("li", { class: p.only ? "only" : null, "data-docno": p.docno, "data-verdict": p.verdict, "data-only": p.only ? side : null },
     verdictBadge(p), p.only ? el("span", { class: "badge only-mark" }, `only ${side.toUpperCase()}`) : null,
