@@ -405,3 +405,30 @@ def test_a_pair_view_reason_is_asked_on_request_once_and_then_shown(data: Bundle
         p for q in shown["queries"] if q["id"] == qid for p in q["a"]["passages"] if p["docno"] == docno
     )
     assert found["reason"] == asked.json()["reason"]
+
+
+def test_trials_over_ranges_run_as_the_cli_runs_them(data: Bundled, tmp_path: Path) -> None:
+    """``"trials": N`` with ``{"low", "high"}`` ranges samples the space as ``judge experiment
+    --grid k1=LOW:HIGH --trials N`` does (same seed: the same trials and the same best)."""
+    grid = {"k1": {"low": 0.5, "high": 1.5}, "b": [0.3, 0.75]}
+    with TestClient(_app(tmp_path, data)) as client:
+        posted = client.post(
+            "/v1/experiments", json=_body(grid=grid, trials=3, options={"resamples": 200, "seed": 5})
+        )
+        assert posted.status_code == 202, posted.text
+        job = wait_job(client, posted.json()["id"], timeout=300)
+        report = client.get(f"/v1/experiments/{job['id']}/report").json()
+    out = tmp_path / "cli"
+    code = main(
+        [
+            "experiment", str(data.queries), "--config", str(data.root / "shipped.toml"),
+            "--grid", "k1=0.5:1.5", "--grid", "b=0.3,0.75", "--trials", "3", "--seed", "5",
+            "--resamples", "200", "--backend", f"qrels:{data.qrels}",
+            "--cache", str(tmp_path / "cli.sqlite"), "-o", str(out), "--quiet", "--json",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    cli = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert job["status"] == "done" and report["experiment"]["strategy"] == "trials"
+    assert len(report["experiment"]["configurations"]) == 3
+    assert _figures(report) == _figures(cli)
