@@ -432,3 +432,27 @@ def test_trials_over_ranges_run_as_the_cli_runs_them(data: Bundled, tmp_path: Pa
     assert job["status"] == "done" and report["experiment"]["strategy"] == "trials"
     assert len(report["experiment"]["configurations"]) == 3
     assert _figures(report) == _figures(cli)
+
+
+def test_an_experiment_is_cancelled_and_a_retried_post_is_the_same_job(data: Bundled, tmp_path: Path) -> None:
+    from _server import Gate
+
+    gate = Gate(opened=False)  # every judge call waits: the experiment stays running
+    with TestClient(_app(tmp_path, data, gate.backend)) as client:
+        headers = {"Idempotency-Key": "exp-1"}
+        first = client.post("/v1/experiments", json=_body(), headers=headers)
+        again = client.post("/v1/experiments", json=_body(), headers=headers)
+        other = client.post("/v1/experiments", json=_body(trials=None, grid={"k1": [0.6]}), headers=headers)
+        job_id = first.json()["id"]
+        wait_job(client, job_id, ("running",), timeout=120)
+        cancelled = client.post(f"/v1/experiments/{job_id}/cancel")
+        report = client.get(f"/v1/experiments/{job_id}/report")
+        gate.open()
+        listed = client.get("/v1/experiments").json()["experiments"]
+        twice = client.post(f"/v1/experiments/{job_id}/cancel")
+        not_one = client.get(f"/v1/experiments/{job_id}x")
+    assert first.status_code == 202 and again.json()["id"] == job_id and again.status_code == 200
+    assert other.status_code == 422  # the same key with another body
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert report.status_code == 409 and [j["id"] for j in listed] == [job_id]
+    assert twice.status_code == 409 and not_one.status_code == 404

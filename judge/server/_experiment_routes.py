@@ -30,10 +30,10 @@ from judge.server._experiment_job import write_queries
 from judge.server._job_kind import config_of
 from judge.server._job_routes import events as job_events
 from judge.server._jobs import new_job_id, option_error
-from judge.server._kinds import validate_job
+from judge.server._kinds import job_kind, validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareOptions
 from judge.server._search_configs import NAME_PATTERN
-from judge.systems import ReportFolder, pair_view
+from judge.systems import pair_view
 
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["experiments"])
 
@@ -261,7 +261,7 @@ async def experiment_report(
     its ``experiment`` section); ``format=md`` its ``report.md``, ``format=html`` its
     ``report.html`` (served with a Content-Security-Policy that forbids every network load)."""
     job = experiment_job(state, job_id)
-    text = await asyncio.to_thread(ReportFolder(state.manager.job_dir(job_id)).view, format)
+    text = await asyncio.to_thread(job_kind(job["kind"]).report, state.manager.job_dir(job_id), format)
     if text is None or job["status"] != "done":
         return json_error(409, f"experiment is {job['status']}; the report is written when it is done")
     if format in MEDIA_TYPES:
