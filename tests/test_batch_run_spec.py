@@ -212,7 +212,7 @@ def test_a_bad_setting_names_its_field() -> None:
 
 
 def test_a_comparison_jobs_resampling_seed_is_not_the_judges_seed() -> None:
-    from judge.server._jobs import config_of
+    from judge.server._job_kind import config_of
 
     assert config_of({"mode": "graded", "seed": 0}).seed == JudgeConfig().seed
 

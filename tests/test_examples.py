@@ -591,11 +591,11 @@ def test_the_bank_describes_itself() -> None:
 def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path: Path) -> None:
     import asyncio
 
-    from judge.server import _engine
+    from judge.server import _job_examples, _job_files
     from judge.store import Label, LabelSet
 
     data, _ = _write_inputs(tmp_path)
-    (tmp_path / _engine.INPUT_NAME).write_bytes(data.read_bytes())
+    (tmp_path / _job_files.INPUT_NAME).write_bytes(data.read_bytes())
     asked: list[set[str]] = []
 
     def labels(ids: set[str]) -> tuple[LabelSet, int | None, int | None]:
@@ -606,7 +606,7 @@ def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path:
         return LabelSet(found, source="the label store"), 2, None
 
     spec = run_spec(None, examples=2)
-    got = asyncio.run(_engine.job_example_bank(tmp_path, spec, {}, labels))
+    got = asyncio.run(_job_examples.job_example_bank(tmp_path, spec, {}, labels))
     assert asked == [{"q1", "q2"}]
     assert got is not None and got.bank.labelled_passages == 4 and len(got.labels) == 4
     assert [e.id for e in got.bank.for_passage("q1", "d3", "D1")] == ["d0", "d1"]
@@ -614,10 +614,10 @@ def test_a_service_scoring_job_takes_its_examples_from_the_label_store(tmp_path:
     # this one's labels were saved when it first started)
     other = tmp_path / "other"
     other.mkdir()
-    (other / _engine.INPUT_NAME).write_bytes(data.read_bytes())
-    empty = asyncio.run(_engine.job_example_bank(other, spec, {}, None))
+    (other / _job_files.INPUT_NAME).write_bytes(data.read_bytes())
+    empty = asyncio.run(_job_examples.job_example_bank(other, spec, {}, None))
     assert empty is not None and empty.bank.labelled_passages == 0
-    assert asyncio.run(_engine.job_example_bank(tmp_path, run_spec(None), {}, labels)) is None
+    assert asyncio.run(_job_examples.job_example_bank(tmp_path, run_spec(None), {}, labels)) is None
 
 
 def test_a_search_nightly_config_takes_examples(tmp_path: Path) -> None:

@@ -455,7 +455,7 @@ def test_results_come_in_input_order_not_finishing_order(tmp_path: Path) -> None
 
 
 def test_result_lines_sort_by_their_input_line() -> None:
-    from judge.server._engine import in_input_order
+    from judge.server._job_files import in_input_order
 
     lines = [b'{"id": "b", "line": 7}', b'{"id": "x"}', b'{"id": "a", "line": 2}', b'{"id": "c", "line": 7}']
     assert [json.loads(x)["id"] for x in in_input_order(lines)] == ["a", "b", "c", "x"]

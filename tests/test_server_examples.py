@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from judge.backends import ChatRequest, RuleBackend
 from judge.batch import run_spec
-from judge.server import _engine
+from judge.server import _job_examples, _job_files
 from judge.store import Label, LabelSet, LabelStore
 
 OPTIONS = {"probability": True, "p_yes_threshold": 0.5, "k": [3]}
@@ -140,7 +140,7 @@ def test_a_job_with_examples_decides_labelled_passages_without_a_call(
     assert page["summary"]["examples"]["labelled_passages"] == 2
     assert page["summary"]["this_run"]["passages_asked"] == 22
     # the job's snapshot of the labels it decided by
-    snap = (tmp_path / "jobs" / job_id / _engine.EXAMPLE_LABELS).read_text(encoding="utf-8")
+    snap = (tmp_path / "jobs" / job_id / _job_examples.EXAMPLE_LABELS).read_text(encoding="utf-8")
     assert sorted((x["qid"], x["docno"], x["label"]) for x in map(json.loads, snap.splitlines())) == [
         ("q0", "d0", 1),
         ("q0", "d2", 0),
@@ -206,7 +206,7 @@ def test_a_label_given_while_the_job_runs_leaves_its_passage_to_the_judge(
     # the job decided by the labels of its start: q1/d0 was judged, and only the 2 were not
     judged = [p for p, _ in recorder.seen]
     assert _text("q1", "d0") in judged and len(judged) == 22
-    snap = (tmp_path / "jobs" / job_id / _engine.EXAMPLE_LABELS).read_text(encoding="utf-8")
+    snap = (tmp_path / "jobs" / job_id / _job_examples.EXAMPLE_LABELS).read_text(encoding="utf-8")
     assert len(snap.splitlines()) == 2
     v = results(client, job_id)["q1"]["verdicts"][0]  # bob's label laid over the judge's verdict
     assert v["source"] == "human" and v["replaced"]["verdict"] == "no"
@@ -222,7 +222,7 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
     a resumed (or retried) job decides by and shows the examples of the same labels."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    (job_dir / _engine.INPUT_NAME).write_text(
+    (job_dir / _job_files.INPUT_NAME).write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records()), encoding="utf-8"
     )
     store: list[Label] = [
@@ -234,7 +234,7 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
         return LabelSet([x for x in store if x.qid in ids], source="the label store"), None, None
 
     spec = run_spec(None, examples=2)
-    first = asyncio.run(_engine.job_example_bank(job_dir, spec, {}, reader))
+    first = asyncio.run(_job_examples.job_example_bank(job_dir, spec, {}, reader))
     assert first is not None and len(first.labels) == 2 and first.bank.labelled_passages == 2
     # later: bob labels another passage and changes alice's d2 (his label is the newest)
     store += [
@@ -242,7 +242,7 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
         Label(qid="q0", docno="d2", label=1, reviewer="bob", history_id=4),
     ]
     assert len(reader({"q0", "q1"})[0]) == 3
-    again = asyncio.run(_engine.job_example_bank(job_dir, spec, {}, reader))
+    again = asyncio.run(_job_examples.job_example_bank(job_dir, spec, {}, reader))
     assert again is not None and len(again.labels) == 2 and again.bank.labelled_passages == 2
     assert again.labels.lookup("q1", "d0") is None
     hit = again.labels.lookup("q0", "d2")
@@ -250,8 +250,8 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
     # without examples no snapshot is taken
     other = tmp_path / "other"
     other.mkdir()
-    assert asyncio.run(_engine.job_example_bank(other, run_spec(None), {}, reader)) is None
-    assert not (other / _engine.EXAMPLE_LABELS).exists()
+    assert asyncio.run(_job_examples.job_example_bank(other, run_spec(None), {}, reader)) is None
+    assert not (other / _job_examples.EXAMPLE_LABELS).exists()
 
 
 def test_a_job_balances_long_yes_labels_and_never_shows_a_twin(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from _server import app_for, ndjson, records, wait_job
 from fastapi.testclient import TestClient
 
-from judge.server import _engine
+from judge.server import _job_files
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
@@ -26,15 +26,15 @@ def test_healthz_answers_while_a_running_jobs_file_is_read(tmp_path: Path, monke
     reading = threading.Event()
     answered = threading.Event()
     seen: list[bool] = []
-    original = _engine.OutputTail.poll
+    original = _job_files.OutputTail.poll
 
-    def slow_poll(self: _engine.OutputTail) -> bool:
+    def slow_poll(self: _job_files.OutputTail) -> bool:
         if not seen and not reading.is_set():
             reading.set()
             seen.append(answered.wait(20))
         return original(self)
 
-    monkeypatch.setattr(_engine.OutputTail, "poll", slow_poll)
+    monkeypatch.setattr(_job_files.OutputTail, "poll", slow_poll)
     with TestClient(app_for(tmp_path)) as client:
         r = client.post("/v1/jobs", content=ndjson(records(3)), headers=NDJSON)
         assert r.status_code == 202

@@ -19,7 +19,7 @@ from _helpers import passage_of  # noqa: E402
 from _server import MARKER, make_config, records  # noqa: E402
 
 from judge.backends import ChatRequest, PermanentError, RuleBackend, TransientError  # noqa: E402
-from judge.server import _engine, create_app  # noqa: E402
+from judge.server import _asked_reasons, create_app  # noqa: E402
 
 # one query; every passage relevant (so every P(yes) is the same 0.9 and the review queue's
 # order is the passages' rank weight: a rank-1 passage of one system only comes first)
@@ -125,7 +125,7 @@ def test_a_comparison_asks_reasons_only_for_the_report_and_the_queue_head(tmp_pa
         # The report shows each system's top passage of the differing query: x1 (A), y1 (B).
         # The queue's first two are those same two (rank 1 in one list only: weight 2, the
         # most of any), so its first 10 add 8: 10 reasons, not one per pooled pair (12).
-        assert _engine.QUEUE_REASONS == 10
+        assert _asked_reasons.QUEUE_REASONS == 10
         assert len(fake.explained) == 10 and len(set(fake.explained)) == 10
         assert {"x1", "y1"} <= set(fake.explained)
         # each reason costs its probability pass again (the explaining config's cache key)

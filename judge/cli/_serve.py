@@ -108,6 +108,15 @@ def register(subparsers: Any) -> None:
         metavar="G",
         help="binary labels on a graded job: a yes is grade G",
     )
+    p.add_argument(
+        "--search-config",
+        dest="search_configs",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="register a search configuration experiments may run under NAME (repeatable; an "
+        "embedded index is resolved relative to FILE); requests name it, never a path or URL",
+    )
     p.add_argument("--max-jobs", type=int, default=1, help="jobs running at once (default 1)")
     p.add_argument("--queue-size", type=int, default=100, help="queued jobs before 429 (default 100)")
     p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
@@ -264,6 +273,9 @@ def run_serve(args: argparse.Namespace) -> int:
     ring, admin_labels = _key_ring(args, keys)
     spec = run_spec_of(args)  # the server's run spec: every job's options are laid over it
     session_ttl_s = _checked_serve_flags(args)
+    from judge.server import register_configs
+
+    search_configs = register_configs(args.search_configs)  # exit 2 before anything opens
     from judge.server import header_timeout_protocol
 
     defaults: dict[str, Any] = {
@@ -305,6 +317,7 @@ def run_serve(args: argparse.Namespace) -> int:
         bounds=JobBounds(args.max_query_chars, args.max_record_passages, args.max_records),
         settings=call_settings(args, backend),
         spec=spec,
+        search_configs=search_configs,
         # --engine ray: one set of actors for every job of the server (they die with it).
         executor=executor_for(spec, backend, ray_ship(args, spec)),
     )

@@ -10,9 +10,10 @@ from judge.server._app_state import ServerConfig
 from judge.server._auth import KeyRing, is_loopback, load_keys
 from judge.server._bounds import JobBounds
 from judge.server._db import SchemaError
-from judge.server._jobs import Runtime
+from judge.server._job_kind import Runtime
 from judge.server._lock import DatabaseBusy, DatabaseLock
 from judge.server._schemas import JUDGE_OPTION_KEYS
+from judge.server._search_configs import register_configs
 from judge.server._security import parse_allowed_hosts, redact_access_log
 from judge.server._timeouts import header_timeout_protocol
 
@@ -31,4 +32,5 @@ __all__ = [
     "load_keys",
     "parse_allowed_hosts",
     "redact_access_log",
+    "register_configs",
 ]

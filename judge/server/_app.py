@@ -4,6 +4,7 @@
 * :mod:`judge.server._evaluate_route`: ``POST /v1/evaluate`` (one query, judged now);
 * :mod:`judge.server._job_routes`: scoring jobs (submit, list, view, events, results, ...);
 * :mod:`judge.server._compare_routes`: comparisons of systems (submit, report, differences);
+* :mod:`judge.server._experiment_routes`: search experiments over the registered configurations;
 * :mod:`judge.server._review_routes`: review queue, labels, agreement, calibration;
 * :mod:`judge.server._reason_routes`: a pooled pair's reason, asked when the review page opens it;
 * :mod:`judge.server._viewer_routes`: the viewer's pages, sign-in and sign-out; ``/static``.
@@ -29,6 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from judge.io import InputError
 from judge.server import (
     _compare_routes,
+    _experiment_routes,
     _job_routes,
     _reason_routes,
     _review_routes,
@@ -117,6 +119,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(_service_routes.router)
     app.include_router(_job_routes.router)
     app.include_router(_compare_routes.router)
+    app.include_router(_experiment_routes.router)  # search experiments, registered configurations
     app.include_router(_viewer_routes.router)
     app.mount("/static", StaticFiles(directory=_viewer_routes.STATIC_DIR), name="static")
     app.add_middleware(CsrfCheck, trust_forwarded_proto=config.trust_forwarded_proto)  # type: ignore[arg-type]  # inside Guard: after authentication

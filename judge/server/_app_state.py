@@ -20,10 +20,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from judge.server import _engine, _failures
+from judge.server import _failures, _job_files
 from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
-from judge.server._jobs import JobManager, Runtime
+from judge.server._job_kind import Runtime
+from judge.server._jobs import JobManager
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import ServerMetrics
 from judge.server._review import Review
@@ -163,7 +164,7 @@ class AppState:
         return job
 
     def accept_job(
-        self, job_dir: Path, intake: Intake, options: dict[str, Any], check: _engine.Validation
+        self, job_dir: Path, intake: Intake, options: dict[str, Any], check: _job_files.Validation
     ) -> JSONResponse:
         """Record a validated job and answer 202 with its view (and the first rejects)."""
         job = self._insert(

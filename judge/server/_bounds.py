@@ -42,8 +42,8 @@ from pydantic import BeforeValidator, Field, ValidationInfo
 from starlette.requests import Request
 from starlette.responses import Response
 
-from judge.io import MAX_JSON_DEPTH, DatasetLimits, dataset_limits, json_problem
-from judge.server import _engine
+from judge.io import MAX_JSON_DEPTH, DatasetLimits, json_problem
+from judge.server._job_files import Validation
 from judge.store import MAX_SQLITE_INT
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -172,7 +172,7 @@ def query_too_long(query: str, bounds: JobBounds) -> JSONResponse | None:
     )
 
 
-def too_many_records(check: _engine.Validation, bounds: JobBounds) -> JSONResponse | None:
+def too_many_records(check: Validation, bounds: JobBounds) -> JSONResponse | None:
     if check.queries + len(check.rejects) <= bounds.max_records:
         return None
     return JSONResponse(
@@ -213,22 +213,6 @@ def too_many_system_records(
                 ("body", "systems", name),
             )
     return None
-
-
-def validate_input(
-    path: Path, bounds: JobBounds, *, field_map: Mapping[str, str], max_passage_chars: int
-) -> _engine.Validation:
-    """A job's input checked as its run will read it (under the bounds); stops counting one
-    record past ``max_records``. Blocking: call it in a worker thread."""
-    with dataset_limits(bounds.dataset()):
-        return _engine.validate_input(
-            path, field_map=field_map, max_passage_chars=max_passage_chars, stop_after=bounds.max_records + 1
-        )
-
-
-def validate_compare(job_dir: Path, options: Mapping[str, Any], bounds: JobBounds) -> _engine.Validation:
-    with dataset_limits(bounds.dataset()):
-        return _engine.validate_compare(job_dir, options)
 
 
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:

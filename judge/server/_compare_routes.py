@@ -13,10 +13,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from judge.batch import RunSpec
 from judge.io import InputError
-from judge.server import _bounds, _engine
+from judge.server import _bounds, _comparisons, _job_files
 from judge.server._app_state import AppState, Intake, State, idempotency_hash, json_error
 from judge.server._db import sha256_hex
-from judge.server._jobs import config_of, new_job_id, option_error
+from judge.server._job_kind import config_of
+from judge.server._jobs import new_job_id, option_error
+from judge.server._kinds import validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareRequest
 
 # report.html is self-contained (inline CSS and SVG, no script): forbid every network load.
@@ -72,7 +74,7 @@ def compare_options(
     options: dict[str, Any] = {k: defaults.get(k) for k in JUDGE_OPTION_KEYS}
     options.update({k: v for k, v in given.items() if v is not None})
     options["systems"] = list(body.systems)
-    options["qrels"] = _engine.HUMAN_QRELS if qrels_text is not None else None
+    options["qrels"] = _comparisons.HUMAN_QRELS if qrels_text is not None else None
     try:
         config_of(options, spec)
     except ValueError as exc:
@@ -82,20 +84,20 @@ def compare_options(
 
 def _refusal(job_dir: Path, options: dict[str, Any], err: InputError) -> JSONResponse:
     """What compare-systems refuses outright, as a 422 naming the system or option."""
-    rejects = _engine.compare_rejects(job_dir)
+    rejects = _comparisons.compare_rejects(job_dir)
     where: dict[str, Any] = {"line": err.line}
-    if err.path is not None and Path(err.path).name == _engine.HUMAN_QRELS:
+    if err.path is not None and Path(err.path).name == _comparisons.HUMAN_QRELS:
         where["field"] = "options.qrels" + (f".{err.field}" if err.field else "")
-    elif err.path is not None and Path(err.path).name == _engine.SAMPLE_LABELS:
+    elif err.path is not None and Path(err.path).name == _job_files.SAMPLE_LABELS:
         where["field"] = "options.sample_labels" + (
             f".{err.field}" if err.field and "--" not in err.field else ""
         )
     else:
-        names = {str(_engine.system_path(job_dir, n)): n for n in options["systems"]}
+        names = {str(_comparisons.system_path(job_dir, n)): n for n in options["systems"]}
         where["system"] = names.get(str(err.path))
         where["field"] = err.field
     shutil.rmtree(job_dir, ignore_errors=True)
-    return json_error(422, _engine.public_message(job_dir, err), **where, rejects=rejects[:100])
+    return json_error(422, _job_files.public_message(job_dir, err), **where, rejects=rejects[:100])
 
 
 async def _submit_compare(
@@ -107,12 +109,12 @@ async def _submit_compare(
     if refused is not None:
         shutil.rmtree(job_dir, ignore_errors=True)
         return refused
-    await asyncio.to_thread(_engine.write_systems, job_dir, body.systems)
+    await asyncio.to_thread(_comparisons.write_systems, job_dir, body.systems)
     if body.options.qrels is not None:
-        (job_dir / _engine.HUMAN_QRELS).write_text(body.options.qrels, encoding="utf-8")
-    await asyncio.to_thread(_engine.save_sample_labels, job_dir, options)
+        (job_dir / _comparisons.HUMAN_QRELS).write_text(body.options.qrels, encoding="utf-8")
+    await asyncio.to_thread(_job_files.save_sample_labels, job_dir, options)
     try:
-        check = await asyncio.to_thread(_bounds.validate_compare, job_dir, options, bounds)
+        check = await asyncio.to_thread(validate_job, "compare", job_dir, options, state.runtime)
     except InputError as err:
         return _refusal(job_dir, options, err)
     return state.accept_job(job_dir, intake, options, check)
@@ -128,7 +130,7 @@ async def compare_report(
     the job's folder (``systems/A.jsonl``, ``human.qrels``), never by a path of the server."""
     job = state.compare_job(job_id)
     job_dir = state.manager.job_dir(job_id)
-    text = await asyncio.to_thread(_engine.report_text, job_dir, format)
+    text = await asyncio.to_thread(_comparisons.report_text, job_dir, format)
     if text is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
     text = _bounds.public_text(text, job_dir)
@@ -145,7 +147,9 @@ async def compare_differences(job_id: str, state: State) -> Any:
     measure, each with every system's value and top passages (verdict, grade, P(yes),
     reason): what the viewer's comparison page shows."""
     job = state.compare_job(job_id)
-    data = await asyncio.to_thread(_engine.read_differences, state.manager.job_dir(job_id), job["options"])
+    data = await asyncio.to_thread(
+        _comparisons.read_differences, state.manager.job_dir(job_id), job["options"]
+    )
     if data is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
     return data

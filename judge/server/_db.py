@@ -2,7 +2,7 @@
 
 A job row holds its kind, status, options, counters, summary, timestamps and the SHA-256
 of its ``Idempotency-Key`` (never the key itself). A job's records live in its directory
-(see :mod:`judge.server._engine`); the row is the index and the progress. The ``sessions``
+(see :mod:`judge.server._job_kind`); the row is the index and the progress. The ``sessions``
 table holds the viewer's sign-in sessions (see :mod:`judge.server._sessions`).
 
 Each migration is a script run once, in order, in one transaction with the version bump,
@@ -196,13 +196,19 @@ class JobDB(SQLiteHolder):
         return None if job is None or row is None else (job, row["body_hash"])
 
     def list_jobs(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+        self, *, status: str | None = None, kind: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
         sql = "SELECT * FROM jobs"
+        where: list[str] = []
         args: list[Any] = []
         if status is not None:
-            sql += " WHERE status = ?"
+            where.append("status = ?")
             args.append(status)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id LIMIT ? OFFSET ?"
         args += [limit, offset]
         with self._lock:

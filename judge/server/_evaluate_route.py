@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse, Response
 
 from judge.backends import PermanentError
 from judge.server import _bounds, _failures, _fastpath
-from judge.server._jobs import Runtime, config_of, option_error
+from judge.server._job_kind import Runtime, config_of
+from judge.server._jobs import option_error
 from judge.server._metrics import ServerMetrics
 from judge.server._schemas import EvaluateRequest
 

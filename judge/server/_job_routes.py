@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import ValidationError
 
 from judge.io import InputError
-from judge.server import _bounds, _engine
+from judge.server import _bounds, _comparisons, _job_files, _score_job
 from judge.server._app_state import (
     NDJSON,
     AppState,
@@ -28,6 +28,7 @@ from judge.server._app_state import (
     validation_error,
 )
 from judge.server._jobs import new_job_id
+from judge.server._kinds import job_kind, validate_job
 from judge.server._schemas import JobOptions, JobRequest
 
 JOB_TYPES = (NDJSON, "application/jsonl", "application/json", "text/plain", "")
@@ -105,7 +106,7 @@ async def _receive(request: Request, ctype: str, input_path: Path) -> tuple[JobO
 
 
 async def _submit(state: AppState, request: Request, ctype: str, job_id: str, job_dir: Path) -> JSONResponse:
-    input_path = job_dir / _engine.INPUT_NAME
+    input_path = job_dir / _job_files.INPUT_NAME
     given, body_hash = await _receive(request, ctype, input_path)
     intake = Intake(job_id, "score", idempotency_hash(request), body_hash)
     refused = state.replayed(intake.idem_hash, body_hash)
@@ -117,31 +118,25 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
     options = merge_options(state.config.defaults, given)
     options = state.review.with_calibration(options, ctype == "application/json")
     bounds = state.runtime.bounds
-    check = await asyncio.to_thread(
-        _bounds.validate_input,
-        input_path,
-        bounds,
-        field_map=options.get("map") or {},
-        max_passage_chars=options["max_passage_chars"],
-    )
+    check = await asyncio.to_thread(validate_job, "score", job_dir, options, state.runtime)
     if (refused := _bounds.too_many_records(check, bounds)) is not None:
         shutil.rmtree(job_dir, ignore_errors=True)
         return refused
     if check.queries == 0:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(422, "no valid record in the body", rejects=check.rejects[:100])
-    await asyncio.to_thread(_engine.save_sample_labels, job_dir, options)
+    await asyncio.to_thread(_job_files.save_sample_labels, job_dir, options)
     try:
-        await asyncio.to_thread(_engine.check_job_sample, job_dir, options, input_path)
+        await asyncio.to_thread(_score_job.check_job_sample, job_dir, options, input_path)
     except InputError as err:
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(
             422,
-            _engine.public_message(job_dir, err),
+            _job_files.public_message(job_dir, err),
             line=err.line,
             field="options.sample_labels" + (f".{err.field}" if err.field and "." not in err.field else ""),
         )
-    await asyncio.to_thread(_engine.write_rejects, job_dir, check.rejects)
+    await asyncio.to_thread(_score_job.write_rejects, job_dir, check.rejects)
     return state.accept_job(job_dir, intake, options, check)
 
 
@@ -215,7 +210,7 @@ async def _compare_file(state: AppState, job: dict[str, Any], fmt: str, system: 
     if fmt == "run" and system not in job["options"]["systems"]:
         raise field_error(("query", "system"), f"format=run needs system= one of {job['options']['systems']}")
     job_dir = state.manager.job_dir(job["id"])
-    found = await asyncio.to_thread(_engine.compare_export, job_dir, fmt, system)
+    found = await asyncio.to_thread(_comparisons.compare_export, job_dir, fmt, system)
     if found is None:
         return json_error(409, f"job is {job['status']}; the pool's files are written when it is done")
     name, text = found
@@ -225,7 +220,9 @@ async def _compare_file(state: AppState, job: dict[str, Any], fmt: str, system: 
 async def _trec_file(state: AppState, job: dict[str, Any], fmt: str, tag: str) -> Response:
     """A scoring job's verdicts as TREC qrels, or its input ranking as a run."""
     labelled = await asyncio.to_thread(state.review.export_records, job)
-    text = await asyncio.to_thread(_engine.export_text, state.manager.job_dir(job["id"]), fmt, tag, labelled)
+    text = await asyncio.to_thread(
+        _score_job.export_text, state.manager.job_dir(job["id"]), fmt, tag, labelled
+    )
     return PlainTextResponse(text, headers={"Content-Disposition": f'inline; filename="{job["id"]}.{fmt}"'})
 
 
@@ -251,9 +248,10 @@ async def results(
         if job["kind"] == "compare":
             return await _compare_file(state, job, format, system)
         return await _trec_file(state, job, format, tag)
-    lines, _ = _engine.complete_lines(_engine.results_path(state.manager.job_dir(job_id), job["kind"]))
+    records = job_kind(job["kind"]).files(state.manager.job_dir(job_id)).records
+    lines, _ = _job_files.complete_lines(records)
     lines = await asyncio.to_thread(state.review.lines, job, [x for x in lines if x.strip()])
-    lines = await asyncio.to_thread(_engine.in_input_order, lines)
+    lines = await asyncio.to_thread(_job_files.in_input_order, lines)
     page = lines[offset : offset + limit]
     headers = {"X-Total-Count": str(len(lines))}
     if offset + limit < len(lines):
@@ -268,7 +266,7 @@ async def rejects(job_id: str, state: State) -> dict[str, Any]:
     the system)."""
     job = state.job(job_id)
     job_dir = state.manager.job_dir(job_id)
-    found = _engine.compare_rejects(job_dir) if job["kind"] == "compare" else _engine.score_rejects(job_dir)
+    found = job_kind(job["kind"]).rejects(job_dir)
     return {"rejects": found, "count": len(found)}
 
 
@@ -277,7 +275,7 @@ async def query_detail(job_id: str, query_id: str, state: State) -> dict[str, An
     """One finished query's record with its passages' texts (for the viewer)."""
     job = state.job(job_id)
     job_dir = state.manager.job_dir(job_id)
-    detail = await asyncio.to_thread(_engine.query_detail, job_dir, query_id, job["options"])
+    detail = await asyncio.to_thread(_score_job.query_detail, job_dir, query_id, job["options"])
     if detail is None:
         return json_error(404, f"no finished query {query_id!r} in job {job_id!r}")  # type: ignore[return-value]
     return await asyncio.to_thread(state.review.detail, job, detail)

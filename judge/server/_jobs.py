@@ -1,12 +1,14 @@
 """Durable jobs: a FIFO queue in the job database, run one (or ``max_jobs``) at a time in
-the server's event loop through :mod:`judge.server._engine`.
+the server's event loop, each through its kind (:class:`~judge.server._job_kind.JobKind`,
+registered in :data:`judge.server._kinds.KINDS`).
 
 Start-up requeues the jobs a dead process left ``running``; they resume where their output
 stops (finished queries are in the output, judged passages in the verdict cache), so a
 kill -9 repeats at most the LLM calls that were in flight. A job has a ``kind`` (``score``:
 ``judge score`` on a dataset; ``compare``: ``judge compare-systems`` on several systems'
-results, pooled) and a ``phase`` (``score``, then ``retry`` when its unjudged passages are
-asked again).
+results, pooled; ``experiment``: ``judge experiment`` over a search configuration the
+server registered) and a ``phase`` (``score``, then ``retry`` when its unjudged passages
+are asked again).
 """
 
 from __future__ import annotations
@@ -16,52 +18,22 @@ import contextlib
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
-from judge.backends import Backend
-from judge.batch import RunSpec, run_spec_from_job_options
 from judge.io import dataset_limits
-from judge.judging import JudgeConfig, VerdictStore
-from judge.server import _engine
-from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
 from judge.server._failures import job_error
+from judge.server._job_files import OutputTail
+from judge.server._job_kind import Runtime
+from judge.server._kinds import job_kind
 from judge.server._metrics import ServerMetrics
-from judge.server._schemas import EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
 
 TICK_S = 0.5
-
-
-@dataclass
-class Runtime:
-    """What every job of this server shares: the backend (one call policy for all jobs),
-    the verdict cache and the server's defaults. ``spec``: the server's
-    :class:`~judge.batch.RunSpec` (its judge flags, call policy and engine); each job's
-    judging options are laid over it (:func:`job_spec`). ``concurrency``: the calls in
-    flight the backend enforces (the spec's, made concrete for the backend)."""
-
-    backend: Backend
-    store: VerdictStore | None
-    jobs_dir: Path
-    concurrency: int
-    max_jobs: int = 1
-    queue_size: int = 100
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    bounds: JobBounds = field(default_factory=JobBounds)
-    spec: RunSpec = field(default_factory=RunSpec)
-    executor: Any = None
-    """Who judges every job (``judge serve --engine ray``: one Ray executor for the server's
-    life); None: each job's local engine over ``backend``."""
-    labels: Any = None
-    """A scoring job's labels for ``examples``: ``labels(query_ids) -> (LabelSet, level,
-    yes_grade)`` from the server's label store and its stated mapping (set with the review
-    state); None: no labels, so no worked examples."""
 
 
 def new_job_id() -> str:
@@ -72,20 +44,6 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def job_spec(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
-    """The :class:`~judge.batch.RunSpec` of a job: its judging options
-    (:data:`~judge.server._schemas.JUDGE_OPTION_KEYS`; a job's other options, such as a
-    comparison's resampling ``seed``, are not judge settings) and its worked examples
-    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) over ``base``, the server's."""
-    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS)
-    return run_spec_from_job_options({k: options.get(k) for k in keys}, base)
-
-
-def config_of(options: Mapping[str, Any], base: RunSpec | None = None) -> JudgeConfig:
-    """The JudgeConfig of a job's (merged, validated) options (:func:`job_spec`)."""
-    return job_spec(options, base).config
-
-
 def option_error(exc: ValueError, *where: str) -> RequestValidationError:
     """A judging option refused by its config object as a 422 whose ``loc`` ends with the
     field the error names (``exc.field``, as :class:`~judge.backends.ConfigError` and
@@ -94,62 +52,12 @@ def option_error(exc: ValueError, *where: str) -> RequestValidationError:
     return RequestValidationError([{"loc": (*where, name), "msg": str(exc), "type": "value_error"}])
 
 
-Runner = Callable[["JobManager", dict[str, Any], Path], Awaitable[dict[str, Any]]]
-
-
-async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
-    rt = manager.runtime
-    opts = job["options"]
-    spec = job_spec(opts, rt.spec)
-    config = spec.config
-    batch = _engine.batch_options(
-        k=opts["k"],
-        concurrency=rt.concurrency,
-        field_map=opts.get("map") or {},
-        max_passage_chars=opts["max_passage_chars"],
-        listwise=bool(opts.get("listwise")),
-        listwise_template=opts.get("listwise_template"),
-        settings={**rt.settings, "job": job["id"]},
-        executor=rt.executor,
-        sample_labels=_engine.sample_label_options(job_dir, opts),
-        examples=await _engine.job_example_bank(job_dir, spec, opts, rt.labels),
-    )
-    if job["phase"] == "retry":
-        return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)
-    return await _engine.run_score(job_dir, rt.backend, config, rt.store, batch)
-
-
-async def _run_compare_kind(manager: JobManager, job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
-    """``judge compare-systems`` in the job's directory (a restart re-runs it: the pool's
-    output and the verdict cache make that a resume). ``phase=retry`` asks the pool's
-    unjudged pairs again and rewrites the report."""
-    rt = manager.runtime
-    opts = job["options"]
-    return await _engine.run_compare(
-        job_dir,
-        rt.backend,
-        job_spec(opts, rt.spec),
-        rt.store,
-        opts,
-        concurrency=rt.concurrency,
-        settings={**rt.settings, "job": job["id"]},
-        retry=job["phase"] == "retry",
-        executor=rt.executor,
-        labels=rt.labels,
-    )
-
-
-# Job kinds: their runners, and the file whose appended records are the job's progress.
-RUNNERS: dict[str, Runner] = {"score": _run_score_kind, "compare": _run_compare_kind}
-PROGRESS_FILES: dict[str, str] = {"score": _engine.OUTPUT_NAME, "compare": _engine.POOL_JUDGED}
-
-
 class _Progress:
     """A running job's counters and ETA, from its progress file as it grows. The file is
     read and parsed in a worker thread: a resumed job's file can be large, and reading it
     on the event loop would hold every other request (``/healthz`` too) meanwhile."""
 
-    def __init__(self, manager: JobManager, job: Mapping[str, Any], tail: _engine.OutputTail) -> None:
+    def __init__(self, manager: JobManager, job: Mapping[str, Any], tail: OutputTail) -> None:
         self.manager = manager
         self.job = job
         self.tail = tail
@@ -238,7 +146,8 @@ class JobManager:
     async def _run(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
         job_dir = self.job_dir(job_id)
-        progress = _Progress(self, job, _engine.OutputTail(job_dir / PROGRESS_FILES[job["kind"]]))
+        kind = job_kind(job["kind"])
+        progress = _Progress(self, job, OutputTail(kind.files(job_dir).records))
         seen_verdicts: Counter[str] = Counter()
         before_summary = job.get("summary") or {}
         tick: asyncio.Task[None] | None = None
@@ -247,7 +156,7 @@ class JobManager:
             if job["phase"] != "retry":
                 tick = asyncio.create_task(progress.ticker())
             with dataset_limits(self.runtime.bounds.dataset()):
-                summary = await RUNNERS[job["kind"]](self, job, job_dir)
+                summary = await kind.run(self.runtime, job, job_dir)
         except asyncio.CancelledError:
             if job_id in self._cancelling:
                 self.db.update(job_id, status="cancelled", finished=time.time())
@@ -275,6 +184,8 @@ class JobManager:
                 summary=summary,
                 queries_done=int(summary.get("queries", 0)),
                 passages_done=int(summary.get("passages", 0)),
+                # an experiment knows its pool only once it searched: at least what was judged
+                passages_total=max(int(job["passages_total"] or 0), int(summary.get("passages", 0))),
                 unjudged=int(summary.get("unjudged", 0)),
             )
             self._eta[job_id] = 0.0

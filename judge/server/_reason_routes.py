@@ -2,7 +2,7 @@
 the reason of one pooled pair of a finished comparison that has none yet.
 
 A comparison judges verdicts and P(yes) first and asks reasons only for the pairs its report
-shows and its review queue's first items (:func:`judge.server._engine.run_compare`); a
+shows and its review queue's first items (:func:`judge.server._compare_job.run_compare`); a
 reviewer who opens any other pair gets its reason here: one explaining call through the
 pool's engine, under the explaining config's cache key, kept in the job's ``reasons/`` so a
 second open costs no call. Two opens of the same pair at once make one call (one lock per
@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from judge.backends import BackendError, PermanentError, redact
 from judge.io import MAX_ID_CHARS
 from judge.judging import PassageVerdict
-from judge.server import _bounds, _engine
-from judge.server._app_state import AppState, State, field_error, json_error
+from judge.server import _asked_reasons, _bounds
+from judge.server._app_state import AppState, NotCompare, State, field_error, json_error
 from judge.server._failures import upstream_status
-from judge.server._jobs import job_spec
+from judge.server._job_kind import job_spec
+from judge.server._kinds import job_kind
 from judge.server._review_routes import reviewer_of
 from judge.store import trec_token
 
@@ -88,7 +89,9 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
     (``explain``/``probability`` set in its options, or listwise); 502: the LLM upstream
     refused the request for good (``backend``, ``upstream_status``); 503 (``Retry-After``):
     the judge gave no reason this time (both name the pair; nothing failed is kept)."""
-    job = state.compare_job(job_id)
+    job = state.job(job_id)
+    if not job_kind(job["kind"]).pooled:
+        raise NotCompare(job_id)
     if job["status"] != "done":
         return json_error(409, f"job is {job['status']}; reasons are asked once the comparison is done")
     qid, docno, verdict = await asyncio.to_thread(pooled_verdict, state, job, body)
@@ -105,7 +108,7 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
         )
     rt = state.runtime
     spec = job_spec(job["options"], rt.spec)
-    if _engine.explaining_config(rt.backend, spec, job["options"]) is None:
+    if _asked_reasons.explaining_config(rt.backend, spec, job["options"]) is None:
         return json_error(
             409,
             "this comparison was judged without reasons on request (its options set explain, "
@@ -118,12 +121,12 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
     if lock is None:
         lock = state.reason_locks[key] = asyncio.Lock()
     async with lock:  # two opens of one pair: the second finds the first's reason
-        kept = (await asyncio.to_thread(_engine.explained, job_dir)).get((qid, docno))
+        kept = (await asyncio.to_thread(_asked_reasons.explained, job_dir)).get((qid, docno))
         if kept is not None and kept.verdict == verdict.verdict:
-            asked = await asyncio.to_thread(_engine.asked_by, job_dir, qid, docno)
+            asked = await asyncio.to_thread(_asked_reasons.asked_by, job_dir, qid, docno)
             return {**answer, "reason": kept.reason, "calls": 0, "asked": asked}
         try:
-            explained = await _engine.explain_one(
+            explained = await _asked_reasons.explain_one(
                 job_dir,
                 qid,
                 docno,
@@ -162,7 +165,7 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
         calls = 0 if explained.cached else explained.attempts
         when = datetime.now(UTC).isoformat(timespec="seconds")
         asked = await asyncio.to_thread(
-            _engine.record_asked, job_dir, qid, docno, reviewer_of(request, None), when, calls
+            _asked_reasons.record_asked, job_dir, qid, docno, reviewer_of(request, None), when, calls
         )
     return {**answer, "reason": explained.reason, "calls": calls, "asked": asked}
 

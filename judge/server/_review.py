@@ -48,8 +48,9 @@ from judge.batch import (
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
 from judge.judging import DEFAULT_BORDERLINE_MARGIN, QueueItem, borderline_verdicts, threshold_of
 from judge.metrics import ScaleError, calibrate_threshold
-from judge.server import _bounds, _engine
-from judge.server._jobs import config_of
+from judge.server import _bounds, _comparisons, _job_files
+from judge.server._job_kind import JobFiles, config_of
+from judge.server._kinds import job_kind
 from judge.store import (
     DEFAULT_COLLECTION,
     Calibration,
@@ -60,7 +61,6 @@ from judge.store import (
     conflicts_of,
     trec_token,
 )
-from judge.systems import ReportFolder
 
 
 class CalibrateIn(BaseModel):
@@ -93,23 +93,8 @@ def _fail(loc: tuple[str, ...], message: str) -> RequestValidationError:
 
 
 # ------------------------------------------------------------------------------ items
-@dataclass(frozen=True)
-class JobFiles:
-    """Where a job's judged records and their input (the passages' texts) are."""
-
-    records: Path
-    dataset: Path
-
-
-def job_files(job_dir: Path, kind: str) -> JobFiles:
-    if kind == "compare":
-        folder = ReportFolder(job_dir)
-        return JobFiles(folder.pool_judged, folder.pool_input)
-    return JobFiles(job_dir / _engine.OUTPUT_NAME, job_dir / _engine.INPUT_NAME)
-
-
 def read_records(path: Path) -> list[dict[str, Any]]:
-    lines, _ = _engine.complete_lines(path)
+    lines, _ = _job_files.complete_lines(path)
     return [json.loads(x) for x in lines if x.strip()]
 
 
@@ -235,7 +220,7 @@ class Review:
 
     def data(self, job: Mapping[str, Any]) -> JobData:
         """The job's records, labelled records, summary and review figures (cached)."""
-        files = job_files(self.job_dir(job["id"]), job["kind"])
+        files = job_kind(job["kind"]).files(self.job_dir(job["id"]))
         key = (_stamp(files.records), self._store_stamp(), job["status"], job["finished"])
         with self._lock:
             hit = self._cache.get(job["id"])
@@ -357,7 +342,7 @@ class Review:
         """Store one label of ``job`` and update the job's cached figures: that query's
         record, then the totals (the whole job is recomputed only when the cache is not
         current, e.g. after another process wrote to the store)."""
-        files = job_files(self.job_dir(job["id"]), job["kind"])
+        files = job_kind(job["kind"]).files(self.job_dir(job["id"]))
         with self._write:
             before = self._store_stamp()
             stored = self.store.put(label)
@@ -423,13 +408,13 @@ class Review:
         return self._figures(job, fresh, None, data.review.get("mapping") or _mapping_dict(mapping))
 
     def texts(self, job: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-        files = job_files(self.job_dir(job["id"]), job["kind"])
+        files = job_kind(job["kind"]).files(self.job_dir(job["id"]))
         key = _stamp(files.dataset)
         with self._lock:
             hit = self._texts.get(job["id"])
             if hit is not None and hit[0] == key:
                 return hit[1]
-        texts = passage_texts(files.dataset, job["options"], pool=job["kind"] == "compare")
+        texts = passage_texts(files.dataset, job["options"], pool=job_kind(job["kind"]).pooled)
         with self._lock:
             self._texts[job["id"]] = (key, texts)
             while len(self._texts) > 16:
@@ -529,7 +514,7 @@ class Review:
         with self._lock:
             hit = self._ranks.get(job["id"])
         if hit is None:
-            hit = _engine.system_rankings(self.job_dir(job["id"]), job["options"])
+            hit = _comparisons.system_rankings(self.job_dir(job["id"]), job["options"])
             with self._lock:
                 self._ranks[job["id"]] = hit
                 while len(self._ranks) > 16:
@@ -540,7 +525,7 @@ class Review:
         self, job: Mapping[str, Any], q: QueueItem, reasons: Mapping[Any, Any] | None = None
     ) -> dict[str, Any]:
         """One queue item as the review page shows it; ``reasons``: a comparison's reasons
-        asked after its verdicts (:func:`judge.server._engine.explained`), shown beside the
+        asked after its verdicts (:func:`judge.server._asked_reasons.explained`), shown beside the
         verdict they explain."""
         c = q.candidate
         data = self.data(job)

@@ -22,9 +22,10 @@ from judge.batch import (
 )
 from judge.io import MAX_ID_CHARS, InputError
 from judge.metrics import CalibrationError, ScaleError, check_scale, resolve_mapping
-from judge.server import _bounds, _engine
+from judge.server import _asked_reasons, _bounds
 from judge.server._app_state import State, field_error
-from judge.server._jobs import job_spec
+from judge.server._job_kind import job_spec
+from judge.server._kinds import job_kind
 from judge.server._review import CalibrateIn, Conflict, Review, conflict_rows, serve_flags
 from judge.server._viewer_routes import index_page
 from judge.store import (
@@ -153,13 +154,17 @@ async def queue(
     total = await asyncio.to_thread(review.pending, job)
     data = review.data(job)
     on_request = (
-        job["kind"] == "compare"
-        and _engine.explaining_config(
+        job_kind(job["kind"]).pooled
+        and _asked_reasons.explaining_config(
             state.runtime.backend, job_spec(job["options"], state.runtime.spec), job["options"]
         )
         is not None
     )
-    kept = await asyncio.to_thread(_engine.explained, state.manager.job_dir(job_id)) if on_request else None
+    kept = (
+        await asyncio.to_thread(_asked_reasons.explained, state.manager.job_dir(job_id))
+        if on_request
+        else None
+    )
     return {
         "job": job_id,
         "kind": job["kind"],

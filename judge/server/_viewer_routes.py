@@ -1,4 +1,4 @@
-"""The web viewer's pages: the job list, a job, a comparison (one static page that reads the
+"""The web viewer's pages: the job list, a job, a comparison, an experiment (one static page that reads the
 API; its scripts and styles are served under ``/static``), and signing in and out
 (``POST /login`` with the sign-in form's ``key`` and optional ``name``; ``POST /logout``)."""
 
@@ -34,6 +34,11 @@ async def home() -> FileResponse:
 
 @router.get("/compare/{job_id}")
 async def compare_page(job_id: str) -> FileResponse:
+    return index_page()
+
+
+@router.get("/experiments/{job_id}")
+async def experiment_page(job_id: str) -> FileResponse:
     return index_page()
 
 

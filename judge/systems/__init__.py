@@ -28,6 +28,7 @@ from judge.systems._model import (
     SystemSummary,
 )
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels, systems_query_texts
+from judge.systems._pair_view import comparison_pair, pair_view
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
 from judge.systems._pool_export import PoolExport, pool_exchange_rows
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
@@ -87,11 +88,13 @@ __all__ = [
     "check_pool_examples",
     "check_sample_pairs",
     "compare_systems",
+    "comparison_pair",
     "experiment",
     "explain_pairs",
     "has_search_section",
     "load_search_nightly",
     "map_human",
+    "pair_view",
     "parse_grid",
     "parse_measures",
     "parse_system_args",

@@ -1,7 +1,7 @@
 // judge results viewer: plain JavaScript, no build step, nothing loaded from the network
 // beyond this server. Pages: "/" (submit + job list), "/jobs/<id>" (one scoring job),
-// "/jobs/<id>/review" (the review queue: review.js) and "/compare/<id>" (one comparison of
-// systems: compare.js).
+// "/jobs/<id>/review" (the review queue: review.js), "/compare/<id>" (one comparison of
+// systems: compare.js) and "/experiments/<id>" (one search experiment: experiment.js).
 "use strict";
 
 const $main = document.getElementById("main");
@@ -71,7 +71,7 @@ function submitForm() {
   return form;
 }
 
-function jobHref(j) { return (j.kind === "compare" ? "/compare/" : "/jobs/") + encodeURIComponent(j.id); }
+function jobHref(j) { return (j.kind === "compare" ? "/compare/" : j.kind === "experiment" ? "/experiments/" : "/jobs/") + encodeURIComponent(j.id); }
 
 async function jobList() {
   document.title = "judge · jobs";
@@ -83,7 +83,8 @@ async function jobList() {
     const data = await (await api("/v1/jobs?limit=100")).json();
     tbody.replaceChildren(...(data.jobs.length ? data.jobs.map((j) => el("tr", { "data-job": j.id, "data-kind": j.kind },
       el("td", {}, el("a", { href: jobHref(j) }, j.id)),
-      el("td", {}, j.kind === "compare" ? el("a", { href: jobHref(j), class: "kind compare" }, "comparison") : el("span", { class: "kind" }, j.kind)),
+      el("td", {}, j.kind === "compare" ? el("a", { href: jobHref(j), class: "kind compare" }, "comparison")
+        : j.kind === "experiment" ? el("a", { href: jobHref(j), class: "kind experiment" }, "experiment") : el("span", { class: "kind" }, j.kind)),
       el("td", {}, statusBadge(j.status)),
       el("td", {}, progressBar(j.queries_done, j.queries_total)),
       el("td", { class: "num" }, `${j.queries_done}/${j.queries_total}`), el("td", { class: "num" }, j.passages_done),
@@ -259,6 +260,7 @@ async function jobPage(jobId) {
   const job = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
   if (job.detail) { head.replaceChildren(el("p", { class: "err" }, String(job.detail))); return; }
   if (job.kind === "compare") { location.replace("/compare/" + encodeURIComponent(jobId)); return; }
+  if (job.kind === "experiment") { location.replace("/experiments/" + encodeURIComponent(jobId)); return; }
   drawHead(job);
   await drawBody(job);
   if (job.status === "queued" || job.status === "running") {
@@ -280,9 +282,11 @@ function route() {
   const m = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
   const r = location.pathname.match(/^\/jobs\/([^/]+)\/review\/?$/);
   const c = location.pathname.match(/^\/compare\/([^/]+)\/?$/);
+  const x = location.pathname.match(/^\/experiments\/([^/]+)\/?$/);
   if (m) jobPage(decodeURIComponent(m[1]));
   else if (r) reviewPage(decodeURIComponent(r[1]));
   else if (c) comparePage(decodeURIComponent(c[1]));
+  else if (x) experimentPage(decodeURIComponent(x[1]));
   else jobList();
 }
 

@@ -278,7 +278,7 @@ async function reviewPage(jobId) {
   function draw() { drawList(); drawCurrent(); }
 
   async function loadQueue() {
-    const resp = await api(jobUrl(jobId, "/queue?limit=200"));
+    const resp = await api(jobUrl(jobId, new URLSearchParams(location.search).has("docno") ? "/queue?limit=1000" : "/queue?limit=200"));
     const data = await resp.json();
     if (!resp.ok) { current.replaceChildren(el("p", { class: "err" }, typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail))); return false; }
     if (data.signed_in) { who.value = data.signed_in; who.disabled = true; }
@@ -287,6 +287,10 @@ async function reviewPage(jobId) {
     state.total = data.total;
     state.items = data.items;
     state.pos = 0;
+    // Opened from another page on one pair (?query_id=&docno=, e.g. the experiment page): start at it.
+    const want = new URLSearchParams(location.search);
+    const at = state.items.findIndex((it) => it.query_id === want.get("query_id") && it.docno === want.get("docno"));
+    if (at >= 0) state.pos = at;
     if (sampleMode) {
       const drawn = await api(jobUrl(jobId, "/sample"));
       const sample = await drawn.json();

@@ -1,0 +1,31 @@
+"""The job kinds the server runs, registered by name: the :class:`~judge.server._job_kind.JobKind`
+the job manager dispatches a job on (its ``kind`` column), and the one check of a job's saved
+input under the server's bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from judge.io import dataset_limits
+from judge.server._compare_job import COMPARE
+from judge.server._experiment_job import EXPERIMENT
+from judge.server._job_files import Validation
+from judge.server._job_kind import JobKind, Runtime
+from judge.server._score_job import SCORE
+
+#: every kind of job, by the name a job's ``kind`` column holds
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (SCORE, COMPARE, EXPERIMENT)}
+
+
+def job_kind(name: str) -> JobKind:
+    """The registered kind ``name`` (KeyError: none; the job database only holds these)."""
+    return KINDS[name]
+
+
+def validate_job(kind: str, job_dir: Path, options: Mapping[str, Any], rt: Runtime) -> Validation:
+    """A job's saved input checked as its run will read it, under the server's bounds; stops
+    counting one record past ``max_records``. Blocking: call it in a worker thread."""
+    with dataset_limits(rt.bounds.dataset()):
+        return job_kind(kind).validate(job_dir, options, rt, stop_after=rt.bounds.max_records + 1)
