@@ -178,6 +178,17 @@ def test_a_service_experiment_gives_the_cli_report(
         listed = client.get("/v1/experiments").json()["experiments"]
         heatmap = client.get(f"/v1/experiments/{job_id}/heatmap.png")
         markdown = client.get(f"/v1/experiments/{job_id}/report?format=md")
+        texts = [
+            client.get(f"/v1/experiments/{job_id}/report?format={f}").text for f in ("json", "md", "html")
+        ]
+        texts += [client.get(f"/v1/experiments/{job_id}").text, client.get("/v1/experiments").text]
+        best, baseline = report["experiment"]["best"], report["experiment"]["configurations"][0]["name"]
+        texts.append(client.get(f"/v1/experiments/{job_id}/pair", params={"a": baseline, "b": best}).text)
+    # Issue 42, item 9: no response names a server path (the job's folder, the registered
+    # configuration's folder or its index); files are named relative to the job or by name.
+    for text in texts:
+        for where in {str(tmp_path), str(tmp_path.resolve()), str(data.root), str(data.root.resolve())}:
+            assert where not in text and json.dumps(where)[1:-1] not in text
     assert _figures(report) == _figures(cli_report)
     assert report["experiment"]["calls"] == cli_report["experiment"]["calls"] == backend.calls
     assert view["summary"]["best"] == cli_report["experiment"]["best"]

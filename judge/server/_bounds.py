@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -223,32 +223,34 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
             fh.write(json.dumps(rec) + "\n")
 
 
-def _job_prefixes(job_dir: Path) -> list[str]:
-    """The job folder's path as a response could carry it (as given and resolved), with the
-    separator: what :func:`public_text` and :func:`public_paths` take away."""
-    found = {str(job_dir), str(job_dir.resolve())}
+def _job_prefixes(job_dir: Path, also: Iterable[Path] = ()) -> list[str]:
+    """The job folder's path (and the folders ``also`` names: a registered configuration's,
+    its index's) as a response could carry them (as given and resolved), with the separator:
+    what :func:`public_text` and :func:`public_paths` take away."""
+    found = {str(p) for d in (job_dir, *also) for p in (d, d.resolve())}
     return sorted((p.rstrip("/") + "/" for p in found), key=len, reverse=True)
 
 
-def public_text(text: str, job_dir: Path) -> str:
-    """``text`` (a report: JSON, Markdown, HTML) with the job folder's path taken out of every
-    path in it: files named relative to the job's folder, never by the server's absolute path."""
-    for prefix in _job_prefixes(job_dir):
+def public_text(text: str, job_dir: Path, also: Iterable[Path] = ()) -> str:
+    """``text`` (a report: JSON, Markdown, HTML) with the job folder's path (and the folders
+    ``also`` names) taken out of every path in it: files named relative to the job's folder,
+    or by their name, never by the server's absolute path."""
+    for prefix in _job_prefixes(job_dir, also):
         text = text.replace(prefix, "")
         text = text.replace(json.dumps(prefix)[1:-1], "")  # as a JSON string escapes it
     return text
 
 
-def public_paths(value: Any, job_dir: Path) -> Any:
-    """A JSON value (a job's view, a summary) with every string under the job's folder made
-    relative to it (see :func:`public_text`)."""
-    prefixes = _job_prefixes(job_dir)
+def public_paths(value: Any, job_dir: Path, also: Iterable[Path] = ()) -> Any:
+    """A JSON value (a job's view, a summary) with every string under the job's folder (or
+    the folders ``also`` names) made relative to it (see :func:`public_text`)."""
+    prefixes = _job_prefixes(job_dir, also)
     if isinstance(value, str):
         for prefix in prefixes:
             value = value.replace(prefix, "")
         return value
     if isinstance(value, Mapping):
-        return {k: public_paths(v, job_dir) for k, v in value.items()}
+        return {k: public_paths(v, job_dir, also) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [public_paths(v, job_dir) for v in value]
+        return [public_paths(v, job_dir, also) for v in value]
     return value

@@ -14,7 +14,7 @@ import asyncio
 import math
 import shutil
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -32,7 +32,7 @@ from judge.server._job_routes import events as job_events
 from judge.server._jobs import new_job_id, option_error
 from judge.server._kinds import job_kind, validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareOptions
-from judge.server._search_configs import NAME_PATTERN
+from judge.server._search_configs import NAME_PATTERN, config_folders
 from judge.systems import pair_view
 
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["experiments"])
@@ -225,14 +225,23 @@ async def list_experiments(
 ) -> dict[str, Any]:
     """The experiments, newest first (each as ``GET /v1/experiments/{id}`` shows it)."""
     found = state.db.list_jobs(status=status, kind="experiment", limit=limit, offset=offset)
-    return {"experiments": [state.manager.view(j) for j in found], "offset": offset, "limit": limit}
+    views = [_public(state, str(j["id"]), state.manager.view(j)) for j in found]
+    return {"experiments": views, "offset": offset, "limit": limit}
+
+
+def _public(state: AppState, job_id: str, value: Any) -> Any:
+    """``value`` (a view, a pair view) with no server folder in it: the job's files named
+    relative to its folder, the registered configurations' and indexes' by their names."""
+    return _bounds.public_paths(
+        value, state.manager.job_dir(job_id), config_folders(state.runtime.search_configs)
+    )
 
 
 @router.get("/v1/experiments/{job_id}")
 async def get_experiment(job_id: str, state: State) -> dict[str, Any]:
     """Status, counters and, once done, the answer: best, its value against the baseline,
     every configuration's objective, the pool and the judge's calls."""
-    return state.manager.view(experiment_job(state, job_id))
+    return cast(dict[str, Any], _public(state, job_id, state.manager.view(experiment_job(state, job_id))))
 
 
 @router.get("/v1/experiments/{job_id}/events")
@@ -250,7 +259,7 @@ async def cancel_experiment(job_id: str, state: State) -> JSONResponse:
         return json_error(409, f"experiment is {job['status']}; nothing to cancel")
     done = await state.manager.cancel(job_id)
     assert done is not None
-    return JSONResponse(state.manager.view(done))
+    return JSONResponse(_public(state, job_id, state.manager.view(done)))
 
 
 @router.get("/v1/experiments/{job_id}/report", response_model=None)
@@ -261,9 +270,11 @@ async def experiment_report(
     its ``experiment`` section); ``format=md`` its ``report.md``, ``format=html`` its
     ``report.html`` (served with a Content-Security-Policy that forbids every network load)."""
     job = experiment_job(state, job_id)
-    text = await asyncio.to_thread(job_kind(job["kind"]).report, state.manager.job_dir(job_id), format)
+    job_dir = state.manager.job_dir(job_id)
+    text = await asyncio.to_thread(job_kind(job["kind"]).report, job_dir, format)
     if text is None or job["status"] != "done":
         return json_error(409, f"experiment is {job['status']}; the report is written when it is done")
+    text = _bounds.public_text(text, job_dir, config_folders(state.runtime.search_configs))
     if format in MEDIA_TYPES:
         return Response(text, media_type=MEDIA_TYPES[format])
     return HTMLResponse(
@@ -288,7 +299,7 @@ async def experiment_pair(
     job_dir = state.manager.job_dir(job_id)
     options = systems_options(job_dir, job["options"])
     try:
-        return await asyncio.to_thread(pair_view, job_dir, a, b, options)
+        return _public(state, job_id, await asyncio.to_thread(pair_view, job_dir, a, b, options))
     except InputError as err:
         return json_error(422, err.message, field=err.field)
 
