@@ -8,6 +8,8 @@ pairs judged."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import signal
@@ -44,8 +46,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Bundled:
 
 
 @pytest.fixture(scope="module")
-def cli_report(data: Bundled, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``judge experiment`` on the same inputs: the figures the service must give."""
+def cli_folder(data: Bundled, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``judge experiment`` on the same inputs: the folder whose figures the service must give."""
     out = tmp_path_factory.mktemp("cli") / "exp"
     code = main(
         [
@@ -70,7 +72,12 @@ def cli_report(data: Bundled, tmp_path_factory: pytest.TempPathFactory) -> dict[
         ]
     )
     assert code == 0
-    report: dict[str, Any] = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli_report(cli_folder: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((cli_folder / "report.json").read_text(encoding="utf-8"))
     return report
 
 
@@ -467,3 +474,42 @@ def test_an_experiment_is_cancelled_and_a_retried_post_is_the_same_job(data: Bun
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert report.status_code == 409 and [j["id"] for j in listed] == [job_id]
     assert twice.status_code == 409 and not_one.status_code == 404
+
+
+def test_an_experiments_judgments_travel_as_judge_export_writes_them(
+    data: Bundled, tmp_path: Path, cli_folder: Path
+) -> None:
+    """``GET /v1/experiments/{id}/judgments`` is ``judge export`` over the service: the same
+    CSV as the CLI's export of the same experiment (one row per pooled pair, the query's
+    text first), SRW's list with each rating's source, a stated scale, and 422 for a format it
+    does not write."""
+    with TestClient(_app(tmp_path, data)) as client:
+        job_id = client.post("/v1/experiments", json=_body()).json()["id"]
+        assert wait_job(client, job_id, timeout=300)["status"] == "done"
+        csv_text = client.get(f"/v1/experiments/{job_id}/judgments").text
+        srw = client.get(f"/v1/experiments/{job_id}/judgments", params={"format": "srw"})
+        same = client.get(f"/v1/experiments/{job_id}/judgments", params={"scale": "binary"})
+        graded = client.get(f"/v1/experiments/{job_id}/judgments", params={"scale": "srw-0-1"})
+        wrong = client.get(f"/v1/experiments/{job_id}/judgments", params={"format": "xml"})
+    out = tmp_path / "cli.csv"
+    assert main(["export", str(cli_folder), "--format", "csv", "-o", str(out)]) == 0
+    assert csv_text == out.read_text(encoding="utf-8")
+    pooled = (cli_folder / "pool.qrels").read_text(encoding="utf-8").splitlines()
+    rows = list(csv.reader(io.StringIO(csv_text)))
+    assert rows[0] == ["query", "docid", "rating"] and len(rows) - 1 == len(pooled)
+    texts = {
+        json.loads(line)["query"] for line in (DATA / "queries.zh.jsonl").read_text("utf-8").splitlines()
+    }
+    assert {r[0] for r in rows[1:]} <= texts
+    body = srw.json()
+    assert srw.headers["content-type"].startswith("application/json")
+    assert body["type"] == "IMPORT_JUDGMENT" and "by the LLM judge" in body["description"]
+    sources = {r["source"] for q in body["judgmentRatings"] for r in q["ratings"]}
+    assert sources == {"judge"}  # the qrels-backed judge answered every pooled pair
+    assert {r[2] for r in rows[1:]} == {"0", "1"}  # the pool's binary verdicts as they are
+    # the stated binary scale writes 0/1 again; SRW's 0-1 scores are a graded scale (0, 1/3,
+    # 2/3, 1 for grades 0-3), not one a binary pool's verdicts can be written on
+    assert same.status_code == 200 and same.text == csv_text
+    assert graded.status_code == 422 and graded.json()["field"] == "scale"
+    assert "binary" in graded.json()["detail"]
+    assert wrong.status_code == 422

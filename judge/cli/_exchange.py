@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -150,61 +149,14 @@ def register(subparsers: Any) -> None:
 
 
 def run_export_pool(args: argparse.Namespace) -> int:
-    from judge.io import scale_rule, write_judgments
-    from judge.systems import pool_exchange_rows
+    from judge.systems import pool_judgment_list
 
-    given = read_query_texts(args.queries)
-    pool = pool_exchange_rows(Path(args.report_dir), queries=given, need_texts=args.format != "trec")
-    rule = scale_rule(args.scale) if args.scale is not None else None
-    if rule is not None and rule.store_scale != pool.scale:
-        raise InputError(
-            f"the pool is {pool.scale}; --scale {args.scale} is on the {rule.store_scale} scale",
-            field="--scale",
-        )
-    rows = [(q, d, rule.from_store(g) if rule is not None else str(g)) for q, d, g, _ in pool.rows]
-    people = sum(1 for *_, by in pool.rows if by == "human")
-    stated = rule.name if rule is not None else ("binary" if pool.scale == "binary" else "graded-0-3")
-    description = (
-        f"judge {pool.kind} {Path(args.report_dir).name}: {len(rows) - people} rating(s) by the LLM judge "
-        f"({pool.judge}), {people} by people; judge scale: {stated}"
+    listing = pool_judgment_list(
+        Path(args.report_dir), args.format, scale=args.scale, queries=read_query_texts(args.queries)
     )
-    extra: Mapping[str, Any] = {
-        "judge_scale": stated,
-        "judge_sources": _sources(pool.rows),
-    }
-    if args.format == "srw":
-        text = _srw_with_sources(rows, pool.rows, description, Path(args.report_dir).name)
-    else:
-        text = write_judgments(
-            None,
-            rows,
-            args.format,
-            name=f"judge {Path(args.report_dir).name}",
-            description=description,
-            extra=extra,
-        )
-    _write_out(args.output, text)
-    print(f"judge export: {len(rows)} pooled pair(s) as {args.format} ({people} by people)", file=sys.stderr)
+    _write_out(args.output, listing.text)
+    print(
+        f"judge export: {listing.pairs} pooled pair(s) as {args.format} ({listing.people} by people)",
+        file=sys.stderr,
+    )
     return 0
-
-
-def _sources(rows: list[tuple[str, str, int, str]]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for q, d, _, by in rows:
-        out.setdefault(q, {})[d] = by
-    return out
-
-
-def _srw_with_sources(
-    rows: list[tuple[str, str, str]], pooled: list[tuple[str, str, int, str]], description: str, name: str
-) -> str:
-    """SRW's judgment list with each rating's source (``"source": "judge"|"human"``, a field
-    SRW keeps no use for and ignores)."""
-    from judge.io import write_judgments
-
-    data = json.loads(write_judgments(None, rows, "srw", name=f"judge {name}", description=description))
-    by = iter(pooled)
-    for entry in data["judgmentRatings"]:
-        for item in entry["ratings"]:
-            item["source"] = next(by)[3]
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"

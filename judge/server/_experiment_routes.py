@@ -20,7 +20,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from judge.io import InputError
+from judge.io import EXCHANGE_SCALES, InputError
 from judge.server import _bounds, _job_files
 from judge.server._app_state import AppState, Intake, NotFound, State, idempotency_hash, json_error
 from judge.server._compare_routes import MEDIA_TYPES, REPORT_CSP
@@ -33,7 +33,7 @@ from judge.server._jobs import new_job_id, option_error
 from judge.server._kinds import job_kind, validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareOptions
 from judge.server._search_configs import NAME_PATTERN, config_folders
-from judge.systems import pair_view
+from judge.systems import pair_view, pool_judgment_list
 
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["experiments"])
 
@@ -302,6 +302,51 @@ async def experiment_pair(
         return _public(state, job_id, await asyncio.to_thread(pair_view, job_dir, a, b, options))
     except InputError as err:
         return json_error(422, err.message, field=err.field)
+
+
+JUDGMENT_MEDIA = {
+    "trec": "text/plain; charset=utf-8",
+    "csv": "text/csv; charset=utf-8",
+    "srw": "application/json",
+    "rre": "application/json",
+}
+
+
+@router.get("/v1/experiments/{job_id}/judgments", response_model=None)
+async def experiment_judgments(
+    job_id: str,
+    state: State,
+    format: str = Query(default="csv", pattern="^(trec|csv|srw|rre)$"),
+    scale: str | None = Query(default=None, pattern="^(" + "|".join(EXCHANGE_SCALES) + ")$"),
+) -> Response:
+    """The finished experiment's judged pool as a judgment list (what ``judge export`` writes):
+    one row per pooled pair with the query's text and the engine's document id, ready for
+    Quepid (``csv``, ``rre``) or OpenSearch's Search Relevance Workbench (``srw``, ``csv``);
+    ``trec`` as qrels. ``scale`` writes the grades on a stated mapping (``srw-0-1``,
+    ``quepid-1-10``, ...). SRW's list says which ratings were the judge's and which people's."""
+    job = experiment_job(state, job_id)
+    if job["status"] != "done":
+        return json_error(409, f"experiment is {job['status']}; its judgments are listed when it is done")
+    job_dir = state.manager.job_dir(job_id)
+    try:
+        listing = await asyncio.to_thread(
+            pool_judgment_list, job_dir, cast(Any, format), scale=scale, name=f"experiment {job_id}"
+        )
+    except InputError as err:
+        return json_error(
+            422, _job_files.public_message(job_dir, err), field=(err.field or "format").lstrip("-")
+        )
+    return Response(
+        listing.text,
+        media_type=JUDGMENT_MEDIA[format],
+        headers={
+            "Content-Disposition": f'attachment; filename="experiment-{job_id}.{_SUFFIX[format]}"',
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+_SUFFIX = {"trec": "qrels", "csv": "csv", "srw": "json", "rre": "json"}
 
 
 @router.get("/v1/experiments/{job_id}/heatmap.png", response_model=None)

@@ -30,7 +30,7 @@ from judge.systems._model import (
 from judge.systems._options import SystemsOptions, pool_scale, read_human_labels, systems_query_texts
 from judge.systems._pair_view import comparison_pair, pair_view
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
-from judge.systems._pool_export import PoolExport, pool_exchange_rows
+from judge.systems._pool_export import PoolExport, PoolListing, pool_exchange_rows, pool_judgment_list
 from judge.systems._pooled_call import PooledKeywords, systems_options_of
 from judge.systems._ppi_report import check_sample_pairs
 from judge.systems._reasons import REASONS_DIR, explain_pairs, read_reasons, reasons_config
@@ -70,6 +70,7 @@ __all__ = [
     "Inputs",
     "Knob",
     "PoolExport",
+    "PoolListing",
     "PoolRun",
     "PoolSummary",
     "PoolVerdicts",
@@ -103,6 +104,7 @@ __all__ = [
     "pool_dataset_lines",
     "pool_example_bank",
     "pool_exchange_rows",
+    "pool_judgment_list",
     "pool_scale",
     "read_human_labels",
     "read_reasons",

@@ -18,14 +18,22 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from judge.io import InputError, RejectsReporter, read_qrels_lines
+from judge.io import (
+    InputError,
+    JudgmentFormat,
+    RejectsReporter,
+    read_qrels_lines,
+    scale_rule,
+    write_judgments,
+)
 from judge.store import recover_output
 from judge.systems._comparison import ReportFolder
 from judge.systems._inputs import read_systems, trec_token
 from judge.systems._model import SystemsReport
 
-__all__ = ["PoolExport", "pool_exchange_rows"]
+__all__ = ["PoolExport", "PoolListing", "pool_exchange_rows", "pool_judgment_list"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +122,57 @@ def pool_exchange_rows(
     )
     judge = f"{conventions.get('backend')}, {'template ' + templates if templates else 'no template'}"
     return PoolExport(kind, str(conventions.get("scale") or "binary"), judge, rows)
+
+
+@dataclass(frozen=True)
+class PoolListing:
+    """A judged pool written as a judgment list: ``text`` in the format asked for, ``pairs``
+    rows, ``people`` of them human labels (the rest the LLM judge's)."""
+
+    text: str
+    pairs: int
+    people: int
+
+
+def pool_judgment_list(
+    report_dir: Path,
+    fmt: JudgmentFormat,
+    *,
+    scale: str | None = None,
+    queries: Mapping[str, str] | None = None,
+    name: str | None = None,
+) -> PoolListing:
+    """``report_dir``'s judged pool (:func:`pool_exchange_rows`) as a judgment list in ``fmt``
+    (``trec``, ``csv``, ``srw``, ``rre``), its grades on ``scale`` (a stated mapping of the
+    pool's own scale; default the pool's binary 0/1 or graded 0-3). Who rated each pair goes
+    where the format has room: SRW's ratings carry ``"source"`` and its description counts
+    them, RRE gets ``judge_sources``; CSV and TREC have none. ``name`` names the list (default
+    the folder's name). :class:`InputError` naming ``--scale`` for a scale of the other kind."""
+    pool = pool_exchange_rows(report_dir, queries=queries, need_texts=fmt != "trec")
+    rule = scale_rule(scale) if scale is not None else None
+    if rule is not None and rule.store_scale != pool.scale:
+        raise InputError(
+            f"the pool is {pool.scale}; --scale {scale} is on the {rule.store_scale} scale", field="--scale"
+        )
+    rows = [(q, d, rule.from_store(g) if rule is not None else str(g)) for q, d, g, _ in pool.rows]
+    people = sum(1 for *_, by in pool.rows if by == "human")
+    stated = rule.name if rule is not None else ("binary" if pool.scale == "binary" else "graded-0-3")
+    name = name or Path(report_dir).name
+    description = (
+        f"judge {pool.kind} {name}: {len(rows) - people} rating(s) by the LLM judge "
+        f"({pool.judge}), {people} by people; judge scale: {stated}"
+    )
+    if fmt == "srw":
+        data = json.loads(write_judgments(None, rows, "srw", name=f"judge {name}", description=description))
+        by = iter(pool.rows)
+        for entry in data["judgmentRatings"]:
+            for item in entry["ratings"]:
+                item["source"] = next(by)[3]  # a field SRW keeps and does not use
+        text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    else:
+        sources: dict[str, dict[str, str]] = {}
+        for q, d, _, by_whom in pool.rows:
+            sources.setdefault(q, {})[d] = by_whom
+        extra: Mapping[str, Any] = {"judge_scale": stated, "judge_sources": sources}
+        text = write_judgments(None, rows, fmt, name=f"judge {name}", description=description, extra=extra)
+    return PoolListing(text, len(rows), people)
