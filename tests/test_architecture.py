@@ -388,3 +388,32 @@ def test_a_module_importing_a_name_from_its_own_package_is_a_circle() -> None:
     # a plain ``import judge.batch`` is the package too
     plain = _imports("judge.batch._a", "def f():\n    import judge.batch as package\n")
     assert [len(g) for g in module_cycles(package + plain, modules)] == [2]
+
+
+# A module a reader can hold in mind: none in judge/ over 900 lines, none of the service over
+# 700 (issue 44: the service's engine was split by kind of job before experiments were added).
+MAX_MODULE_LINES = 900
+MAX_SERVER_MODULE_LINES = 700
+
+
+def _too_long(paths: list[Path], limit: int, root: Path = ROOT) -> list[str]:
+    out = []
+    for path in paths:
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        if count > limit:
+            out.append(f"{path.relative_to(root)}: {count} lines")
+    return out
+
+
+def test_no_module_is_over_its_line_limit() -> None:
+    modules = sorted((ROOT / "judge").rglob("*.py"))
+    assert len(modules) > 100
+    assert _too_long(modules, MAX_MODULE_LINES) == []
+    assert _too_long(sorted((ROOT / "judge" / "server").glob("*.py")), MAX_SERVER_MODULE_LINES) == []
+
+
+def test_the_line_limit_finds_a_long_module(tmp_path: Path) -> None:
+    long, short = tmp_path / "long.py", tmp_path / "short.py"
+    long.write_text("x = 1\n" * 701, encoding="utf-8")
+    short.write_text("x = 1\n" * 700, encoding="utf-8")
+    assert _too_long([long, short], MAX_SERVER_MODULE_LINES, tmp_path) == ["long.py: 701 lines"]
