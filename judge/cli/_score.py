@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import (
+    add_adapt_flag,
     add_batch_flags,
     add_dataset_flags,
     add_engine_flags,
@@ -116,6 +117,7 @@ def register(subparsers: Any) -> None:
     add_label_flags(p)
     add_sample_label_flags(p, confidence=True)
     add_example_flags(p)
+    add_adapt_flag(p)
     p.add_argument(
         "--calibration",
         default=None,
@@ -193,6 +195,7 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
         executor=executor,
         borderline_margin=args.borderline_margin,
         qrels_level=args.qrels_level,
+        adapt=spec.adapt,
         **given,
         settings={
             **spec.engine_settings(),
@@ -280,6 +283,7 @@ def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import (
         BatchOptions,
+        check_adapt,
         check_labels,
         executor_for,
         retry_unjudged,
@@ -304,6 +308,8 @@ def run_score(args: argparse.Namespace) -> int:
         "sample_labels": sample_label_options(args),
     }
     check_labels(BatchOptions(**labels), config)  # a scale mismatch: exit 2 before any call
+    if spec.adapt:
+        check_adapt(config, labels=labels["labels"], examples_active=spec.examples.active)
     given["examples"] = _example_bank(args, spec, config, given, labels)
 
     backend = open_backend(args.backend, args.base_url, spec.policy)

@@ -87,6 +87,16 @@ class ExamplesSeen(_Strict):
     items: list[ExampleRef]
 
 
+class AdaptedBy(_Strict):
+    """How a verdict was decided by a rule learned from the run's labels (``--adapt``): the
+    rule's ``method``, the SHA-256 of the labels it learned from (``labels_sha256``) and the
+    judge's own verdict at its threshold (``judge_verdict``), which the rule replaced."""
+
+    method: str
+    labels_sha256: str
+    judge_verdict: VerdictLabel
+
+
 class ReplacedVerdict(_Strict):
     """The judge's verdict that a human label replaced (kept on the overridden verdict)."""
 
@@ -116,7 +126,9 @@ class PassageVerdict(_Strict):
     verdict; :func:`judge.judging.apply_label`). ``cached`` says this verdict came from the
     verdict store (its tokens, cost and latency are those of the original judgment and are
     not counted again in usage). ``examples``: the worked examples the prompt showed
-    (``--examples``; None for a zero-shot verdict).
+    (``--examples``; None for a zero-shot verdict). ``p_adapted``: with ``--adapt`` applied,
+    the probability of relevance from the rule learned from the run's labels (``p_yes`` stays
+    the model's), and ``adapted`` how the verdict was decided by it.
     """
 
     index: int
@@ -146,6 +158,8 @@ class PassageVerdict(_Strict):
     replaced: ReplacedVerdict | None = None
     decided_by: str | None = None
     examples: ExamplesSeen | None = None
+    p_adapted: float | None = None
+    adapted: AdaptedBy | None = None
 
     @property
     def judged(self) -> bool:
