@@ -188,10 +188,14 @@ def test_a_labelled_pair_never_enters_its_own_prediction(tmp_path: Path) -> None
     assert second["q2d0"]["verdict"] == "no"  # the (flipped) label still decides the passage
     # ... while the rule the other queries' passages get did learn from it
     assert second["q1d0"]["p_adapted"] != pytest.approx(first["q1d0"]["p_adapted"])
-    assert (
-        summary["adaptation"]["labels_sha256"]
-        != _outputs(tmp_path, "a.jsonl")[1]["adaptation"]["labels_sha256"]
-    )
+    before = _outputs(tmp_path, "a.jsonl")[1]["adaptation"]["labels_sha256"]
+    assert summary["adaptation"]["labels_sha256"] != before and "relearned" not in summary["adaptation"]
+    # resuming the first output with the new labels re-decides it, and says so
+    assert _score(tmp_path, data, qrels, "a.jsonl", "--adapt") == 0
+    again, block = _outputs(tmp_path, "a.jsonl")
+    assert block["adaptation"]["relearned_from"] == [before]
+    assert "decided again" in block["adaptation"]["relearned"]
+    assert again["q1d0"]["p_adapted"] == pytest.approx(second["q1d0"]["p_adapted"])
 
 
 @pytest.mark.usefixtures("fake_judge")

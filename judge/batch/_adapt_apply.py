@@ -15,7 +15,8 @@ applied afterwards by :func:`judge.batch.apply_labels`, as without ``--adapt``.
 
 The block (the summary's ``adaptation``) names the labels it learned from by their
 SHA-256 (``labels_sha256``): the verdict cache holds the model's verdicts only, so a rerun
-with another label set re-decides every passage from them and shows the new hash.
+with another label set re-decides every passage from them, shows the new hash, and says
+that it did (``relearned``, with the earlier hashes the output's verdicts carried).
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def adapt_records(
         seed=seed,
     )
     digest = labels_sha256(pairs)
+    earlier = sorted(
+        {v.adapted.labels_sha256 for r in records for v in verdicts_of(r) if v.adapted is not None} - {digest}
+    )
     how = AdaptedBy(method=fit.method, labels_sha256=digest, judge_verdict="no")
     out: list[dict[str, Any]] = []
     i = 0
@@ -168,6 +172,12 @@ def adapt_records(
         "changed": _changed(pairs, fit.decisions, thresholds) if fit.applied else 0,
         "decision": "yes iff p_adapted >= 0.5 (the judge alone: P(yes) >= its threshold)",
     }
+    if earlier:  # the output was adapted before from other labels: re-decided, and said so
+        block["relearned_from"] = earlier
+        block["relearned"] = (
+            f"this output was adapted before from other labels ({', '.join(h[:12] for h in earlier)}); "
+            f"every passage was decided again from the labels {digest[:12]}"
+        )
     return out, block
 
 
