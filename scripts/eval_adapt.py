@@ -145,13 +145,17 @@ def cmd_slices(args: argparse.Namespace) -> int:
     return 0
 
 
-def prefix_dataset(out: Path, name: str, first: int) -> Path:
-    """``OUT/SET.firstN.jsonl``: every query's first ``first`` passages."""
-    path = out / f"{name}.first{first}.jsonl"
-    with (out / f"{name}.jsonl").open(encoding="utf-8") as src, path.open("w", encoding="utf-8") as dst:
-        for line in src:
+def prefix_dataset(out: Path, name: str, first: int, queries: int = 0) -> Path:
+    """``OUT/SET[.qN][.firstM].jsonl``: the first ``queries`` queries (0: all), each with its
+    first ``first`` passages (0: all)."""
+    stem = name + (f".q{queries}" if queries else "") + (f".first{first}" if first else "")
+    path = out / f"{stem}.jsonl"
+    lines = (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    with path.open("w", encoding="utf-8") as dst:
+        for line in lines[:queries] if queries else lines:
             obj = json.loads(line)
-            obj["retrieval_context"] = obj["retrieval_context"][:first]
+            if first:
+                obj["retrieval_context"] = obj["retrieval_context"][:first]
             dst.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return path
 
@@ -159,7 +163,11 @@ def prefix_dataset(out: Path, name: str, first: int) -> Path:
 def cmd_judge(args: argparse.Namespace) -> int:
     out = Path(args.out)
     for name in args.sets.split(","):
-        data = prefix_dataset(out, name, args.first) if args.first else out / f"{name}.jsonl"
+        data = (
+            prefix_dataset(out, name, args.first, args.queries)
+            if args.first or args.queries
+            else out / f"{name}.jsonl"
+        )
         cmd = [
             sys.executable,
             "-m",
@@ -189,16 +197,15 @@ def cmd_judge(args: argparse.Namespace) -> int:
 def read_judged(out: Path, name: str, queries: int = 0) -> dict[str, list[dict[str, Any]]]:
     """``{qid: [{"docno", "p_yes", "t"}...]}`` in the slice's order (its first ``queries``
     queries; 0: all), each query from the judged output holding most of its passages
-    (``SET.judged.jsonl``, ``SET.first12.judged.jsonl``)."""
+    (``SET.judged.jsonl``, ``SET.first12.judged.jsonl``, ``SET.q12.judged.jsonl`` ...)."""
     order = [
         str(json.loads(x)["id"]) for x in (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     ]
     if queries:
         order = order[:queries]
     found: dict[str, list[dict[str, Any]]] = {}
-    for stem in (name, f"{name}.first12"):
-        path = out / f"{stem}.judged.jsonl"
-        if not path.exists():
+    for path in sorted(out.glob(f"{name}.*judged.jsonl")):
+        if not path.name.startswith(f"{name}."):
             continue
         for line in path.read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
@@ -265,6 +272,31 @@ def _encoder_sims(out: Path, name: str, table: dict[str, list[dict[str, Any]]]) 
         qsims[qid] = vectors @ qv
         count += len(rows)
     return sims, qsims, (time.perf_counter() - started) / max(1, count)
+
+
+def product_seconds(out: Path, name: str, truth: dict[str, Any]) -> float:
+    """Seconds per passage of the product's own step (:func:`judge.batch.adapt_records`:
+    features, the fit, leave-one-query-out with 1,000 bootstrap resamples, the records
+    decided again) on the set's first judged output, with seed 1's 4 labels per query."""
+    import time
+
+    from judge.batch import adapt_records
+    from judge.store import Label, LabelSet
+
+    path = next(iter(sorted(out.glob(f"{name}.*judged.jsonl"))), None)
+    if path is None:
+        return math.nan
+    records = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    labels = []
+    for qi, r in enumerate(sorted(records, key=lambda r: str(r["id"]))):
+        qid = str(r["id"])
+        rel = [int(truth["grades"][qid][d] >= truth["level"]) for d in r["docnos"]]
+        for docno, y, c in zip(r["docnos"], rel, choose_labels(rel, 4, 1, qi), strict=True):
+            if c:
+                labels.append(Label(qid, docno, y, "eval"))
+    started = time.perf_counter()
+    adapt_records(records, LabelSet(labels))
+    return (time.perf_counter() - started) / sum(len(r["docnos"]) for r in records)
 
 
 VARIANTS = ("alone", "threshold", "centred", "centred+feedback", "centred+feedback+query")
@@ -429,8 +461,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                 fits += 1
         n_pass = sum(len(v) for v in table.values())
         fit_s = (time.perf_counter() - started) / max(1, fits * n_pass)
+        prod_s = product_seconds(out, name, truth)
         costs.append(
-            f"| {name} | {judge_s:.2f} | {fit_s * 1000:.2f} ms ({fit_s / judge_s:.2%}) | "
+            f"| {name} | {judge_s:.2f} | {prod_s * 1000:.2f} ms ({prod_s / judge_s:.2%}) | "
+            f"{fit_s * 1000:.2f} ms ({fit_s / judge_s:.2%}) | "
             + (f"{enc_s * 1000:.1f} ms ({enc_s / judge_s:.2%}) |" if not math.isnan(enc_s) else "— |")
         )
     print(
@@ -455,8 +489,11 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"{applied} of 3 seeds |"
             )
     print()
-    print("| set | s per judged passage | the rule's features + fit per passage | encoder per passage |")
-    print("|---|---|---|---|")
+    print(
+        "| set | s per judged passage | judge.batch.adapt_records per passage | each variant's features + fit"
+        " per passage (script) | encoder per passage |"
+    )
+    print("|---|---|---|---|---|")
     for line in costs:
         print(line)
     return 0
@@ -481,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     j = sub.add_parser("judge", help="judge the slices with `judge score` (cached, resumable)")
     j.add_argument("--sets", default="dl19,rgb")
     j.add_argument("--first", type=int, default=0, help="only every query's first N passages")
+    j.add_argument("--queries", type=int, default=0, help="only the first N queries")
     j.add_argument("--out", default=str(DEFAULT_OUT))
     r = sub.add_parser("report", help="the held-out tables from the judged slices")
     r.add_argument("--sets", default=",".join(SETS))

@@ -114,7 +114,10 @@ class BatchOptions:
     with ``window``); the caller owns it (closes it). ``examples``: the run's labelled
     passages (:class:`~judge.judging.ExampleBank`, built by the caller from its labels and
     its passages' texts, with its ``--examples`` setting): each passage's prompt shows the
-    worked examples it chooses; the summary's ``examples`` describes them.
+    worked examples it chooses; the summary's ``examples`` describes them. ``adapt`` (with
+    ``labels``): the labels teach a decision rule (:func:`judge.batch.adapt_records`) that
+    decides the passages where it beats the judge alone on held-out queries; the summary's
+    ``adaptation`` says what it learned and whether it was applied (``judge score --adapt``).
     """
 
     k: tuple[int, ...] = (5, 10)
