@@ -166,9 +166,11 @@ def batch_options(
     executor: Any = None,
     sample_labels: SampleLabelOptions | None = None,
     examples: JobExamples | None = None,
+    adapt: bool = False,
 ) -> BatchOptions:
     """The batch options of a scoring job; with ``examples`` its labelled passages take their
-    labels without a call (``labels``: the job's snapshot, as ``judge score --labels``)."""
+    labels without a call (``labels``: the job's snapshot, as ``judge score --labels``);
+    with ``adapt`` the snapshot's labels teach the decision rule (``judge score --adapt``)."""
     decided: dict[str, Any] = {}
     if examples is not None:
         decided = {
@@ -188,6 +190,7 @@ def batch_options(
         settings=dict(settings),
         executor=executor,
         examples=examples.bank if examples is not None else None,
+        adapt=adapt,
         **decided,
     )
 
@@ -236,8 +239,9 @@ async def job_example_bank(
     (``labels``, the runtime's), snapshotted when the job first starts
     (:func:`_label_snapshot`), texts from the job's input; None without ``examples``. A
     store without labels for them gives a bank with none (every passage is judged
-    zero-shot; the summary's ``examples`` says so)."""
-    if not spec.examples.active:
+    zero-shot; the summary's ``examples`` says so). With ``adapt`` (and no examples) the same
+    snapshot, with no bank: the labels the adaptation learns from."""
+    if not spec.examples.active and not spec.adapt:
         return None
     from judge.batch import dataset_example_bank
     from judge.systems import with_neighbours
@@ -253,6 +257,8 @@ async def job_example_bank(
             if not isinstance(item, InputError)
         }
         found, level, yes_grade = _label_snapshot(job_dir, ids, labels)
+        if not spec.examples.active:
+            return JobExamples(None, found, level, yes_grade)
         bank = dataset_example_bank(
             path,
             found,

@@ -33,7 +33,7 @@ from judge.server._bounds import JobBounds
 from judge.server._db import TERMINAL, JobDB
 from judge.server._failures import job_error
 from judge.server._metrics import ServerMetrics
-from judge.server._schemas import EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
+from judge.server._schemas import ADAPT_OPTION_KEYS, EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
 
 TICK_S = 0.5
 
@@ -75,9 +75,10 @@ def _iso(ts: float | None) -> str | None:
 def job_spec(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
     """The :class:`~judge.batch.RunSpec` of a job: its judging options
     (:data:`~judge.server._schemas.JUDGE_OPTION_KEYS`; a job's other options, such as a
-    comparison's resampling ``seed``, are not judge settings) and its worked examples
-    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) over ``base``, the server's."""
-    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS)
+    comparison's resampling ``seed``, are not judge settings), its worked examples
+    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) and ``adapt`` over ``base``, the
+    server's."""
+    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS, *ADAPT_OPTION_KEYS)
     return run_spec_from_job_options({k: options.get(k) for k in keys}, base)
 
 
@@ -113,6 +114,7 @@ async def _run_score_kind(manager: JobManager, job: dict[str, Any], job_dir: Pat
         executor=rt.executor,
         sample_labels=_engine.sample_label_options(job_dir, opts),
         examples=await _engine.job_example_bank(job_dir, spec, opts, rt.labels),
+        adapt=spec.adapt,
     )
     if job["phase"] == "retry":
         return await _engine.run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)
