@@ -293,3 +293,42 @@ def test_rerunning_adapt_is_idempotent() -> None:
 
 
 Check = Callable[..., Any]
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_compare_systems_adapt_learns_from_the_pools_labels(tmp_path: Path) -> None:
+    import judge
+    from judge.io import read_qrels
+
+    data, qrels = _write(tmp_path, LEANING)
+    common: dict[str, Any] = {
+        "backend": "fake",
+        "qrels": qrels,
+        "stability_resamples": 0,
+        "resamples": 100,
+        "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
+    }
+    plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
+    adapted = judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+    assert plain.conventions["adaptation"] is None
+    block = adapted.conventions["adaptation"]
+    assert block["applied"] is True and (block["labels"], block["queries"]) == (16, 4)
+    # the 16 labelled pooled pairs are judged too under --adapt (8 without)
+    assert (plain.pool.judged, adapted.pool.judged) == (8, 24)
+    before = read_qrels(tmp_path / "r0" / "pool.qrels").to_dict()
+    after = read_qrels(tmp_path / "r1" / "pool.qrels").to_dict()
+    # the unlabelled pairs the judge had wrong now take the rule's (right) answer; labels stay
+    assert (before["q1"]["q1d5"], after["q1"]["q1d5"]) == (1, 0)
+    assert (before["q3"]["q3d4"], after["q3"]["q3d4"]) == (0, 1)
+    assert after["q1"]["q1d2"] == before["q1"]["q1d2"] == 0
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_compare_systems_adapt_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, qrels = _write(tmp_path, LEANING)
+    args = ["compare-systems", f"a={data}", f"b={data}", "-o", str(tmp_path / "r"), "--backend", "fake"]
+    assert main([*args, "--adapt"]) == 2
+    assert "--adapt" in capsys.readouterr().err
+    assert main([*args, "--adapt", "--qrels", str(qrels), "--until-decided"]) == 2
+    assert "--until-decided" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "pool.judged.jsonl").exists()

@@ -112,6 +112,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
         ExperimentOptions,
         PoolRun,
         ReportFolder,
+        check_pool_adapt,
         check_pool_examples,
         run_experiment,
     )
@@ -130,6 +131,9 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
+    check_pool_adapt(
+        PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, spec.config
+    )
     backend = open_pooled_backend(args, spec)
     run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(

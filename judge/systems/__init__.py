@@ -6,6 +6,7 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 (the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
 """
 
+from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._engine_nightly import (
     SEARCH_HISTORY_SCHEMA,
@@ -82,6 +83,7 @@ __all__ = [
     "aexperiment",
     "build_pool",
     "check_name",
+    "check_pool_adapt",
     "check_pool_examples",
     "check_sample_pairs",
     "compare_systems",
@@ -94,6 +96,7 @@ __all__ = [
     "parse_measures",
     "parse_system_args",
     "plan_configurations",
+    "pool_adapt_labels",
     "pool_dataset_lines",
     "pool_example_bank",
     "pool_scale",

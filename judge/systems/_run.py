@@ -29,6 +29,7 @@ from judge.judging import (
 )
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
+from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
@@ -169,6 +170,7 @@ async def run_comparison(
     run = pool_run or PoolRun()
     opts.check()
     check_pool_examples(run, opts, config)
+    check_pool_adapt(run, opts, config)
     measures = parse_measures(opts.measures)
     paths = {check_name(name): Path(path) for name, path in systems.items()}
     check_paths(paths)
@@ -193,6 +195,8 @@ async def run_comparison(
     if opts.sample_labels is not None:  # a sample pair outside the pool: exit 2 before any call
         check_sample_pairs(opts.sample_labels, pool)
     run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
+    if run.spec.adapt:
+        run = replace(run, adapt=pool_adapt_labels(pool))
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -259,7 +263,7 @@ async def run_comparison(
         verdicts = await judge_pool(
             folder.pool_input,
             folder.pool_judged,
-            pool_dataset_lines(pool, inputs),
+            pool_dataset_lines(pool, inputs, labelled=run.adapt is not None),
             backend,
             config,
             store=store,
@@ -496,6 +500,8 @@ def score_and_report(
         ),
         # --examples: how many, from where, the labels found and (nearest) which queries lent them
         "examples": (verdicts.summary or {}).get("examples"),
+        # --adapt: the rule the pool's labels taught, and whether it decided the pool
+        "adaptation": (verdicts.summary or {}).get("adaptation"),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
