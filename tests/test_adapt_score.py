@@ -332,3 +332,16 @@ def test_compare_systems_adapt_refusals(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*args, "--adapt", "--qrels", str(qrels), "--until-decided"]) == 2
     assert "--until-decided" in capsys.readouterr().err
     assert not (tmp_path / "r" / "pool.judged.jsonl").exists()
+
+
+def test_a_search_nightly_config_takes_adapt(tmp_path: Path) -> None:
+    from judge.io import InputError
+    from judge.systems import load_search_nightly
+
+    cfg = tmp_path / "n.toml"
+    cfg.write_text('[search]\nqueries = "q.jsonl"\nconfig = "c.toml"\nqrels = "l.qrels"\nadapt = true\n')
+    assert load_search_nightly(cfg).adapt is True
+    cfg.write_text('[search]\nqueries = "q.jsonl"\nconfig = "c.toml"\nadapt = 1\n')
+    with pytest.raises(InputError) as err:
+        load_search_nightly(cfg)
+    assert err.value.field == "search.adapt"

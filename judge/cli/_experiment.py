@@ -177,9 +177,16 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
 
     cfg = load_search_nightly(args.config)
     with flag_errors(
-        {"mode": "mode", "examples": "search.examples", "examples_from": "search.examples_from"}
+        {
+            "mode": "mode",
+            "examples": "search.examples",
+            "examples_from": "search.examples_from",
+            "adapt": "search.adapt",
+        }
     ):
-        spec = run_spec(None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from)
+        spec = run_spec(
+            None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from, adapt=cfg.adapt
+        )
     backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
     if not args.quiet:
         print(f"judge: using judge {backend.name}", file=sys.stderr)
