@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from judge.judging._dimension_models import ContextualRecall, SourceQuality
 
@@ -160,6 +167,16 @@ class PassageVerdict(_Strict):
     examples: ExamplesSeen | None = None
     p_adapted: float | None = None
     adapted: AdaptedBy | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unadapted(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``p_adapted`` and ``adapted`` are written only when ``--adapt`` decided the verdict,
+        so a run without it writes exactly what it wrote before they existed."""
+        out: dict[str, Any] = handler(self)
+        for name in ("p_adapted", "adapted"):
+            if out.get(name, 0) is None:
+                del out[name]
+        return out
 
     @property
     def judged(self) -> bool:
