@@ -399,6 +399,16 @@ def _kappa_of(rows: Sequence[dict[str, Any]], variant: str) -> float:
 
 
 def _auc_of(rows: Sequence[dict[str, Any]], variant: str) -> float:
+    """The mean over the splits (seeds) of each split's ROC AUC: a split's rule is one
+    monotone map of its scores, pooling splits would mix three scales."""
+    values = [
+        _auc_one([r for r in rows if r["seed"] == s], variant) for s in sorted({r["seed"] for r in rows})
+    ]
+    good = [v for v in values if not math.isnan(v)]
+    return float(np.mean(good)) if good else math.nan
+
+
+def _auc_one(rows: Sequence[dict[str, Any]], variant: str) -> float:
     y = np.array([r["relevant"] for r in rows])
     s = np.array([r[variant][1] for r in rows], dtype=float)
     pos, neg = s[y == 1], s[y == 0]

@@ -152,7 +152,7 @@ def adapt_records(
                 base = base.model_copy(
                     update={
                         "verdict": "yes" if decision else "no",
-                        "p_adapted": round(p_adapted, 6),
+                        "p_adapted": p_adapted,
                         "adapted": how.model_copy(update={"judge_verdict": base.verdict}),
                     }
                 )

@@ -64,7 +64,7 @@ MIN_ADAPT_QUERIES = 3
 MIN_QUERY_PASSAGES = 4
 """A query with fewer judged pairs has no ``centred`` feature (0: the collection's rule)."""
 DEFAULT_RIDGE = 1.0
-P_CLIP = 1e-6
+P_CLIP = 1e-15  # P(yes) of a confident model comes within 1e-9 of 1: keep those apart
 
 FloatArray = npt.NDArray[np.float64]
 
