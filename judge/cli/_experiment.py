@@ -131,9 +131,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
-    check_pool_adapt(
-        PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, spec.config
-    )
+    check_pool_adapt(PoolRun(spec=spec), options, spec.config)
     backend = open_pooled_backend(args, spec)
     run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(
