@@ -36,6 +36,9 @@ def fake_judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         return ResilientBackend(backend, policy=kw.get("policy"))
 
     monkeypatch.setattr("judge.backends.make_backend", make)
+    # no encoder here (the tests below that want one give the fake one)
+    monkeypatch.setattr("judge.systems.default_encoder", lambda: None)
+    monkeypatch.setattr("judge.systems._run.default_encoder", lambda: None)
 
 
 # Four queries of six passages: (P(yes), relevant, labelled). The judge ranks every query
@@ -346,3 +349,62 @@ def test_a_search_nightly_config_takes_adapt(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_search_nightly(cfg)
     assert err.value.field == "search.adapt"
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_the_encoders_feedback_is_chosen_when_the_labels_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _fake_encoder import FakeEncoder
+
+    monkeypatch.setattr("judge.systems.default_encoder", FakeEncoder)
+    # the judge says 0.5 +- noise to everything; the relevant passages share their words
+    # (apple orchard), the others theirs (tax form): only the encoder's feedback separates them
+    data = tmp_path / "data.jsonl"
+    qrels = tmp_path / "labels.qrels"
+    lines, labels = [], []
+    noise = [0.52, 0.47, 0.5, 0.55, 0.45, 0.49]
+    for q in range(4):
+        docs = []
+        for i in range(6):
+            rel = i % 2 == 0
+            words = "apple orchard apple harvest" if rel else "tax form filing deadline"
+            docs.append({"id": f"d{i}", "text": f"{words} {q} [p={noise[(i + q) % 6]}]"})
+            if i < 4:
+                labels.append(f"q{q} 0 d{i} {int(rel)}")
+        lines.append(json.dumps({"id": f"q{q}", "query": f"question {q}", "retrieval_context": docs}))
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    qrels.write_text("\n".join(labels) + "\n", encoding="utf-8")
+    assert _score(tmp_path, data, qrels, "out.jsonl", "--adapt") == 0
+    verdicts, summary = _outputs(tmp_path, "out.jsonl")
+    block = summary["adaptation"]
+    assert block["features"] == ["logit", "centred", "feedback"] and block["applied"]
+    assert [c["features"] for c in block["candidates"]] == [
+        ["logit", "centred"],
+        ["logit", "centred", "feedback"],
+    ]
+    assert block["candidates"][1]["loqo_kappa"] > (block["candidates"][0]["loqo_kappa"] or -1)
+    assert block["leave_one_query_out"]["adapted"]["kappa"] == pytest.approx(1.0)
+    # the unlabelled d4 (relevant) and d5 (not) of every query decided by their words
+    for q in range(4):
+        assert verdicts[f"q{q}d4"]["verdict"] == "yes" and verdicts[f"q{q}d5"]["verdict"] == "no"
+
+
+def test_encoder_feedback_by_hand() -> None:
+    from _fake_encoder import FakeEncoder
+
+    from judge.batch import AdaptPair
+    from judge.systems import encoder_feedback
+
+    enc = FakeEncoder()
+    texts = {("q", "a"): "apple", ("q", "b"): "tax", ("q", "c"): "apple pie", ("r", "x"): "alone"}
+    pairs = [
+        AdaptPair("q", "a", None, 0.5, 1),
+        AdaptPair("q", "b", None, 0.5, 0),
+        AdaptPair("q", "c", None, 0.5, None),
+        AdaptPair("r", "x", None, 0.5, 1),  # a query without both kinds: 0
+    ]
+    got = encoder_feedback(texts, enc)(pairs)["feedback"]
+    v = enc.passages(["apple", "tax", "apple pie"]).astype(float)
+    # c: cos(c, a) - cos(c, b); a and b have no other label of the other kind: 0
+    assert got == pytest.approx([0.0, 0.0, float(v[2] @ v[0] - v[2] @ v[1]), 0.0])

@@ -4,9 +4,11 @@
 human override undone first, so applying it again is idempotent), pairs it with the run's
 labels (put on the binary scale by the stated mapping, as for agreement), and fits
 :func:`judge.metrics.fit_adaptation`: the judge's log-odds at its threshold, the same centred
-on its query's judged passages, and any extra feature columns the caller computes
-(``features``), weighted by a ridge logistic regression on the labels, judged by leaving
-each labelled query out. When the held-out κ of the rule beats the judge alone's, every
+on its query's judged passages, weighted by a ridge logistic regression on the labels,
+judged by leaving each labelled query out; with extra feature columns from the caller
+(``features``, e.g. the encoder's relevance feedback) the rule is fitted with and without
+them and the labels choose (:func:`judge.metrics.choose_adaptation`: the higher
+leave-one-query-out κ). When the held-out κ of the rule beats the judge alone's, every
 judged passage keeps its ``p_yes``, gains ``p_adapted`` and takes the rule's verdict
 (``adapted`` records the method, the labels' hash and the judge's own verdict); a labelled
 passage's ``p_adapted`` comes from the rule fitted without its query's labels. Otherwise
@@ -29,7 +31,7 @@ from typing import Any
 from judge.batch._label_apply import _result_of
 from judge.batch._records import finish_record, verdicts_of
 from judge.judging import AdaptedBy, JudgeConfig, PassageVerdict, judge_verdict_of, threshold_of
-from judge.metrics import fit_adaptation
+from judge.metrics import choose_adaptation, fit_adaptation
 from judge.store import LabelSet
 
 __all__ = ["AdaptPair", "FeatureFn", "adapt_records", "check_adapt", "model_verdict_of"]
@@ -125,15 +127,21 @@ def adapt_records(
     """``(records, block)``: the records decided by the rule when it helps (else by the
     judge, every earlier adaptation undone), and the summary's ``adaptation`` block."""
     pairs, thresholds, models = _pairs(records, labels, level, yes_grade)
-    extra = dict(features(pairs)) if features is not None and pairs else None
-    fit = fit_adaptation(
-        [p.p_yes for p in pairs],
-        [p.qid for p in pairs],
-        [p.label for p in pairs],
-        thresholds if thresholds else 0.5,
-        extra=extra,
-        resamples=resamples,
-        seed=seed,
+    extra = dict(features(pairs)) if features is not None and pairs else {}
+    # the rule without the extra columns, and with them: the labels choose (LOQO kappa)
+    fit = choose_adaptation(
+        [
+            fit_adaptation(
+                [p.p_yes for p in pairs],
+                [p.qid for p in pairs],
+                [p.label for p in pairs],
+                thresholds if thresholds else 0.5,
+                extra=columns,
+                resamples=resamples,
+                seed=seed,
+            )
+            for columns in ({}, extra)[: 2 if extra else 1]
+        ]
     )
     digest = labels_sha256(pairs)
     earlier = sorted(

@@ -196,6 +196,7 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
         borderline_margin=args.borderline_margin,
         qrels_level=args.qrels_level,
         adapt=spec.adapt,
+        adapt_features=_adapt_features(args, spec, given),
         **given,
         settings={
             **spec.engine_settings(),
@@ -206,6 +207,30 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
             "calibration": args.calibration,
         },
     )
+
+
+def _adapt_features(args: argparse.Namespace, spec: Any, given: dict[str, Any]) -> Any:
+    """``--adapt``'s extra column: the encoder's relevance feedback over INPUT's texts, when
+    the bundled encoder (the ``dense`` extra) is installed; None otherwise (said on stderr)."""
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.systems import dataset_texts, default_encoder, encoder_feedback
+
+    if not spec.adapt or not args.input:
+        return None
+    encoder = default_encoder()
+    if encoder is None:
+        if not args.quiet:
+            print(
+                "judge: --adapt without the encoder's relevance feedback (pip install 'judge[dense]')",
+                file=sys.stderr,
+            )
+        return None
+    texts = dataset_texts(
+        args.input,
+        field_map=given["field_map"],
+        max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
+    )
+    return encoder_feedback(texts, encoder)
 
 
 def _exports(args: argparse.Namespace, outcome: Any) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "MIN_QUERY_PASSAGES",
     "Adaptation",
     "adaptation_features",
+    "choose_adaptation",
     "fit_adaptation",
     "fit_logistic",
     "relevance_feedback",
@@ -187,6 +188,7 @@ class Adaptation:
     applied: bool
     reason: str
     scales: dict[str, float] = field(default_factory=dict)
+    candidates: tuple[dict[str, Any], ...] = ()
 
     def block(self) -> dict[str, Any]:
         """The summary's ``adaptation`` block (no per-pair values)."""
@@ -201,7 +203,38 @@ class Adaptation:
             "leave_one_query_out": self.loqo,
             "applied": self.applied,
             "reason": self.reason,
+            **(
+                {"candidates": list(self.candidates), "chosen_by": CHOSEN_BY}
+                if len(self.candidates) > 1
+                else {}
+            ),
         }
+
+
+CHOSEN_BY = "the highest leave-one-query-out kappa adapted on the labels (ties: fewer features)"
+
+
+def choose_adaptation(fits: Sequence[Adaptation]) -> Adaptation:
+    """Of rules fitted on the same labels with different features, the one with the highest
+    leave-one-query-out κ adapted (ties: fewer features); it lists every candidate's
+    features and LOQO κ (``candidates``), so the choice is on record. It is still applied
+    only when it beats the judge alone (its own ``applied``)."""
+    if not fits:
+        raise ValueError("no rule to choose from")
+
+    def score(f: Adaptation) -> tuple[float, int]:
+        k = f.loqo.get("adapted", {}).get("kappa") if f.loqo else None
+        return (-math.inf if k is None else float(k), -len(f.features))
+
+    best = max(fits, key=score)
+    listed = tuple(
+        {
+            "features": list(f.features),
+            "loqo_kappa": f.loqo.get("adapted", {}).get("kappa") if f.loqo else None,
+        }
+        for f in fits
+    )
+    return replace(best, candidates=listed)
 
 
 def _kappa(y: npt.NDArray[np.int64], d: npt.NDArray[np.int64]) -> float | None:

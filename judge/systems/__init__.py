@@ -6,6 +6,7 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 (the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
 """
 
+from judge.systems._adapt_features import FEEDBACK, dataset_texts, default_encoder, encoder_feedback
 from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._engine_nightly import (
@@ -59,6 +60,7 @@ __all__ = [
     "DEFAULT_REPORT_DIR",
     "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
+    "FEEDBACK",
     "REASONS_DIR",
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
@@ -87,6 +89,9 @@ __all__ = [
     "check_pool_examples",
     "check_sample_pairs",
     "compare_systems",
+    "dataset_texts",
+    "default_encoder",
+    "encoder_feedback",
     "experiment",
     "explain_pairs",
     "has_search_section",

@@ -145,7 +145,9 @@ class PoolRun:
     and closed after it. ``examples``: the pool's labelled passages, the worked examples
     of ``spec.examples`` (set by :func:`run_comparison` from the pool; None: none).
     ``adapt``: under ``--adapt``, the pooled pairs' human labels the judged run learns the
-    decision rule from (set by :func:`run_comparison`; None: no adaptation)."""
+    decision rule from (set by :func:`run_comparison`; None: no adaptation), and
+    ``adapt_features`` its extra columns (the encoder's relevance feedback, a
+    :data:`judge.batch.FeatureFn`; None: none)."""
 
     spec: RunSpec = field(default_factory=_default_spec)
     concurrency: int | None = None
@@ -161,6 +163,7 @@ class PoolRun:
     ship: Any = None
     examples: ExampleBank | None = None
     adapt: LabelSet | None = None
+    adapt_features: Any = None
 
 
 @dataclass
@@ -283,6 +286,7 @@ async def _judge_lines(
         examples=run.examples,
         labels=run.adapt,
         adapt=run.adapt is not None,
+        adapt_features=run.adapt_features,
     )
     outcome = await score_dataset(pool_input, pool_output, backend, config, store=store, options=options)
     summary = outcome.summary

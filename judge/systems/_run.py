@@ -29,6 +29,7 @@ from judge.judging import (
 )
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
+from judge.systems._adapt_features import default_encoder, encoder_feedback
 from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
@@ -196,7 +197,10 @@ async def run_comparison(
         check_sample_pairs(opts.sample_labels, pool)
     run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
     if run.spec.adapt:
-        run = replace(run, adapt=pool_adapt_labels(pool))
+        encoder = default_encoder()
+        texts = {(qid, d): p.text for qid, ps in inputs.passages.items() for d, p in ps.items()}
+        features = encoder_feedback(texts, encoder) if encoder is not None else None
+        run = replace(run, adapt=pool_adapt_labels(pool), adapt_features=features)
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
