@@ -6,6 +6,7 @@ Every entry point that judges many passages runs through one driver
 
 from typing import TYPE_CHECKING, Any
 
+from judge.batch._adapt_apply import AdaptPair, FeatureFn, adapt_records, check_adapt, model_verdict_of
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, FanOutExecutor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
@@ -90,6 +91,7 @@ __all__ = [
     "EXAMPLE_FIELDS",
     "RUN_DEFAULTS",
     "SAMPLE_DESIGNS",
+    "AdaptPair",
     "BackendSpec",
     "BatchDriver",
     "BatchOptions",
@@ -99,6 +101,7 @@ __all__ = [
     "Engine",
     "Executor",
     "FanOutExecutor",
+    "FeatureFn",
     "FeedPlan",
     "InputPlan",
     "KeyFn",
@@ -117,10 +120,12 @@ __all__ = [
     "SampleItem",
     "SampleLabelOptions",
     "Snapshot",
+    "adapt_records",
     "agreement_items",
     "apply_labels",
     "build_record",
     "cache_keys",
+    "check_adapt",
     "check_examples",
     "check_labels",
     "comparison_review_queue",
@@ -137,6 +142,7 @@ __all__ = [
     "label_for_passage",
     "make_progress",
     "map_impacts",
+    "model_verdict_of",
     "ppi_block",
     "qrels_of",
     "record_pairs",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from judge.backends import Backend
 
 __all__ = [
+    "ADAPT_FIELD",
     "CONFIG_FIELDS",
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_CPUS",
@@ -71,6 +72,8 @@ DEFAULT_WORKER_CPUS = 1.0
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JudgeConfig))
 POLICY_FIELDS: tuple[str, ...] = ("concurrency", "timeout_s", "max_retries", "rpm", "tpm", "prices")
 ENGINE_FIELDS: tuple[str, ...] = ("engine", "workers", "worker_cpus", "window", "address")
+#: ``--adapt``: decide the passages by the rule the run's labels teach (where it helps).
+ADAPT_FIELD = "adapt"
 #: Worked examples from the run's labels (``--examples N``, ``--examples-from``): one
 #: setting name per :class:`~judge.judging.ExampleSpec` field, all held by ``RunSpec.examples``.
 EXAMPLE_FIELDS: Mapping[str, str] = {
@@ -122,7 +125,9 @@ class RunSpec:
     ``worker_cpus`` and ``address`` are the Ray engine's. ``window``: passages handed out at
     once (None: twice the run's concurrency). ``examples``: worked examples from the run's
     labels shown before each passage (:class:`~judge.judging.ExampleSpec`; none by
-    default). Invalid values raise :class:`~judge.backends.ConfigError` naming the field.
+    default). ``adapt``: the run's labels teach a decision rule that decides the passages
+    where it beats the judge alone on held-out queries (:func:`judge.batch.adapt_records`;
+    off by default). Invalid values raise :class:`~judge.backends.ConfigError` naming the field.
     """
 
     config: JudgeConfig = field(default_factory=JudgeConfig)
@@ -133,8 +138,11 @@ class RunSpec:
     window: int | None = None
     address: str | None = None
     examples: ExampleSpec = field(default_factory=ExampleSpec)
+    adapt: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.adapt, bool):
+            raise ConfigError(f"must be true or false, got {self.adapt!r}", field="adapt")
         if self.engine not in ENGINES:
             raise ConfigError(f"must be 'local' or 'ray', not {self.engine!r}", field="engine")
         if not _positive_int(self.workers):
@@ -197,7 +205,7 @@ def _split(
             config[key] = value
         elif key in POLICY_FIELDS:
             policy[key] = value
-        elif key in ENGINE_FIELDS:
+        elif key in ENGINE_FIELDS or key == ADAPT_FIELD:
             engine[key] = value
         else:
             raise ConfigError("is not a run setting", field=key)
@@ -239,7 +247,7 @@ def run_spec_from_args(args: Any, *, mode: str | None = None, base: RunSpec | No
     settings: dict[str, Any] = {}
     for name, value in vars(args).items():
         key = _ARG_NAMES.get(name, name)
-        if key in CONFIG_FIELDS or key in POLICY_FIELDS or key in ENGINE_FIELDS or key in EXAMPLE_FIELDS:
+        if key in (*CONFIG_FIELDS, *POLICY_FIELDS, *ENGINE_FIELDS, *EXAMPLE_FIELDS, ADAPT_FIELD):
             settings[key] = value
     if mode is not None:
         settings["mode"] = mode
@@ -253,9 +261,9 @@ def run_spec_from_args(args: Any, *, mode: str | None = None, base: RunSpec | No
 def run_spec_from_job_options(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
     """The spec of a server job: its judging options (the ``JudgeConfig`` fields among
     ``options``; others, such as ``k`` or ``map``, are the job's own) over ``base``, the
-    server's spec (its call policy and engine serve every job); ``examples`` and
-    ``examples_from`` are the job's own too."""
-    names = (*CONFIG_FIELDS, *EXAMPLE_FIELDS)
+    server's spec (its call policy and engine serve every job); ``examples``,
+    ``examples_from`` and ``adapt`` are the job's own too."""
+    names = (*CONFIG_FIELDS, *EXAMPLE_FIELDS, ADAPT_FIELD)
     return run_spec(base, **{k: options.get(k) for k in names if k in options})
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from judge.backends import DEFAULT_CONCURRENCY, Backend, BackendStats, backend_fingerprint
+from judge.batch._adapt_apply import FeatureFn, adapt_records, check_adapt
 from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import Executor, LocalExecutor
 from judge.batch._extra_fields import extras_record
@@ -114,7 +115,10 @@ class BatchOptions:
     with ``window``); the caller owns it (closes it). ``examples``: the run's labelled
     passages (:class:`~judge.judging.ExampleBank`, built by the caller from its labels and
     its passages' texts, with its ``--examples`` setting): each passage's prompt shows the
-    worked examples it chooses; the summary's ``examples`` describes them.
+    worked examples it chooses; the summary's ``examples`` describes them. ``adapt`` (with
+    ``labels``): the labels teach a decision rule (:func:`judge.batch.adapt_records`) that
+    decides the passages where it beats the judge alone on held-out queries; the summary's
+    ``adaptation`` says what it learned and whether it was applied (``judge score --adapt``).
     """
 
     k: tuple[int, ...] = (5, 10)
@@ -147,6 +151,10 @@ class BatchOptions:
     # a random sample of human labels: the summary's prediction-powered figures (``ppi``)
     sample_labels: SampleLabelOptions | None = None
     examples: ExampleBank | None = None
+    # ``--adapt``: decide the passages by the rule the labels teach (judge.batch.adapt_records)
+    # when it beats the judge alone on held-out queries; ``adapt_features``: extra columns
+    adapt: bool = False
+    adapt_features: FeatureFn | None = None
 
     def passage_window(self) -> int:
         return max(1, self.window if self.window is not None else 2 * self.concurrency)
@@ -436,8 +444,11 @@ class _Run:
         }
         records = recover_output(self.out)
         labels_echo: dict[str, Any] = {}
+        if self.opts.adapt and self.opts.labels is not None:
+            records, labels_echo = _adapt(self.out, records, self.opts)
         if self.opts.labels is not None:
-            records, labels_echo = _apply_labels(self.out, records, self.opts)
+            records, applied = _apply_labels(self.out, records, self.opts)
+            labels_echo |= applied
         summary = {
             "output": str(self.out),
             **summarize_records(records, self.opts.k, measures=self.opts.measures),
@@ -445,8 +456,9 @@ class _Run:
             "this_run": this_run,
             "config": _config_echo(self.config, self.backend.name, self.opts),
             **_determinism_echo(records, self.config, self.backend, self.opts),
-            **labels_echo,
+            **{k: v for k, v in labels_echo.items() if k != "adaptation"},
             **_examples_echo(self.opts),
+            **({"adaptation": labels_echo["adaptation"]} if "adaptation" in labels_echo else {}),
         }
         if self.opts.sample_labels is not None:
             summary["ppi"] = ppi_block(records, self.opts.sample_labels, self.opts.k)
@@ -525,6 +537,26 @@ def _apply_labels(
     return outcome.records, echo
 
 
+def _adapt(
+    out: Path, records: list[dict[str, Any]], opts: BatchOptions
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--adapt``: the records decided by the labels' rule where it helps (rewritten
+    atomically when anything changed) and the summary's ``adaptation`` block."""
+    assert opts.labels is not None
+    adapted, block = adapt_records(
+        records,
+        opts.labels,
+        k=opts.k,
+        measures=opts.measures,
+        level=opts.labels_level,
+        yes_grade=opts.labels_yes_grade,
+        features=opts.adapt_features,
+    )
+    if adapted != records:
+        atomic_write_lines(out, adapted)
+    return adapted, {"adaptation": block}
+
+
 def _check_sample(inp: Path, opts: BatchOptions) -> None:
     """Every pair of ``opts.sample_labels`` is a pair of the input's valid lines, else
     InputError naming the sample file's line."""
@@ -589,6 +621,9 @@ async def score_dataset(
     check_examples(opts, config)
     if opts.examples is not None:  # where the docs measured examples to hurt: the summary says so
         opts.examples.caution = examples_caution(opts.examples, config, backend.name)
+    if opts.adapt:
+        active = opts.examples is not None and opts.examples.spec.active
+        check_adapt(config, labels=opts.labels, examples_active=active)
     inp = Path(input_path)
     out = Path(output_path)
     if not inp.exists():

@@ -112,6 +112,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
         ExperimentOptions,
         PoolRun,
         ReportFolder,
+        check_pool_adapt,
         check_pool_examples,
         run_experiment,
     )
@@ -130,6 +131,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
+    check_pool_adapt(PoolRun(spec=spec), options, spec.config)
     backend = open_pooled_backend(args, spec)
     run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(
@@ -176,9 +178,16 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
 
     cfg = load_search_nightly(args.config)
     with flag_errors(
-        {"mode": "mode", "examples": "search.examples", "examples_from": "search.examples_from"}
+        {
+            "mode": "mode",
+            "examples": "search.examples",
+            "examples_from": "search.examples_from",
+            "adapt": "search.adapt",
+        }
     ):
-        spec = run_spec(None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from)
+        spec = run_spec(
+            None, mode=cfg.mode, examples=cfg.examples, examples_from=cfg.examples_from, adapt=cfg.adapt
+        )
     backend = open_backend(cfg.backend, cfg.base_url, spec.policy)
     if not args.quiet:
         print(f"judge: using judge {backend.name}", file=sys.stderr)

@@ -99,6 +99,21 @@ def add_example_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+ADAPT_HELP = (
+    "let the run's labels (--labels, --qrels) teach a decision rule: the judge's log-odds, raw and "
+    "centred on its query, weighted by a logistic regression on the labels. Applied only when its "
+    "leave-one-query-out kappa beats the judge alone's; every passage keeps p_yes and gains p_adapted, "
+    "the summary's 'adaptation' block says what it learned and why it was (not) applied. Binary "
+    "probability mode; not with --examples. Measured in docs/agreement.md "
+    "('Adapting the decision to a team's labels')"
+)
+
+
+def add_adapt_flag(p: argparse.ArgumentParser) -> None:
+    """``--adapt``: the run's labels teach the decision rule (:attr:`RunSpec.adapt`)."""
+    p.add_argument("--adapt", action="store_true", default=None, help=ADAPT_HELP)
+
+
 def add_call_flags(p: argparse.ArgumentParser) -> None:
     """The call policy's flags: ``--concurrency``, ``--timeout``, ``--max-retries``, ``--rpm``,
     ``--tpm`` (None when not given: :class:`~judge.backends.CallPolicy` holds the defaults)."""

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from judge.cli._flags import (
+    add_adapt_flag,
     add_batch_flags,
     add_example_flags,
     add_sample_label_flags,
@@ -149,6 +150,7 @@ def add_pooled_flags(
     add_batch_flags(p, defaults=False)
     add_sample_label_flags(p)
     add_example_flags(p)
+    add_adapt_flag(p)
 
 
 def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:

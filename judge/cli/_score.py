@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import (
+    add_adapt_flag,
     add_batch_flags,
     add_dataset_flags,
     add_engine_flags,
@@ -116,6 +117,7 @@ def register(subparsers: Any) -> None:
     add_label_flags(p)
     add_sample_label_flags(p, confidence=True)
     add_example_flags(p)
+    add_adapt_flag(p)
     p.add_argument(
         "--calibration",
         default=None,
@@ -193,6 +195,8 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
         executor=executor,
         borderline_margin=args.borderline_margin,
         qrels_level=args.qrels_level,
+        adapt=spec.adapt,
+        adapt_features=_adapt_features(args, spec, given),
         **given,
         settings={
             **spec.engine_settings(),
@@ -203,6 +207,30 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
             "calibration": args.calibration,
         },
     )
+
+
+def _adapt_features(args: argparse.Namespace, spec: Any, given: dict[str, Any]) -> Any:
+    """``--adapt``'s extra column: the encoder's relevance feedback over INPUT's texts, when
+    the bundled encoder (the ``dense`` extra) is installed; None otherwise (said on stderr)."""
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.systems import dataset_texts, default_encoder, encoder_feedback
+
+    if not spec.adapt or not args.input:
+        return None
+    encoder = default_encoder()
+    if encoder is None:
+        if not args.quiet:
+            print(
+                "judge: --adapt without the encoder's relevance feedback (pip install 'judge[dense]')",
+                file=sys.stderr,
+            )
+        return None
+    texts = dataset_texts(
+        args.input,
+        field_map=given["field_map"],
+        max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
+    )
+    return encoder_feedback(texts, encoder)
 
 
 def _exports(args: argparse.Namespace, outcome: Any) -> None:
@@ -280,6 +308,7 @@ def run_score(args: argparse.Namespace) -> int:
     from judge.backends import describe_backend
     from judge.batch import (
         BatchOptions,
+        check_adapt,
         check_labels,
         executor_for,
         retry_unjudged,
@@ -304,6 +333,8 @@ def run_score(args: argparse.Namespace) -> int:
         "sample_labels": sample_label_options(args),
     }
     check_labels(BatchOptions(**labels), config)  # a scale mismatch: exit 2 before any call
+    if spec.adapt:
+        check_adapt(config, labels=labels["labels"], examples_active=spec.examples.active)
     given["examples"] = _example_bank(args, spec, config, given, labels)
 
     backend = open_backend(args.backend, args.base_url, spec.policy)

@@ -71,6 +71,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.systems import (
         PoolRun,
         ReportFolder,
+        check_pool_adapt,
         check_pool_examples,
         parse_system_args,
         read_human_labels,
@@ -94,9 +95,9 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config, systems_query_texts(systems, options))
-    check_pool_examples(
-        PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template)), options, config
-    )
+    planned = PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template))
+    check_pool_examples(planned, options, config)
+    check_pool_adapt(planned, options, config)
     backend = open_pooled_backend(args, spec)
     run = pooled_run(
         args,

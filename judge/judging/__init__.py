@@ -61,6 +61,7 @@ from judge.judging._expected_verdicts import (
 from judge.judging._extra_judgments import ExtraOptions, judge_extras, with_extras
 from judge.judging._listwise import ListwiseResult, judge_listwise, load_listwise_template
 from judge.judging._models import (
+    AdaptedBy,
     ExampleRef,
     ExamplesSeen,
     JudgeResult,
@@ -122,6 +123,7 @@ __all__ = [
     "NEAREST_QUERIES",
     "RECALL_CONVENTIONS",
     "SOURCE_CONVENTIONS",
+    "AdaptedBy",
     "ContextualRecallJudge",
     "Example",
     "ExampleBank",

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from judge.judging._dimension_models import ContextualRecall, SourceQuality
 
@@ -87,6 +94,16 @@ class ExamplesSeen(_Strict):
     items: list[ExampleRef]
 
 
+class AdaptedBy(_Strict):
+    """How a verdict was decided by a rule learned from the run's labels (``--adapt``): the
+    rule's ``method``, the SHA-256 of the labels it learned from (``labels_sha256``) and the
+    judge's own verdict at its threshold (``judge_verdict``), which the rule replaced."""
+
+    method: str
+    labels_sha256: str
+    judge_verdict: VerdictLabel
+
+
 class ReplacedVerdict(_Strict):
     """The judge's verdict that a human label replaced (kept on the overridden verdict)."""
 
@@ -116,7 +133,9 @@ class PassageVerdict(_Strict):
     verdict; :func:`judge.judging.apply_label`). ``cached`` says this verdict came from the
     verdict store (its tokens, cost and latency are those of the original judgment and are
     not counted again in usage). ``examples``: the worked examples the prompt showed
-    (``--examples``; None for a zero-shot verdict).
+    (``--examples``; None for a zero-shot verdict). ``p_adapted``: with ``--adapt`` applied,
+    the probability of relevance from the rule learned from the run's labels (``p_yes`` stays
+    the model's), and ``adapted`` how the verdict was decided by it.
     """
 
     index: int
@@ -146,6 +165,18 @@ class PassageVerdict(_Strict):
     replaced: ReplacedVerdict | None = None
     decided_by: str | None = None
     examples: ExamplesSeen | None = None
+    p_adapted: float | None = None
+    adapted: AdaptedBy | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unadapted(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``p_adapted`` and ``adapted`` are written only when ``--adapt`` decided the verdict,
+        so a run without it writes exactly what it wrote before they existed."""
+        out: dict[str, Any] = handler(self)
+        for name in ("p_adapted", "adapted"):
+            if out.get(name, 0) is None:
+                del out[name]
+        return out
 
     @property
     def judged(self) -> bool:

@@ -277,6 +277,12 @@ def __getattr__(name: str) -> object:
         value = getattr(_review, name)
         globals()[name] = value
         return value
+    if name in _ADAPT_NAMES:
+        from judge.metrics import _adapt
+
+        value = getattr(_adapt, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'judge.metrics' has no attribute {name!r}")
 
 
@@ -310,3 +316,30 @@ if TYPE_CHECKING:
     from judge.metrics._label_agreement import reviewer_agreement as reviewer_agreement
 
 __all__ += list(_REVIEW_NAMES)
+
+# The rule learned from a run's labels (``--adapt``, judge/metrics/_adapt.py): on first use too.
+_ADAPT_NAMES = (
+    "ADAPT_METHOD",
+    "MIN_ADAPT_LABELS",
+    "MIN_ADAPT_QUERIES",
+    "MIN_QUERY_PASSAGES",
+    "Adaptation",
+    "adaptation_features",
+    "choose_adaptation",
+    "fit_adaptation",
+    "fit_logistic",
+    "relevance_feedback",
+)
+if TYPE_CHECKING:
+    from judge.metrics._adapt import ADAPT_METHOD as ADAPT_METHOD
+    from judge.metrics._adapt import MIN_ADAPT_LABELS as MIN_ADAPT_LABELS
+    from judge.metrics._adapt import MIN_ADAPT_QUERIES as MIN_ADAPT_QUERIES
+    from judge.metrics._adapt import MIN_QUERY_PASSAGES as MIN_QUERY_PASSAGES
+    from judge.metrics._adapt import Adaptation as Adaptation
+    from judge.metrics._adapt import adaptation_features as adaptation_features
+    from judge.metrics._adapt import choose_adaptation as choose_adaptation
+    from judge.metrics._adapt import fit_adaptation as fit_adaptation
+    from judge.metrics._adapt import fit_logistic as fit_logistic
+    from judge.metrics._adapt import relevance_feedback as relevance_feedback
+
+__all__ += list(_ADAPT_NAMES)

@@ -67,8 +67,9 @@ async def job_example_bank(
     (``labels``, the runtime's), snapshotted when the job first starts
     (:func:`_label_snapshot`), texts from the job's input; None without ``examples``. A
     store without labels for them gives a bank with none (every passage is judged
-    zero-shot; the summary's ``examples`` says so)."""
-    if not spec.examples.active:
+    zero-shot; the summary's ``examples`` says so). With ``adapt`` (and no examples) the same
+    snapshot, with no bank: the labels the adaptation learns from."""
+    if not spec.examples.active and not spec.adapt:
         return None
     from judge.batch import dataset_example_bank
     from judge.systems import with_neighbours
@@ -84,6 +85,8 @@ async def job_example_bank(
             if not isinstance(item, InputError)
         }
         found, level, yes_grade = _label_snapshot(job_dir, ids, labels)
+        if not spec.examples.active:
+            return JobExamples(None, found, level, yes_grade)
         bank = dataset_example_bank(
             path,
             found,

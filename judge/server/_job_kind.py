@@ -21,7 +21,7 @@ from judge.batch import RunSpec, run_spec_from_job_options
 from judge.judging import JudgeConfig, VerdictStore
 from judge.server._bounds import JobBounds
 from judge.server._job_files import Validation
-from judge.server._schemas import EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
+from judge.server._schemas import ADAPT_OPTION_KEYS, EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
 from judge.server._search_configs import RegisteredConfig
 
 
@@ -57,9 +57,10 @@ class Runtime:
 def job_spec(options: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
     """The :class:`~judge.batch.RunSpec` of a job: its judging options
     (:data:`~judge.server._schemas.JUDGE_OPTION_KEYS`; a job's other options, such as a
-    comparison's resampling ``seed``, are not judge settings) and its worked examples
-    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) over ``base``, the server's."""
-    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS)
+    comparison's resampling ``seed``, are not judge settings), its worked examples
+    (:data:`~judge.server._schemas.EXAMPLE_OPTION_KEYS`) and ``adapt`` over ``base``, the
+    server's."""
+    keys = (*JUDGE_OPTION_KEYS, *EXAMPLE_OPTION_KEYS, *ADAPT_OPTION_KEYS)
     return run_spec_from_job_options({k: options.get(k) for k in keys}, base)
 
 

@@ -94,6 +94,9 @@ JUDGE_OPTION_KEYS: tuple[str, ...] = tuple(JudgeOptions.model_fields)
 #: run settings of the job, beside its judging options.
 EXAMPLE_OPTION_KEYS: tuple[str, ...] = ("examples", "examples_from")
 _MAX_EXAMPLES = 16  # judge.judging.MAX_EXAMPLES (checked again by the run spec)
+#: A job's ``adapt`` (``judge score --adapt``): the label store's labels of the job's queries
+#: (snapshotted when it first starts) teach the decision rule; a run setting too.
+ADAPT_OPTION_KEYS: tuple[str, ...] = ("adapt",)
 
 
 def _examples_need(options: Any) -> None:
@@ -122,10 +125,19 @@ class JobOptions(JudgeOptions):
     # the job first starts); a labelled passage takes its label and is never judged
     examples: RequestInt | None = Field(default=None, ge=0, le=_MAX_EXAMPLES)
     examples_from: Literal["same", "nearest"] | None = None
+    # --adapt: the label store's labels of the job's queries teach the decision rule, applied
+    # where it beats the judge alone on held-out queries (the summary's ``adaptation``)
+    adapt: bool = False
 
     @model_validator(mode="after")
     def _examples(self) -> JobOptions:
         _examples_need(self)
+        if self.adapt and (
+            self.examples or self.listwise or self.probability is False or self.mode == "graded"
+        ):
+            raise ValueError(
+                "adapt: needs binary probability-mode verdicts (P(yes)), pointwise and without examples"
+            )
         return self
 
 

@@ -106,9 +106,11 @@ def batch_options(
     executor: Any = None,
     sample_labels: SampleLabelOptions | None = None,
     examples: JobExamples | None = None,
+    adapt: bool = False,
 ) -> BatchOptions:
     """The batch options of a scoring job; with ``examples`` its labelled passages take their
-    labels without a call (``labels``: the job's snapshot, as ``judge score --labels``)."""
+    labels without a call (``labels``: the job's snapshot, as ``judge score --labels``);
+    with ``adapt`` the snapshot's labels teach the decision rule (``judge score --adapt``)."""
     decided: dict[str, Any] = {}
     if examples is not None:
         decided = {
@@ -128,6 +130,7 @@ def batch_options(
         settings=dict(settings),
         executor=executor,
         examples=examples.bank if examples is not None else None,
+        adapt=adapt,
         **decided,
     )
 
@@ -246,6 +249,7 @@ class ScoreJob:
             executor=rt.executor,
             sample_labels=sample_label_options(job_dir, opts),
             examples=await job_example_bank(job_dir, spec, opts, rt.labels),
+            adapt=spec.adapt,
         )
         if job["phase"] == "retry":
             return await run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)

@@ -6,6 +6,8 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 (the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
 """
 
+from judge.systems._adapt_features import FEEDBACK, dataset_texts, default_encoder, encoder_feedback
+from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._engine_nightly import (
     SEARCH_HISTORY_SCHEMA,
@@ -60,6 +62,7 @@ __all__ = [
     "DEFAULT_REPORT_DIR",
     "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
+    "FEEDBACK",
     "REASONS_DIR",
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
@@ -86,10 +89,14 @@ __all__ = [
     "aexperiment",
     "build_pool",
     "check_name",
+    "check_pool_adapt",
     "check_pool_examples",
     "check_sample_pairs",
     "compare_systems",
     "comparison_pair",
+    "dataset_texts",
+    "default_encoder",
+    "encoder_feedback",
     "experiment",
     "explain_pairs",
     "has_search_section",
@@ -101,6 +108,7 @@ __all__ = [
     "parse_system_args",
     "plan_configurations",
     "point_name",
+    "pool_adapt_labels",
     "pool_dataset_lines",
     "pool_example_bank",
     "pool_exchange_rows",

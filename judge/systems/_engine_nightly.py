@@ -83,6 +83,7 @@ _SEARCH: dict[str, tuple[type, ...]] = {
     "resamples": (int,),
     "examples": (int,),
     "examples_from": (str,),
+    "adapt": (bool,),
 }
 
 
@@ -110,6 +111,8 @@ class SearchNightlyConfig:
     # worked examples from the [search] qrels (judge experiment --examples/--examples-from)
     examples: int | None = None
     examples_from: str | None = None
+    # the [search] qrels teach the decision rule (judge experiment --adapt)
+    adapt: bool | None = None
     baseline: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -225,6 +228,7 @@ def load_search_nightly(path: str | Path) -> SearchNightlyConfig:
         trend_plot=resolve(obj["trend_plot"]) if "trend_plot" in obj else history.parent / "search-trend.png",
         examples=search.get("examples"),
         examples_from=search.get("examples_from"),
+        adapt=search.get("adapt"),
     )
 
 

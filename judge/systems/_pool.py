@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from judge.backends import Backend
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, Qrels
 from judge.judging import ExampleBank, JudgeConfig, PassageVerdict, VerdictStore
-from judge.store import atomic_write_lines, atomic_write_text, recover_output
+from judge.store import LabelSet, atomic_write_lines, atomic_write_text, recover_output
 from judge.systems._inputs import Inputs
 
 if TYPE_CHECKING:
@@ -105,19 +105,21 @@ def build_pool(
     return Pool(queries=queries, pairs=pairs)
 
 
-def pool_dataset_lines(pool: Pool, inputs: Inputs) -> list[dict[str, Any]]:
+def pool_dataset_lines(pool: Pool, inputs: Inputs, *, labelled: bool = False) -> list[dict[str, Any]]:
     """``pool.input.jsonl``: one dataset line per query with something to judge; every
-    passage under its docno as ``id`` (so the judged output's docnos are the pool's)."""
+    passage under its docno as ``id`` (so the judged output's docnos are the pool's).
+    ``labelled`` (``--adapt``): the labelled pooled pairs are judged too."""
     lines: list[dict[str, Any]] = []
     for q in pool.queries:
-        if not q.to_judge:
+        docnos = q.pooled if labelled else q.to_judge
+        if not docnos:
             continue
         passages = inputs.passages[q.qid]
         lines.append(
             {
                 "id": q.qid,
                 "query": q.query,
-                "retrieval_context": [{"id": d, "text": passages[d].text} for d in q.to_judge],
+                "retrieval_context": [{"id": d, "text": passages[d].text} for d in docnos],
             }
         )
     return lines
@@ -141,7 +143,11 @@ class PoolRun:
     owner (a server's shared Ray executor); None: the spec's engine, a Ray executor made
     for this pool (its workers build ``ship``, a ``BackendSpec``; default the backend)
     and closed after it. ``examples``: the pool's labelled passages, the worked examples
-    of ``spec.examples`` (set by :func:`run_comparison` from the pool; None: none)."""
+    of ``spec.examples`` (set by :func:`run_comparison` from the pool; None: none).
+    ``adapt``: under ``--adapt``, the pooled pairs' human labels the judged run learns the
+    decision rule from (set by :func:`run_comparison`; None: no adaptation), and
+    ``adapt_features`` its extra columns (the encoder's relevance feedback, a
+    :data:`judge.batch.FeatureFn`; None: none)."""
 
     spec: RunSpec = field(default_factory=_default_spec)
     concurrency: int | None = None
@@ -156,6 +162,8 @@ class PoolRun:
     executor: Any = None
     ship: Any = None
     examples: ExampleBank | None = None
+    adapt: LabelSet | None = None
+    adapt_features: Any = None
 
 
 @dataclass
@@ -276,6 +284,9 @@ async def _judge_lines(
         settings=dict(run.settings),
         executor=executor,
         examples=run.examples,
+        labels=run.adapt,
+        adapt=run.adapt is not None,
+        adapt_features=run.adapt_features,
     )
     outcome = await score_dataset(pool_input, pool_output, backend, config, store=store, options=options)
     summary = outcome.summary

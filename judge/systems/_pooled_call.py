@@ -51,7 +51,9 @@ class PooledKeywords(TypedDict, total=False):
     left unlabelled count as agreeing with the judge and the intervals are given.
     ``examples=N`` (0-16): each pooled passage is shown up to N labelled passages of its
     query from ``qrels`` as worked examples, ``examples_from="nearest"``: also of the most
-    similar labelled queries (the run spec's one ``examples`` field)."""
+    similar labelled queries (the run spec's one ``examples`` field). ``adapt=True``: the
+    pool's human labels teach the decision rule that decides the other pooled pairs where it
+    beats the judge alone on held-out queries (the labelled pairs are then judged too)."""
 
     backend: Any
     mode: Mode | None
@@ -83,6 +85,7 @@ class PooledKeywords(TypedDict, total=False):
     allow_unlabelled: bool
     examples: int | None
     examples_from: str | None
+    adapt: bool | None
 
 
 POOLED_KEYWORDS = frozenset(PooledKeywords.__annotations__)
@@ -190,6 +193,7 @@ async def pooled_call(
         concurrency=kw.get("concurrency"),
         examples=kw.get("examples"),
         examples_from=kw.get("examples_from"),
+        adapt=kw.get("adapt"),
     )
     resolved = make_backend(backend, policy=spec.policy, base_url=base_url)
     store, own_store = store_of(kw.get("cache", True))

@@ -29,6 +29,8 @@ from judge.judging import (
 )
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
+from judge.systems._adapt_features import default_encoder, encoder_feedback
+from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
@@ -155,6 +157,15 @@ async def run_compare_systems(
     return (await run_comparison(systems, report_dir, backend, config, **kwargs)).report
 
 
+def _with_adaptation(run: PoolRun, pool: Pool, inputs: Inputs) -> PoolRun:
+    """``run`` with what ``--adapt`` learns from: the pool's labelled pairs and, where the
+    bundled encoder is installed, its relevance feedback over the systems' passages."""
+    encoder = default_encoder()
+    texts = {(qid, d): p.text for qid, ps in inputs.passages.items() for d, p in ps.items()}
+    features = encoder_feedback(texts, encoder) if encoder is not None else None
+    return replace(run, adapt=pool_adapt_labels(pool), adapt_features=features)
+
+
 async def run_comparison(
     systems: Mapping[str, str | os.PathLike[str]],
     report_dir: str | os.PathLike[str],
@@ -176,6 +187,7 @@ async def run_comparison(
     run = pool_run or PoolRun()
     opts.check()
     check_pool_examples(run, opts, config)
+    check_pool_adapt(run, opts, config)
     measures = parse_measures(opts.measures)
     paths = {check_name(name): Path(path) for name, path in systems.items()}
     check_paths(paths)
@@ -203,6 +215,8 @@ async def run_comparison(
     if opts.sample_labels is not None:  # a sample pair outside the pool: exit 2 before any call
         check_sample_pairs(opts.sample_labels, pool)
     run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
+    if run.spec.adapt:
+        run = _with_adaptation(run, pool, inputs)
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -269,7 +283,7 @@ async def run_comparison(
         verdicts = await judge_pool(
             folder.pool_input,
             folder.pool_judged,
-            pool_dataset_lines(pool, inputs),
+            pool_dataset_lines(pool, inputs, labelled=run.adapt is not None),
             backend,
             config,
             store=store,
@@ -510,6 +524,8 @@ def score_and_report(
         ),
         # --examples: how many, from where, the labels found and (nearest) which queries lent them
         "examples": (verdicts.summary or {}).get("examples"),
+        # --adapt: the rule the pool's labels taught, and whether it decided the pool
+        "adaptation": (verdicts.summary or {}).get("adaptation"),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
