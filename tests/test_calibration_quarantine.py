@@ -13,6 +13,7 @@ import pytest
 
 from judge.io import InputError
 from judge.store import Calibration, LabelStore
+from judge.store._label_schema import LABEL_SCHEMA_VERSION
 
 GOOD_REPORT = '{"helps": true}'
 ROWS: list[tuple[object, ...]] = [  # name, template_id, template_hash, threshold, previous, created, report
@@ -59,7 +60,7 @@ def test_migration_5_quarantines_calibrations_that_cannot_be_read_or_used(tmp_pa
         assert store.calibration("high") is None
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT row, field, problem FROM calibration_quarantine ORDER BY rowid").fetchall()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LABEL_SCHEMA_VERSION == 6
     conn.close()
     assert [(json.loads(r)["name"], f) for r, f, _ in rows] == [
         ("b'bad\\xff'", "name"),
