@@ -231,7 +231,6 @@ async function jobPage(jobId) {
   const head = el("div", { class: "card", id: "job-head" });
   const body = el("div", { id: "job-body" });
   $main.replaceChildren(el("h1", {}, "Job ", el("code", {}, jobId)), head, body);
-  let drawnFinal = false;
 
   const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
   function drawHead(job) {
@@ -261,20 +260,27 @@ async function jobPage(jobId) {
   if (job.detail) { head.replaceChildren(el("p", { class: "err" }, String(job.detail))); return; }
   if (job.kind === "compare") { location.replace("/compare/" + encodeURIComponent(jobId)); return; }
   if (job.kind === "experiment") { location.replace("/experiments/" + encodeURIComponent(jobId)); return; }
+  await followJob(`/v1/jobs/${encodeURIComponent(jobId)}`, job, drawHead, drawBody);
+}
+
+// Draw a job's page (head and body), then, while it is queued or running, follow its
+// progress over server-sent events and draw it once more when it ends: the one way the job,
+// comparison and experiment pages follow a job (``base``: its route, with ``/events``).
+async function followJob(base, job, drawHead, drawBody) {
   drawHead(job);
   await drawBody(job);
-  if (job.status === "queued" || job.status === "running") {
-    const es = new EventSource(`/v1/jobs/${encodeURIComponent(jobId)}/events`);
-    es.addEventListener("progress", (ev) => drawHead(JSON.parse(ev.data)));
-    es.addEventListener("end", async () => {
-      es.close();
-      if (drawnFinal) return;
-      drawnFinal = true;
-      const final = await (await api(`/v1/jobs/${encodeURIComponent(jobId)}`)).json();
-      drawHead(final);
-      await drawBody(final);
-    });
-  }
+  if (job.status !== "queued" && job.status !== "running") return;
+  let drawnFinal = false;
+  const es = new EventSource(`${base}/events`);
+  es.addEventListener("progress", (ev) => drawHead(JSON.parse(ev.data)));
+  es.addEventListener("end", async () => {
+    es.close();
+    if (drawnFinal) return;
+    drawnFinal = true;
+    const final = await (await api(base)).json();
+    drawHead(final);
+    await drawBody(final);
+  });
 }
 
 function route() {

@@ -147,7 +147,6 @@ async function comparePage(jobId) {
   const body = el("div", { id: "compare-body" });
   $main.replaceChildren(el("h1", {}, "Comparison ", el("code", {}, jobId)), head, body);
   const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
-  let drawn = false;
 
   function drawHead(job) {
     const actions = [];
@@ -201,18 +200,5 @@ async function comparePage(jobId) {
 
   const job = await (await api(base)).json();
   if (job.detail) { head.replaceChildren(el("p", { class: "err" }, String(job.detail))); return; }
-  drawHead(job);
-  await drawBody(job);
-  if (job.status === "queued" || job.status === "running") {
-    const es = new EventSource(`${base}/events`);
-    es.addEventListener("progress", (ev) => drawHead(JSON.parse(ev.data)));
-    es.addEventListener("end", async () => {
-      es.close();
-      if (drawn) return;
-      drawn = true;
-      const final = await (await api(base)).json();
-      drawHead(final);
-      await drawBody(final);
-    });
-  }
+  await followJob(base, job, drawHead, drawBody);
 }
