@@ -11,6 +11,7 @@ import asyncio
 import shutil
 import sqlite3
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -128,6 +129,21 @@ class AppState:
             f"the queue is full ({self.runtime.queue_size} jobs waiting); retry later",
             headers={"Retry-After": str(self.manager.retry_after_s())},
         )
+
+    async def in_new_job_dir(
+        self, job_id: str, submit: Callable[[Path], Awaitable[JSONResponse]]
+    ) -> JSONResponse:
+        """``submit`` in the new job's folder, made now: a 429 when the queue is full, and the
+        folder removed when ``submit`` raises (a refused or failed submission leaves nothing)."""
+        if self.manager.queue_full():
+            return self.queue_full()
+        job_dir = self.manager.job_dir(job_id)
+        job_dir.mkdir(parents=True)
+        try:
+            return await submit(job_dir)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
 
     def replayed(self, idem_hash: str | None, body_hash: str) -> JSONResponse | None:
         """The job an ``Idempotency-Key`` already made (or a 422 if the body differs)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +53,7 @@ async def submit_compare(request: Request, body: CompareRequest, state: State) -
     replay = state.replayed(intake.idem_hash, intake.body_hash)
     if replay is not None:
         return replay
-    if state.manager.queue_full():
-        return state.queue_full()
-    job_dir = state.manager.job_dir(intake.job_id)
-    job_dir.mkdir(parents=True)
-    try:
-        return await _submit_compare(state, body, intake, job_dir)
-    except BaseException:
-        shutil.rmtree(job_dir, ignore_errors=True)
-        raise
+    return await state.in_new_job_dir(intake.job_id, partial(_submit_compare, state, body, intake))
 
 
 def compare_options(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -165,15 +166,7 @@ async def submit_experiment(request: Request, body: ExperimentRequest, state: St
             f"no registered search configuration {body.config!r} (GET /v1/search-configs)",
             field="config",
         )
-    if state.manager.queue_full():
-        return state.queue_full()
-    job_dir = state.manager.job_dir(intake.job_id)
-    job_dir.mkdir(parents=True)
-    try:
-        return await _submit(state, body, intake, job_dir)
-    except BaseException:
-        shutil.rmtree(job_dir, ignore_errors=True)
-        raise
+    return await state.in_new_job_dir(intake.job_id, partial(_submit, state, body, intake))
 
 
 async def _submit(state: AppState, body: ExperimentRequest, intake: Intake, job_dir: Path) -> JSONResponse:
