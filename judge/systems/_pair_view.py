@@ -23,7 +23,7 @@ from judge.systems._comparison import ComparisonReport
 from judge.systems._inputs import SystemInput
 from judge.systems._options import SystemsOptions
 from judge.systems._reasons import read_reasons
-from judge.systems._render import ReportData
+from judge.systems._render import ReportData, passage_entry
 from judge.systems._scoring import system_verdicts
 
 __all__ = ["comparison_pair", "pair_view"]
@@ -69,20 +69,7 @@ def _passages(
             break
         asked = reasons.get((qid, docno))
         reason = v.reason if v.judged and v.reason else (asked.reason if asked is not None else None)
-        shown.append(
-            {
-                "rank": rank,
-                "docno": docno,
-                "text": data.inputs.passages[qid][docno].text,
-                "verdict": v.verdict,
-                "grade": v.grade,
-                "p_yes": v.p_yes,
-                "p_yes_threshold": data.thresholds.get(v.template_id),
-                "reason": reason or None,
-                "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
-                "only": docno not in other,
-            }
-        )
+        shown.append(passage_entry(data, qid, docno, rank, v, reason or None) | {"only": docno not in other})
     return shown
 
 

@@ -817,20 +817,27 @@ def _shown_passages(data: ReportData, system: SystemInput, qid: str) -> list[dic
     for rank, (v, docno) in enumerate(zip(pvs, sq.docnos, strict=True), start=1):
         if rank > data.top_passages:
             break
-        shown.append(
-            {
-                "rank": rank,
-                "docno": docno,
-                "text": data.inputs.passages[qid][docno].text,
-                "verdict": v.verdict,
-                "grade": v.grade,
-                "p_yes": v.p_yes,
-                "p_yes_threshold": data.thresholds.get(v.template_id),
-                "reason": v.reason if v.judged else (v.error or ""),
-                "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
-            }
-        )
+        shown.append(passage_entry(data, qid, docno, rank, v, v.reason if v.judged else (v.error or "")))
     return shown
+
+
+def passage_entry(
+    data: ReportData, qid: str, docno: str, rank: int, v: PassageVerdict, reason: str | None
+) -> dict[str, Any]:
+    """One shown passage of a query: rank, docno, text, verdict, grade, P(yes), the threshold
+    P(yes) was compared with (binary probability mode), ``reason`` and the verdict's source
+    (``human``, ``judge`` or ``none``): what the report's differences and the viewer show."""
+    return {
+        "rank": rank,
+        "docno": docno,
+        "text": data.inputs.passages[qid][docno].text,
+        "verdict": v.verdict,
+        "grade": v.grade,
+        "p_yes": v.p_yes,
+        "p_yes_threshold": data.thresholds.get(v.template_id),
+        "reason": reason,
+        "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
+    }
 
 
 def render_differences(data: ReportData) -> dict[str, Any]:
