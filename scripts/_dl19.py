@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _shared_data() -> Path:
+def shared_data() -> Path:
     """$JUDGE_SHARED_DATA, else the nearest ``shared/data`` beside the repository or above it."""
     env = os.environ.get("JUDGE_SHARED_DATA")
     if env:
@@ -22,7 +22,7 @@ def _shared_data() -> Path:
     return REPO.parent / "shared" / "data"
 
 
-DL19 = _shared_data() / "trec_dl19"
+DL19 = shared_data() / "trec_dl19"
 QRELS = "2019qrels-pass.txt"
 """NIST's graded qrels, a file of :data:`DL19` (``DL19 / QRELS``)."""
 

@@ -30,10 +30,8 @@ Commands::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -44,28 +42,24 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "scripts"):  # this checkout's judge; the scripts' shared helpers
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 DEFAULT_OUT = REPO / "runs" / "eval_adapt"
 SETS = ("dl19", "rgb", "kuake", "qbqtc")
 MAX_CHARS = 1500
 
 
 def _data_root() -> Path:
-    env = os.environ.get("JUDGE_SHARED_DATA")
-    for candidate in (Path(env) if env else None, REPO.parent / "shared" / "data", Path("/work/shared/data")):
-        if candidate is not None and candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "data"
+    from _dl19 import shared_data
+
+    return shared_data()
 
 
 def _eval_judge() -> Any:
-    spec = importlib.util.spec_from_file_location("eval_judge", REPO / "scripts" / "eval_judge.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_judge"] = module
-    spec.loader.exec_module(module)
-    return module
+    import eval_judge
+
+    return eval_judge
 
 
 # --------------------------------------------------------------------------- the slices
