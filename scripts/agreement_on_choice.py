@@ -42,6 +42,11 @@ zero-shot (every configuration scored against all the labels). Because the examp
 carry true labels, the script also runs a control at no judge cost: the zero-shot verdicts
 with the same pairs' labels filled in (``--qrels FILE`` without ``--examples``, reading the
 zero-shot cache). ``examples`` in the result compares the three: zero-shot, control, examples.
+``--adapt N`` (after the zero-shot run, as ``--examples``): N labelled pooled pairs per query,
+drawn the same way, over ``--draws`` seeds; the control fills them in, the adapted run also
+learns the decision rule from them (``judge experiment --qrels FILE --adapt``), both from the
+zero-shot cache (no judge call); ``adapt`` in the result: each order's τ against the labels',
+the adaptation block, and κ / ROC AUC on the held-out pooled pairs.
 """
 
 from __future__ import annotations
@@ -113,6 +118,7 @@ def main() -> int:
     ap.add_argument("--ppi-level", type=int, default=None, help="labels: grade >= L is relevant")
     ap.add_argument("--draws", type=int, default=1, help="--ppi-share: samples drawn (tau averaged)")
     ap.add_argument("--examples", type=int, default=None, help="same-query demonstrations per query")
+    ap.add_argument("--adapt", type=int, default=None, help="labels per query that --adapt learns from")
     args = ap.parse_args()
     grid = args.grid or ["k1=0.4,1.2,2.5", "b=0.3,0.9"]
     if args.corpus == "dl19":
@@ -130,6 +136,8 @@ def main() -> int:
     out_dir = args.work / f"experiment-{backend_name}"
     if args.examples:
         return examples_variant(paths, config, out_dir, grid, backend, backend_name, args, level)
+    if args.adapt:
+        return adapt_variant(paths, config, out_dir, grid, backend, backend_name, args, level)
     started = time.monotonic()
     report = aexperiment_sync(paths["queries"], config, out_dir, grid, backend, args)
     elapsed = time.monotonic() - started
@@ -315,6 +323,127 @@ def examples_variant(
         "seconds": round(elapsed, 1),
     }
     out = args.out or args.work / f"agreement-{backend_name}-{tag}.json"
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0
+
+
+def held_out_agreement(
+    zero_dir: Path,
+    adapted_dir: Path,
+    grades: dict[tuple[str, str], int],
+    shown: set[tuple[str, str]],
+    level: int,
+) -> dict[str, Any]:
+    """κ and ROC AUC on the pooled pairs the labels grade but the run was not given (the
+    held-out pairs): the judge alone (its verdicts, P(yes)) against adapted (the adapted run's
+    verdicts, ``p_adapted`` where the rule was applied, else P(yes))."""
+    zero, ad = _pool_verdicts(zero_dir), _pool_verdicts(adapted_dir)
+    keys = sorted(
+        k for k in zero
+        if k in grades and k not in shown and zero[k].get("verdict") in ("yes", "no") and k in ad
+    )  # fmt: skip
+    truth = np.array([grades[k] >= level for k in keys])
+    out: dict[str, Any] = {"pairs": len(keys), "people_yes": float(truth.mean()) if keys else None}
+    for name, said, score in (
+        ("alone", [zero[k]["verdict"] == "yes" for k in keys], [float(zero[k]["p_yes"]) for k in keys]),
+        (
+            "adapted",
+            [ad[k]["verdict"] == "yes" for k in keys],
+            [float(ad[k].get("p_adapted") or ad[k]["p_yes"]) for k in keys],
+        ),
+    ):
+        out[name] = {
+            "judge_yes": float(np.mean(said)) if keys else None,
+            "kappa": cohen_kappa(truth, np.array(said)) if keys else None,
+            "auc": roc_auc(truth, np.array(score)) if keys else None,
+        }
+    return out
+
+
+def adapt_variant(
+    paths: dict[str, Path],
+    config: Path,
+    zero_dir: Path,
+    grid: list[str],
+    backend: str,
+    backend_name: str,
+    args: argparse.Namespace,
+    level: int,
+) -> int:
+    """The order of the configurations with ``--adapt`` (issue 43): for each of ``--draws``
+    seeds (from ``--seed``), ``--adapt N`` pooled pairs per query the labels grade (balanced,
+    as ``--examples`` draws them) are the team's labels; the control fills them into the
+    zero-shot pool (``--qrels FILE``), the adapted run also lets them teach the decision rule
+    (``--qrels FILE --adapt``). Both read the zero-shot run's cache: no judge call. Each
+    order is compared with the labels' (every configuration scored against all the labels),
+    and the held-out pooled pairs' κ and ROC AUC alone and adapted."""
+    zero_json = args.work / f"agreement-{backend_name}.json"
+    if not (zero_dir / "pool.judged.jsonl").exists() or not zero_json.exists():
+        print(f"--adapt: run the zero-shot protocol first in {args.work} (no --adapt)", file=sys.stderr)
+        return 2
+    zero = json.loads(zero_json.read_text(encoding="utf-8"))
+    qrels = read_qrels(paths["qrels"])
+    grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
+    label_means = {n: v["labels"] for n, v in zero["configurations"].items()}
+    group = zero["label_tie_group"]
+    cache = args.work / f"cache-{zero_dir.name}.sqlite"
+    draws: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for seed in range(args.seed, args.seed + args.draws):
+        labels = draw_examples(pooled_pairs(zero_dir), grades, args.adapt, level, seed)
+        tag = f"adapt{args.adapt}-seed{seed}"
+        label_file = args.work / f"{tag}.qrels"
+        label_file.write_text(
+            "".join(f"{q} 0 {d} {g}\n" for q, pairs in labels.items() for d, g in pairs), encoding="utf-8"
+        )
+        shared = {"qrels": label_file, "qrels_level": level, "cache": cache}
+        control = aexperiment_sync(
+            paths["queries"],
+            config,
+            args.work / f"control-{backend_name}-{tag}",
+            grid,
+            backend,
+            args,
+            **shared,
+        )
+        adapted_dir = args.work / f"experiment-{backend_name}-{tag}"
+        adapted = aexperiment_sync(
+            paths["queries"], config, adapted_dir, grid, backend, args, adapt=True, **shared
+        )
+        block = json.loads((adapted_dir / "pool.judged.summary.json").read_text(encoding="utf-8")).get(
+            "adaptation", {}
+        )
+        shown = {(q, d) for q, pairs in labels.items() for d, _ in pairs}
+        draws.append(
+            {
+                "seed": seed,
+                "label_pairs": len(shown),
+                "relevant": sum(1 for pairs in labels.values() for _, g in pairs if g >= level),
+                "control": choice(control, label_means, group),
+                "adapted": choice(adapted, label_means, group),
+                "adaptation": {
+                    k: block.get(k) for k in ("applied", "reason", "features", "labels", "queries", "weights")
+                }
+                | {"leave_one_query_out": block.get("leave_one_query_out")},
+                "held_out": held_out_agreement(zero_dir, adapted_dir, grades, shown, level),
+            }
+        )
+    result = {
+        "corpus": args.corpus,
+        "backend": backend,
+        "depth": args.depth,
+        "grid": grid,
+        "labels_per_query": args.adapt,
+        "label_best": zero["label_best"],
+        "label_tie_group": group,
+        "zero_shot": {k: zero[k] for k in ("kendall_tau", "judge_best", "judge_best_in_tie_group")},
+        "mean_tau_control": float(np.mean([d["control"]["kendall_tau"] or 0.0 for d in draws])),
+        "mean_tau_adapted": float(np.mean([d["adapted"]["kendall_tau"] or 0.0 for d in draws])),
+        "draws": draws,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    out = args.out or args.work / f"agreement-{backend_name}-adapt{args.adapt}.json"
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0

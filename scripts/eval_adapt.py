@@ -25,6 +25,11 @@ Commands::
     python scripts/eval_adapt.py slices --out /work/helpers/adapt-data
     nice -n 5 python scripts/eval_adapt.py judge --out /work/helpers/adapt-data --sets dl19,rgb --first 12
     python scripts/eval_adapt.py report --out /work/helpers/adapt-data
+
+The pooled DL 2019 slice (``pooled``): the passages a BM25 sweep retrieved, judged by the
+sweep itself (``scripts/agreement_on_choice.py``, zero-shot), so it costs no judging here::
+
+    python scripts/eval_adapt.py pooled --work /tmp/jbench/aoc-dl19 --out /work/helpers/adapt-data
 """
 
 from __future__ import annotations
@@ -46,7 +51,10 @@ for _path in (REPO, REPO / "scripts"):  # this checkout's judge; the scripts' sh
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 DEFAULT_OUT = REPO / "runs" / "eval_adapt"
-SETS = ("dl19", "rgb", "kuake", "qbqtc")
+SETS = ("dl19", "rgb", "kuake", "qbqtc", "dl19pool")
+FULL_SLICES = ("dl19", "rgb", "dl19pool")
+"""Sets whose queries hold 4 and 8 labels with passages to spare (the others: half the
+queries labelled, the rest held out)."""
 MAX_CHARS = 1500
 
 
@@ -136,6 +144,79 @@ def cmd_slices(args: argparse.Namespace) -> int:
         rel = sum(g >= spec.level for q in truth.values() for g in q.values())
         total = sum(len(q) for q in truth.values())
         print(f"{name}: {len(truth)} queries, {total} passages, {rel} relevant", file=sys.stderr)
+    return 0
+
+
+def cmd_pooled(args: argparse.Namespace) -> int:
+    """The pooled DL 2019 slice (``dl19pool``): the passages a BM25 sweep retrieved, as
+    ``--adapt`` meets them in ``judge experiment``, from a finished zero-shot run of
+    ``scripts/agreement_on_choice.py --corpus dl19`` (``--work``). Queries with at least 12
+    pooled passages NIST graded, 2 of them relevant and 2 not, chosen with seed 43; each
+    query's graded pooled passages in a seeded order (not balanced: the pool's own share of
+    relevant). Writes ``dl19pool.jsonl``, ``dl19pool.truth.json`` and the pool's verdicts on
+    them as ``dl19pool.pool.judged.jsonl`` (the sweep's template and threshold), so the
+    report needs no judging."""
+    work = Path(args.work)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = next(iter(sorted(work.glob("experiment-local*"))), None)
+    if run_dir is None or not (run_dir / "pool.judged.jsonl").exists():
+        print(f"no finished embedded-judge experiment under {work}", file=sys.stderr)
+        return 2
+    grades: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in (_data_root() / "trec_dl19" / "2019qrels-pass.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            qid, _, docno, grade = line.split()
+            grades[qid][docno] = int(grade)
+    records = [
+        json.loads(x) for x in (run_dir / "pool.judged.jsonl").read_text(encoding="utf-8").splitlines() if x
+    ]
+    eligible = []
+    for r in sorted(records, key=lambda r: str(r["id"])):
+        qid = str(r["id"])
+        graded = [d for d in r["docnos"] if d in grades[qid]]
+        rel = sum(grades[qid][d] >= 2 for d in graded)
+        if len(graded) >= 12 and rel >= 2 and len(graded) - rel >= 2:
+            eligible.append(r)
+    rng = np.random.default_rng(43)
+    chosen = [eligible[i] for i in rng.permutation(len(eligible))[: args.queries]]
+    wanted = {str(r["id"]): r for r in chosen}
+    texts: dict[str, str] = {}
+    need = {d for r in chosen for d in r["docnos"]}
+    with (work / "docs.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            o = json.loads(line)
+            if str(o["id"]) in need:
+                texts[str(o["id"])] = o["text"]
+    truth: dict[str, dict[str, int]] = {}
+    with (
+        (out / "dl19pool.jsonl").open("w", encoding="utf-8") as data,
+        (out / "dl19pool.pool.judged.jsonl").open("w", encoding="utf-8") as judged,
+    ):
+        for qi, (qid, r) in enumerate(wanted.items()):
+            by_doc = dict(zip(r["docnos"], r["verdicts"], strict=True))
+            graded = [d for d in r["docnos"] if d in grades[qid]]
+            order = [graded[j] for j in np.random.default_rng([43, qi]).permutation(len(graded))]
+            docs = [{"id": d, "text": texts[d][:MAX_CHARS]} for d in order]
+            data.write(json.dumps({"id": qid, "query": r["query"], "retrieval_context": docs}) + "\n")
+            judged.write(
+                json.dumps(
+                    {
+                        "id": qid,
+                        "docnos": order,
+                        "verdicts": [by_doc[d] for d in order],
+                        "conventions": r["conventions"],
+                    }
+                )
+                + "\n"
+            )
+            truth[qid] = {d: grades[qid][d] for d in order}
+    (out / "dl19pool.truth.json").write_text(
+        json.dumps({"level": 2, "language": "en", "grades": truth}), encoding="utf-8"
+    )
+    rel = sum(g >= 2 for q in truth.values() for g in q.values())
+    total = sum(len(q) for q in truth.values())
+    print(f"dl19pool: {len(truth)} queries, {total} passages, {rel} relevant", file=sys.stderr)
     return 0
 
 
@@ -281,6 +362,8 @@ def product_seconds(out: Path, name: str, truth: dict[str, Any]) -> float:
     if path is None:
         return math.nan
     records = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    if not records or "line" not in records[0]:
+        return math.nan  # not a `judge score` output (the pooled slice's verdicts)
     labels = []
     for qi, r in enumerate(sorted(records, key=lambda r: str(r["id"]))):
         qid = str(r["id"])
@@ -293,32 +376,20 @@ def product_seconds(out: Path, name: str, truth: dict[str, Any]) -> float:
     return (time.perf_counter() - started) / sum(len(r["docnos"]) for r in records)
 
 
-VARIANTS = ("alone", "threshold", "centred", "centred+feedback", "centred+feedback+query")
-
-
-CHOSEN = "centred or +feedback, chosen by LOQO, as shipped"
-
-
-def chosen_variant(
-    p: Sequence[float],
-    groups: Sequence[str],
-    labels: Sequence[int | None],
-    t: Sequence[float],
-    extras: dict[str, list[float]],
-) -> tuple[list[int], list[float], bool]:
-    """The rule with the higher leave-one-query-out κ on the labels (ties: without the
-    encoder), applied only when it beats the judge alone's (what `--adapt` does when the
-    encoder is installed)."""
-    from judge.metrics import fit_adaptation
-
-    fits = [
-        fit_adaptation(list(p), list(groups), list(labels), list(t), extra=extra, resamples=0)
-        for extra in ({}, {"feedback": extras["feedback"]})
-    ]
-    best = max(fits, key=lambda f: (f.loqo.get("adapted", {}).get("kappa") or -1.0, -len(f.features)))
-    if not best.applied:
-        return [int(a >= b) for a, b in zip(p, t, strict=True)], list(p), False
-    return [int(d or 0) for d in best.decisions], [float(x or 0.0) for x in best.p_adapted], True
+VARIANTS = (
+    "alone",
+    "threshold",
+    "centred",
+    "centred+similarity",
+    "centred+feedback",
+    "centred+similarity+feedback",
+)
+SHIPPED = {
+    "log-odds only (no `dense` extra), as shipped": "centred",
+    "with the encoder, as shipped": "centred+similarity+feedback",
+}
+"""What ``--adapt`` does without and with the encoder: the variant's rule, applied only in
+the seeds where its leave-one-query-out κ on the labels beat the judge alone's."""
 
 
 def run_variant(
@@ -334,13 +405,7 @@ def run_variant(
 
     if variant == "alone":
         return [int(a >= b) for a, b in zip(p, t, strict=True)], list(p), False
-    if variant == CHOSEN:
-        return chosen_variant(p, groups, labels, t, extras)
-    extra = {}
-    if "feedback" in variant:
-        extra["feedback"] = extras["feedback"]
-    if "query" in variant:
-        extra["query"] = extras["query"]
+    extra = {name: extras[name] for name in ("similarity", "feedback") if name in variant}
     fit = fit_adaptation(
         list(p),
         list(groups),
@@ -366,7 +431,7 @@ def split_rows(
     qsims: Any,
 ) -> list[dict[str, Any]]:
     """Every held-out pair of one split with each variant's decision and score."""
-    from judge.metrics import relevance_feedback
+    from judge.metrics import centre_by_query, relevance_feedback
 
     size = 12 if n_labels == 4 else 16
     p: list[float] = []
@@ -397,13 +462,13 @@ def split_rows(
         labels += lab
         rel += r_q
         t += [r["t"] for r in rows]
-    extras = {"feedback": fb, "query": qs}
+    extras = {"feedback": fb, "similarity": list(centre_by_query(qs, groups)) if qs else []}
     out = [
         {"set": name, "labels": n_labels, "seed": seed, "qid": g, "relevant": y, "labelled": lab is not None}
         for g, y, lab in zip(groups, rel, labels, strict=True)
     ]
-    for variant in (*VARIANTS, CHOSEN):
-        if sims is None and ("feedback" in variant or variant == CHOSEN):
+    for variant in VARIANTS:
+        if sims is None and ("feedback" in variant or "similarity" in variant):
             continue
         decisions, scores, applied = run_variant(variant, p, groups, labels, t, extras)
         for row, d, sc in zip(out, decisions, scores, strict=True):
@@ -484,7 +549,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         started = time.perf_counter()
         fits = 0
-        for n_labels in (4, 8) if name in ("dl19", "rgb") else (0,):
+        for n_labels in (4, 8) if name in FULL_SLICES else (0,):
             for seed in (1, 2, 3):
                 all_rows += split_rows(
                     name, table, truth["grades"], truth["level"], n_labels, seed, sims, qsims
@@ -504,10 +569,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in all_rows:
-        d, sc, applied = r["centred"]
-        r["centred, as shipped"] = (d, sc, applied) if applied else (*r["alone"][:2], False)
+        for shipped, variant in SHIPPED.items():
+            if variant in r:
+                d, sc, applied = r[variant]
+                r[shipped] = (d, sc, applied) if applied else (*r["alone"][:2], False)
     for (name, n_labels), rows in sorted(_by(all_rows, lambda r: (r["set"], r["labels"])).items()):
-        for variant in (*VARIANTS[1:], "centred, as shipped", CHOSEN):
+        for variant in (*VARIANTS[1:], *SHIPPED):
             if variant not in rows[0]:
                 continue
             dk = paired(rows, _kappa_of, "alone", variant)
@@ -547,6 +614,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queries-short", type=int, default=40, help="queries of KUAKE-QTR and QBQTC")
     s.add_argument("--data", default=str(_data_root()))
     s.add_argument("--out", default=str(DEFAULT_OUT))
+    o = sub.add_parser("pooled", help="the pooled DL 2019 slice from a finished sweep (no judging)")
+    o.add_argument("--work", required=True, help="agreement_on_choice.py --corpus dl19 --work DIR")
+    o.add_argument("--queries", type=int, default=12)
+    o.add_argument("--out", default=str(DEFAULT_OUT))
     j = sub.add_parser("judge", help="judge the slices with `judge score` (cached, resumable)")
     j.add_argument("--sets", default="dl19,rgb")
     j.add_argument("--first", type=int, default=0, help="only every query's first N passages")
@@ -568,6 +639,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_slices(args)
     if args.command == "judge":
         return cmd_judge(args)
+    if args.command == "pooled":
+        return cmd_pooled(args)
     return cmd_report(args)
 
 

@@ -157,24 +157,15 @@ def test_extra_feature_columns_are_standardised_and_named() -> None:
         fit_adaptation(P, Q, Y, 0.5, extra={"feedback": [0.0] * 11}, min_labels=4)
 
 
-def test_choose_adaptation_takes_the_higher_loqo_kappa_and_fewer_features_on_ties() -> None:
-    from judge.metrics import choose_adaptation
+def test_centre_by_query_by_hand() -> None:
+    from judge.metrics import centre_by_query
 
-    plain = fit_adaptation(P, Q, Y, 0.5, min_labels=4, resamples=0)
-    # a column of noise: LOQO kappa cannot beat the centred rule's 1.0, so the tie (or loss)
-    # goes to the rule without it
-    noisy = fit_adaptation(
-        P, Q, Y, 0.5, extra={"noise": [0.3, -0.1, 0.2, 0.0] * 3}, min_labels=4, resamples=0
-    )
-    chosen = choose_adaptation([plain, noisy])
-    assert chosen.features == ("logit", "centred")
-    assert [c["features"] for c in chosen.block()["candidates"]] == [
-        list(plain.features),
-        list(noisy.features),
-    ]
-    # the threshold-only rule (LOQO kappa below 1) loses to the centred one whatever the order
-    only = fit_adaptation(P, Q, Y, 0.5, use_centred=False, min_labels=4, resamples=0)
-    assert only.loqo["adapted"]["kappa"] < 1.0
-    assert choose_adaptation([only, plain]).features == ("logit", "centred")
-    with pytest.raises(ValueError):
-        choose_adaptation([])
+    # query a (4 values, mean 2.5): each less 2.5; query b has 2 values (< 4): 0; the order kept
+    got = centre_by_query([1.0, 2.0, 3.0, 4.0, 9.0, 7.0], ["a", "a", "a", "a", "b", "b"])
+    assert got == pytest.approx([-1.5, -0.5, 0.5, 1.5, 0.0, 0.0])
+    # a lower minimum centres b too: 9 and 7 about their mean 8
+    got = centre_by_query([9.0, 7.0], ["b", "b"], min_passages=2)
+    assert got == pytest.approx([1.0, -1.0])
+    assert centre_by_query([], []).size == 0
+    with pytest.raises(ValueError, match="query ids"):
+        centre_by_query([1.0, 2.0], ["a"])

@@ -37,7 +37,7 @@ def fake_judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr("judge.backends.make_backend", make)
     # no encoder here (the tests below that want one give the fake one)
-    monkeypatch.setattr("judge.systems.default_encoder", lambda: None)
+    monkeypatch.setattr("judge.systems._adapt_features.default_encoder", lambda: None)
     monkeypatch.setattr("judge.systems._run.default_encoder", lambda: None)
 
 
@@ -123,7 +123,7 @@ def test_adapt_decides_the_unlabelled_passages_and_says_so(tmp_path: Path) -> No
     adapted, summary = _outputs(tmp_path, "adapted.jsonl")
     assert "adaptation" not in plain_summary
     block = summary["adaptation"]
-    assert block["applied"] is True and block["method"] == "logistic.v1"
+    assert block["applied"] is True and block["method"] == "logistic.v2"
     assert block["features"] == ["logit", "centred"]
     assert (block["labels"], block["positives"], block["queries"]) == (16, 8, 4)
     loqo = block["leave_one_query_out"]
@@ -147,7 +147,7 @@ def test_adapt_decides_the_unlabelled_passages_and_says_so(tmp_path: Path) -> No
         assert v["p_yes"] == plain[docno]["p_yes"]  # the model's P(yes) kept
         assert (v["p_adapted"] >= 0.5) == (now == "yes")
         assert v["adapted"] == {
-            "method": "logistic.v1",
+            "method": "logistic.v2",
             "labels_sha256": block["labels_sha256"],
             "judge_verdict": judge_said,
         }
@@ -352,12 +352,12 @@ def test_a_search_nightly_config_takes_adapt(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("fake_judge")
-def test_the_encoders_feedback_is_chosen_when_the_labels_say_so(
+def test_the_encoders_features_decide_where_the_judge_cannot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from _fake_encoder import FakeEncoder
 
-    monkeypatch.setattr("judge.systems.default_encoder", FakeEncoder)
+    monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
     # the judge says 0.5 +- noise to everything; the relevant passages share their words
     # (apple orchard), the others theirs (tax form): only the encoder's feedback separates them
     data = tmp_path / "data.jsonl"
@@ -378,12 +378,10 @@ def test_the_encoders_feedback_is_chosen_when_the_labels_say_so(
     assert _score(tmp_path, data, qrels, "out.jsonl", "--adapt") == 0
     verdicts, summary = _outputs(tmp_path, "out.jsonl")
     block = summary["adaptation"]
-    assert block["features"] == ["logit", "centred", "feedback"] and block["applied"]
-    assert [c["features"] for c in block["candidates"]] == [
-        ["logit", "centred"],
-        ["logit", "centred", "feedback"],
-    ]
-    assert block["candidates"][1]["loqo_kappa"] > (block["candidates"][0]["loqo_kappa"] or -1)
+    # one rule over every column (logistic.v2: no choice among feature sets)
+    assert block["features"] == ["logit", "centred", "similarity", "feedback"] and block["applied"]
+    assert "candidates" not in block
+    assert block["weights"]["feedback"] > 0
     assert block["leave_one_query_out"]["adapted"]["kappa"] == pytest.approx(1.0)
     # the unlabelled d4 (relevant) and d5 (not) of every query decided by their words
     for q in range(4):
@@ -394,7 +392,7 @@ def test_encoder_feedback_by_hand() -> None:
     from _fake_encoder import FakeEncoder
 
     from judge.batch import AdaptPair
-    from judge.systems import encoder_feedback
+    from judge.systems import encoder_features
 
     enc = FakeEncoder()
     texts = {("q", "a"): "apple", ("q", "b"): "tax", ("q", "c"): "apple pie", ("r", "x"): "alone"}
@@ -404,7 +402,27 @@ def test_encoder_feedback_by_hand() -> None:
         AdaptPair("q", "c", None, 0.5, None),
         AdaptPair("r", "x", None, 0.5, 1),  # a query without both kinds: 0
     ]
-    got = encoder_feedback(texts, enc)(pairs)["feedback"]
+    got = encoder_features(texts, enc)(pairs)
     v = enc.passages(["apple", "tax", "apple pie"]).astype(float)
     # c: cos(c, a) - cos(c, b); a and b have no other label of the other kind: 0
-    assert got == pytest.approx([0.0, 0.0, float(v[2] @ v[0] - v[2] @ v[1]), 0.0])
+    assert got["feedback"] == pytest.approx([0.0, 0.0, float(v[2] @ v[0] - v[2] @ v[1]), 0.0])
+    # no query text (and fewer than 4 passages): no similarity
+    assert got["similarity"] == [0.0] * 4
+
+
+def test_encoder_similarity_is_centred_on_its_query_by_hand() -> None:
+    from _fake_encoder import FakeEncoder
+
+    from judge.batch import AdaptPair
+    from judge.systems import encoder_features
+
+    enc = FakeEncoder()
+    docs = ["apple pie recipe", "apple tart", "tax form", "car repair"]
+    texts = {("q", f"d{i}"): t for i, t in enumerate(docs)} | {("r", "x"): "alone"}
+    pairs = [AdaptPair("q", f"d{i}", "apple pie", 0.5, None) for i in range(4)]
+    pairs.append(AdaptPair("r", "x", "alone", 0.5, None))  # one passage: no mean (0)
+    got = encoder_features(texts, enc)(pairs)
+    cos = enc.passages(docs).astype(float) @ enc.queries(["apple pie"])[0].astype(float)
+    assert got["similarity"] == pytest.approx([*(cos - cos.mean()), 0.0])
+    assert got["similarity"][0] > got["similarity"][3]  # the apple pie recipe is nearest
+    assert got["feedback"] == [0.0] * 5  # no labels: no feedback

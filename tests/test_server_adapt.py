@@ -35,7 +35,9 @@ def _rule(request: ChatRequest) -> Any:
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[Any]:
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # no encoder unless a test gives the fake one (the rule then reads the judge's log-odds only)
+    monkeypatch.setattr("judge.systems._adapt_features.default_encoder", lambda: None)
     backend = RuleBackend(
         _rule, name="fake:p", model="p", supports_probabilities=True, prefers_probabilities=True
     )
@@ -55,7 +57,7 @@ def test_a_job_with_adapt_learns_from_the_label_store(client: Any) -> None:
     assert wait_job(client, job_id)["status"] == "done"
     block = client.get(f"/v1/jobs/{job_id}").json()["summary"]["adaptation"]
     assert block["labels"] == 8 and block["queries"] == 4 and block["positives"] == 5
-    assert block["method"] == "logistic.v1" and len(block["labels_sha256"]) == 64
+    assert block["method"] == "logistic.v2" and len(block["labels_sha256"]) == 64
     assert isinstance(block["applied"], bool) and block["reason"]
     assert block["leave_one_query_out"]["alone"]["kappa"] is not None
     text = client.get(f"/v1/jobs/{job_id}/results").text
@@ -65,6 +67,23 @@ def test_a_job_with_adapt_learns_from_the_label_store(client: Any) -> None:
         assert all(v["p_adapted"] is not None for v in verdicts)
     else:
         assert all("p_adapted" not in v for v in verdicts)
+
+
+def test_a_job_with_adapt_reads_the_encoders_features_as_judge_score_does(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _fake_encoder import FakeEncoder
+
+    r = client.post("/v1/jobs", json={"records": records(), "options": {**OPTIONS, "adapt": True}})
+    assert wait_job(client, r.json()["id"])["status"] == "done"
+    plain = client.get(f"/v1/jobs/{r.json()['id']}").json()["summary"]["adaptation"]
+    assert plain["features"] == ["logit", "centred"]
+    monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
+    r = client.post("/v1/jobs", json={"records": records(), "options": {**OPTIONS, "adapt": True}})
+    assert wait_job(client, r.json()["id"])["status"] == "done"
+    block = client.get(f"/v1/jobs/{r.json()['id']}").json()["summary"]["adaptation"]
+    assert block["features"] == ["logit", "centred", "similarity", "feedback"]
+    assert block["labels_sha256"] == plain["labels_sha256"]  # the same labels, one hash
 
 
 def test_a_job_without_adapt_has_no_adaptation(client: Any) -> None:

@@ -5,10 +5,9 @@ human override undone first, so applying it again is idempotent), pairs it with 
 labels (put on the binary scale by the stated mapping, as for agreement), and fits
 :func:`judge.metrics.fit_adaptation`: the judge's log-odds at its threshold, the same centred
 on its query's judged passages, weighted by a ridge logistic regression on the labels,
-judged by leaving each labelled query out; with extra feature columns from the caller
-(``features``, e.g. the encoder's relevance feedback) the rule is fitted with and without
-them and the labels choose (:func:`judge.metrics.choose_adaptation`: the higher
-leave-one-query-out κ). When the held-out κ of the rule beats the judge alone's, every
+judged by leaving each labelled query out, with any extra feature columns from the caller
+(``features``, e.g. the encoder's query similarity and relevance feedback) in the same
+fit. When the held-out κ of the rule beats the judge alone's, every
 judged passage keeps its ``p_yes``, gains ``p_adapted`` and takes the rule's verdict
 (``adapted`` records the method, the labels' hash and the judge's own verdict); a labelled
 passage's ``p_adapted`` comes from the rule fitted without its query's labels. Otherwise
@@ -31,7 +30,7 @@ from typing import Any
 from judge.batch._label_apply import _result_of
 from judge.batch._records import finish_record, verdicts_of
 from judge.judging import AdaptedBy, JudgeConfig, PassageVerdict, judge_verdict_of, threshold_of
-from judge.metrics import choose_adaptation, fit_adaptation
+from judge.metrics import fit_adaptation
 from judge.store import LabelSet
 
 __all__ = ["AdaptPair", "FeatureFn", "adapt_records", "check_adapt", "model_verdict_of"]
@@ -50,8 +49,8 @@ class AdaptPair:
 
 
 FeatureFn = Callable[[Sequence[AdaptPair]], Mapping[str, Sequence[float]]]
-"""Extra feature columns for the rule, one value per pair (e.g. the encoder's relevance
-feedback); a column that reads the labels must leave each pair's own label out."""
+"""Extra feature columns for the rule, one value per pair (e.g. the encoder's query similarity
+and relevance feedback); a column that reads the labels must leave each pair's own label out."""
 
 
 def check_adapt(config: JudgeConfig, *, labels: LabelSet | None, examples_active: bool) -> None:
@@ -128,20 +127,14 @@ def adapt_records(
     judge, every earlier adaptation undone), and the summary's ``adaptation`` block."""
     pairs, thresholds, models = _pairs(records, labels, level, yes_grade)
     extra = dict(features(pairs)) if features is not None and pairs else {}
-    # the rule without the extra columns, and with them: the labels choose (LOQO kappa)
-    fit = choose_adaptation(
-        [
-            fit_adaptation(
-                [p.p_yes for p in pairs],
-                [p.qid for p in pairs],
-                [p.label for p in pairs],
-                thresholds if thresholds else 0.5,
-                extra=columns,
-                resamples=resamples,
-                seed=seed,
-            )
-            for columns in ({}, extra)[: 2 if extra else 1]
-        ]
+    fit = fit_adaptation(
+        [p.p_yes for p in pairs],
+        [p.qid for p in pairs],
+        [p.label for p in pairs],
+        thresholds if thresholds else 0.5,
+        extra=extra,
+        resamples=resamples,
+        seed=seed,
     )
     digest = labels_sha256(pairs)
     earlier = sorted(

@@ -101,7 +101,8 @@ def add_example_flags(p: argparse.ArgumentParser) -> None:
 
 ADAPT_HELP = (
     "let the run's labels (--labels, --qrels) teach a decision rule: the judge's log-odds, raw and "
-    "centred on its query, weighted by a logistic regression on the labels. Applied only when its "
+    "centred on its query (with the 'dense' extra also the encoder's query similarity and relevance "
+    "feedback), weighted by a logistic regression on the labels. Applied only when its "
     "leave-one-query-out kappa beats the judge alone's; every passage keeps p_yes and gains p_adapted, "
     "the summary's 'adaptation' block says what it learned and why it was (not) applied. Binary "
     "probability mode; not with --examples. Measured in docs/agreement.md "

@@ -210,27 +210,22 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
 
 
 def _adapt_features(args: argparse.Namespace, spec: Any, given: dict[str, Any]) -> Any:
-    """``--adapt``'s extra column: the encoder's relevance feedback over INPUT's texts, when
-    the bundled encoder (the ``dense`` extra) is installed; None otherwise (said on stderr)."""
+    """``--adapt``'s extra columns: the encoder's query similarity and relevance feedback over
+    INPUT's texts, when the bundled encoder (the ``dense`` extra) is installed; None otherwise
+    (said on stderr)."""
     from judge.io import DEFAULT_MAX_PASSAGE_CHARS
-    from judge.systems import dataset_texts, default_encoder, encoder_feedback
+    from judge.systems import dataset_features
 
     if not spec.adapt or not args.input:
         return None
-    encoder = default_encoder()
-    if encoder is None:
-        if not args.quiet:
-            print(
-                "judge: --adapt without the encoder's relevance feedback (pip install 'judge[dense]')",
-                file=sys.stderr,
-            )
-        return None
-    texts = dataset_texts(
+    features = dataset_features(
         args.input,
         field_map=given["field_map"],
         max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
     )
-    return encoder_feedback(texts, encoder)
+    if features is None and not args.quiet:
+        print("judge: --adapt without the encoder's features (pip install 'judge[dense]')", file=sys.stderr)
+    return features
 
 
 def _exports(args: argparse.Namespace, outcome: Any) -> None:

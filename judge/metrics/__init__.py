@@ -325,7 +325,7 @@ _ADAPT_NAMES = (
     "MIN_QUERY_PASSAGES",
     "Adaptation",
     "adaptation_features",
-    "choose_adaptation",
+    "centre_by_query",
     "fit_adaptation",
     "fit_logistic",
     "relevance_feedback",
@@ -337,7 +337,7 @@ if TYPE_CHECKING:
     from judge.metrics._adapt import MIN_QUERY_PASSAGES as MIN_QUERY_PASSAGES
     from judge.metrics._adapt import Adaptation as Adaptation
     from judge.metrics._adapt import adaptation_features as adaptation_features
-    from judge.metrics._adapt import choose_adaptation as choose_adaptation
+    from judge.metrics._adapt import centre_by_query as centre_by_query
     from judge.metrics._adapt import fit_adaptation as fit_adaptation
     from judge.metrics._adapt import fit_logistic as fit_logistic
     from judge.metrics._adapt import relevance_feedback as relevance_feedback

@@ -9,9 +9,10 @@ a pair and decides every pair of the run with them:
 * ``centred``: the same log-odds less the mean over the judged pairs of its query (the
   judge's leaning on that query taken out; no label enters it). A query with fewer than
   ``min_passages`` judged pairs has no reliable mean: 0 there (the collection's rule);
-* optional extra columns the caller computes (``extra``), such as the encoder's relevance
-  feedback (:func:`relevance_feedback`): each column is standardised over the run's judged
-  pairs before the fit, so one ridge weighs them alike.
+* optional extra columns the caller computes (``extra``), such as the encoder's query-passage
+  similarity centred on its query (:func:`centre_by_query`) and its relevance feedback
+  (:func:`relevance_feedback`): each column is standardised over the run's judged pairs
+  before the fit, so one ridge weighs them alike.
 
 The rule is an L2-regularised logistic regression (``ridge``, the intercept unpenalised)
 fitted by Newton's method on the labelled pairs; ``p_adapted`` is its probability and the
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,14 +51,16 @@ __all__ = [
     "MIN_QUERY_PASSAGES",
     "Adaptation",
     "adaptation_features",
-    "choose_adaptation",
+    "centre_by_query",
     "fit_adaptation",
     "fit_logistic",
     "relevance_feedback",
 ]
 
-ADAPT_METHOD = "logistic.v1"
-"""The method's id, recorded on every adapted verdict and in the summary."""
+ADAPT_METHOD = "logistic.v2"
+"""The method's id, recorded on every adapted verdict and in the summary (v2: one rule over
+every feature the run has; v1 fitted with and without the extra columns and let the labels
+choose, which the held-out measurement found noisier, docs/agreement.md)."""
 MIN_ADAPT_LABELS = 8
 """Fewer labelled pairs than this: not adapted (the judge's verdicts kept)."""
 MIN_ADAPT_QUERIES = 3
@@ -88,6 +91,24 @@ def _thresholds(threshold: float | Sequence[float] | FloatArray, n: int) -> Floa
     return t
 
 
+def centre_by_query(
+    values: Sequence[float] | FloatArray, groups: Sequence[str], *, min_passages: int = MIN_QUERY_PASSAGES
+) -> FloatArray:
+    """Each value less the mean of its query's values (``groups``: each value's query): what
+    the query leans to taken out, its order kept. A query with fewer than ``min_passages``
+    values has no reliable mean: 0 there (the collection's rule). No label enters it."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or len(groups) != v.size:
+        raise ValueError(f"{v.size} values but {len(groups)} query ids")
+    out = np.zeros_like(v)
+    keys = np.asarray(list(groups), dtype=object)
+    for key in dict.fromkeys(groups):
+        mask = keys == key
+        if int(mask.sum()) >= min_passages:
+            out[mask] = v[mask] - v[mask].mean()
+    return out
+
+
 def adaptation_features(
     p_yes: Sequence[float] | FloatArray,
     groups: Sequence[str],
@@ -106,13 +127,7 @@ def adaptation_features(
     t = _thresholds(threshold, p.size)
     z = _logit(p)
     raw = z - np.log(t / (1.0 - t))
-    centred = np.zeros_like(z)
-    keys = np.asarray(list(groups), dtype=object)
-    for key in dict.fromkeys(groups):
-        mask = keys == key
-        if int(mask.sum()) >= min_passages:
-            centred[mask] = z[mask] - z[mask].mean()
-    return np.column_stack([raw, centred])
+    return np.column_stack([raw, centre_by_query(z, groups, min_passages=min_passages)])
 
 
 def relevance_feedback(similarity: FloatArray, groups: Sequence[str], labels: Sequence[int]) -> FloatArray:
@@ -188,7 +203,6 @@ class Adaptation:
     applied: bool
     reason: str
     scales: dict[str, float] = field(default_factory=dict)
-    candidates: tuple[dict[str, Any], ...] = ()
 
     def block(self) -> dict[str, Any]:
         """The summary's ``adaptation`` block (no per-pair values)."""
@@ -203,38 +217,7 @@ class Adaptation:
             "leave_one_query_out": self.loqo,
             "applied": self.applied,
             "reason": self.reason,
-            **(
-                {"candidates": list(self.candidates), "chosen_by": CHOSEN_BY}
-                if len(self.candidates) > 1
-                else {}
-            ),
         }
-
-
-CHOSEN_BY = "the highest leave-one-query-out kappa adapted on the labels (ties: fewer features)"
-
-
-def choose_adaptation(fits: Sequence[Adaptation]) -> Adaptation:
-    """Of rules fitted on the same labels with different features, the one with the highest
-    leave-one-query-out κ adapted (ties: fewer features); it lists every candidate's
-    features and LOQO κ (``candidates``), so the choice is on record. It is still applied
-    only when it beats the judge alone (its own ``applied``)."""
-    if not fits:
-        raise ValueError("no rule to choose from")
-
-    def score(f: Adaptation) -> tuple[float, int]:
-        k = f.loqo.get("adapted", {}).get("kappa") if f.loqo else None
-        return (-math.inf if k is None else float(k), -len(f.features))
-
-    best = max(fits, key=score)
-    listed = tuple(
-        {
-            "features": list(f.features),
-            "loqo_kappa": f.loqo.get("adapted", {}).get("kappa") if f.loqo else None,
-        }
-        for f in fits
-    )
-    return replace(best, candidates=listed)
 
 
 def _kappa(y: npt.NDArray[np.int64], d: npt.NDArray[np.int64]) -> float | None:

@@ -18,6 +18,7 @@ from typing import Any
 from judge.backends import Backend
 from judge.batch import (
     BatchOptions,
+    FeatureFn,
     SampleLabelOptions,
     dataset_pairs,
     retry_unjudged,
@@ -44,6 +45,7 @@ from judge.server._job_files import (
     sample_label_options,
 )
 from judge.server._job_kind import JobFiles, Runtime, job_spec
+from judge.systems import dataset_features
 
 
 def validate_input(
@@ -107,10 +109,12 @@ def batch_options(
     sample_labels: SampleLabelOptions | None = None,
     examples: JobExamples | None = None,
     adapt: bool = False,
+    adapt_features: FeatureFn | None = None,
 ) -> BatchOptions:
     """The batch options of a scoring job; with ``examples`` its labelled passages take their
     labels without a call (``labels``: the job's snapshot, as ``judge score --labels``);
-    with ``adapt`` the snapshot's labels teach the decision rule (``judge score --adapt``)."""
+    with ``adapt`` the snapshot's labels teach the decision rule (``judge score --adapt``),
+    with the encoder's ``adapt_features`` where it is installed."""
     decided: dict[str, Any] = {}
     if examples is not None:
         decided = {
@@ -131,6 +135,7 @@ def batch_options(
         executor=executor,
         examples=examples.bank if examples is not None else None,
         adapt=adapt,
+        adapt_features=adapt_features,
         **decided,
     )
 
@@ -250,6 +255,13 @@ class ScoreJob:
             sample_labels=sample_label_options(job_dir, opts),
             examples=await job_example_bank(job_dir, spec, opts, rt.labels),
             adapt=spec.adapt,
+            adapt_features=dataset_features(
+                job_dir / INPUT_NAME,
+                field_map=opts.get("map") or {},
+                max_passage_chars=opts["max_passage_chars"],
+            )
+            if spec.adapt
+            else None,
         )
         if job["phase"] == "retry":
             return await run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)

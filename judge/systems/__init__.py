@@ -6,7 +6,14 @@ pool exactly as ``judge trec`` scores a run against qrels, and compared with the
 (the baseline) with ``judge compare``'s paired tests. See :func:`compare_systems`.
 """
 
-from judge.systems._adapt_features import FEEDBACK, dataset_texts, default_encoder, encoder_feedback
+from judge.systems._adapt_features import (
+    FEEDBACK,
+    SIMILARITY,
+    dataset_features,
+    dataset_texts,
+    default_encoder,
+    encoder_features,
+)
 from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._engine_nightly import (
@@ -66,6 +73,7 @@ __all__ = [
     "REASONS_DIR",
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
+    "SIMILARITY",
     "ComparisonReport",
     "ExperimentConfiguration",
     "ExperimentOptions",
@@ -94,9 +102,10 @@ __all__ = [
     "check_sample_pairs",
     "compare_systems",
     "comparison_pair",
+    "dataset_features",
     "dataset_texts",
     "default_encoder",
-    "encoder_feedback",
+    "encoder_features",
     "experiment",
     "explain_pairs",
     "has_search_section",

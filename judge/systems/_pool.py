@@ -146,7 +146,7 @@ class PoolRun:
     of ``spec.examples`` (set by :func:`run_comparison` from the pool; None: none).
     ``adapt``: under ``--adapt``, the pooled pairs' human labels the judged run learns the
     decision rule from (set by :func:`run_comparison`; None: no adaptation), and
-    ``adapt_features`` its extra columns (the encoder's relevance feedback, a
+    ``adapt_features`` its extra columns (the encoder's query similarity and relevance feedback, a
     :data:`judge.batch.FeatureFn`; None: none)."""
 
     spec: RunSpec = field(default_factory=_default_spec)

@@ -29,7 +29,7 @@ from judge.judging import (
 )
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
-from judge.systems._adapt_features import default_encoder, encoder_feedback
+from judge.systems._adapt_features import default_encoder, encoder_features
 from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
@@ -159,10 +159,10 @@ async def run_compare_systems(
 
 def _with_adaptation(run: PoolRun, pool: Pool, inputs: Inputs) -> PoolRun:
     """``run`` with what ``--adapt`` learns from: the pool's labelled pairs and, where the
-    bundled encoder is installed, its relevance feedback over the systems' passages."""
+    bundled encoder is installed, its features over the systems' passages."""
     encoder = default_encoder()
     texts = {(qid, d): p.text for qid, ps in inputs.passages.items() for d, p in ps.items()}
-    features = encoder_feedback(texts, encoder) if encoder is not None else None
+    features = encoder_features(texts, encoder) if encoder is not None else None
     return replace(run, adapt=pool_adapt_labels(pool), adapt_features=features)
 
 
