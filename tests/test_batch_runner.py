@@ -578,3 +578,38 @@ async def test_whole_file_passes_run_off_the_event_loop(
     on_loop.clear()
     await retry_unjudged(out, _keyword(), JudgeConfig(), options=QUIET)
     assert on_loop == {"scan_output": False}
+
+
+async def test_a_second_writer_of_one_output_is_refused_before_any_call(tmp_path: Path) -> None:
+    """Two processes scoring into one output would write every record twice: the one that
+    comes second is refused (exit 2 naming -o and who holds it) before any call, for a
+    score and for a retry; the lock goes with its holder."""
+    from judge.io import OutputBusy, WriterLock
+
+    inp = _dataset(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    held = WriterLock(tmp_path / ".o.jsonl.lock")  # another writer (another open file: flock)
+    held.acquire()
+    try:
+        backend = _keyword()
+        with pytest.raises(OutputBusy) as busy:
+            await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
+        assert busy.value.field == "-o" and "is being written by another judge score" in str(busy.value)
+        assert backend.requests == [] and not out.exists()
+    finally:
+        held.release()
+    backend = _keyword()
+    await score_dataset(inp, out, backend, JudgeConfig(), options=QUIET)
+    assert len(backend.requests) == 6 and len(recover_output(out)) == 3
+    held.acquire()
+    try:
+        idle = _keyword()
+        with pytest.raises(OutputBusy):
+            await retry_unjudged(out, idle, JudgeConfig(), options=QUIET)
+        assert idle.requests == []
+    finally:
+        held.release()
+    # released at the end of each run: a third run resumes (nothing left to ask)
+    again = _keyword()
+    await score_dataset(inp, out, again, JudgeConfig(), options=QUIET)
+    assert again.requests == [] and len(recover_output(out)) == 3

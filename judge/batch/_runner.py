@@ -59,8 +59,10 @@ from judge.io import (
     DatasetRecord,
     InputError,
     RejectsReporter,
+    WriterLock,
     count_lines,
     iter_dataset,
+    lock_output,
 )
 from judge.judging import (
     DEFAULT_BORDERLINE_MARGIN,
@@ -630,6 +632,7 @@ async def score_dataset(
         raise InputError("no such file", path=str(inp))
     if out.resolve() == inp.resolve():
         raise InputError("the output file must differ from the input", path=str(out))
+    lock = _lock(out, "judge score")
     summary_path, rejects_path = _paths(out, opts, "rejects")
     reporter = RejectsReporter(rejects_path)
     try:
@@ -699,6 +702,14 @@ async def score_dataset(
         return run.finish(summary_path, skipped=plan.skipped, retried=0, inp=inp)
     finally:
         reporter.close()
+        lock.release()
+
+
+def _lock(out: Path, command: str) -> WriterLock:
+    """One writer per output: the lock beside it (``.NAME.lock``, as ``judge search`` takes),
+    held until the run ends; another process writing the same output is refused before any
+    call (exit 2 naming ``-o`` and who holds it), where two would write every record twice."""
+    return lock_output(out, out.with_name(f".{out.name}.lock"), command=command, field="-o")
 
 
 async def retry_unjudged(
@@ -721,10 +732,15 @@ async def retry_unjudged(
     out = Path(output_path)
     if not out.exists():
         raise InputError("no such file", path=str(out))
-    scan = await asyncio.to_thread(scan_output, out)
-    _check_modes(scan.modes, config, out)
-    if opts.sample_labels is not None:  # a pair not in the output: refused before any call
-        opts.sample_labels.labels.check_pairs(record_pairs(await asyncio.to_thread(recover_output, out)))
+    lock = _lock(out, "judge score")
+    try:
+        scan = await asyncio.to_thread(scan_output, out)
+        _check_modes(scan.modes, config, out)
+        if opts.sample_labels is not None:  # a pair not in the output: refused before any call
+            opts.sample_labels.labels.check_pairs(record_pairs(await asyncio.to_thread(recover_output, out)))
+    except BaseException:
+        lock.release()
+        raise
     summary_path, rejects_path = _paths(out, opts, "retry-rejects")
     reporter = RejectsReporter(rejects_path)
     tmp = out.with_name(out.name + ".retry.tmp")
@@ -774,6 +790,7 @@ async def retry_unjudged(
         return run.finish(summary_path, skipped=plan.records - plan.todo, retried=plan.passages, inp=None)
     finally:
         reporter.close()
+        lock.release()
 
 
 def _replace(tmp: Path, out: Path) -> None:
