@@ -115,6 +115,29 @@ def add_adapt_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapt", action="store_true", default=None, help=ADAPT_HELP)
 
 
+def adapt_features_of(
+    path: str,
+    *,
+    quiet: bool,
+    field_map: Mapping[str, str] | None = None,
+    max_passage_chars: int | None = None,
+) -> Any:
+    """``--adapt``'s extra columns (a :data:`judge.batch.FeatureFn`): the encoder's query
+    similarity and relevance feedback over the dataset's texts when the bundled encoder (the
+    ``dense`` extra) is installed; None otherwise (said on stderr unless ``quiet``)."""
+    import sys
+
+    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+    from judge.systems import dataset_features
+
+    features = dataset_features(
+        path, field_map=field_map, max_passage_chars=max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS
+    )
+    if features is None and not quiet:
+        print("judge: --adapt without the encoder's features (pip install 'judge[dense]')", file=sys.stderr)
+    return features
+
+
 def add_call_flags(p: argparse.ArgumentParser) -> None:
     """The call policy's flags: ``--concurrency``, ``--timeout``, ``--max-retries``, ``--rpm``,
     ``--tpm`` (None when not given: :class:`~judge.backends.CallPolicy` holds the defaults)."""

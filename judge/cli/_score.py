@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import (
+    adapt_features_of,
     add_adapt_flag,
     add_batch_flags,
     add_dataset_flags,
@@ -210,22 +211,12 @@ def _options(args: argparse.Namespace, spec: Any, backend: Any, executor: Any, g
 
 
 def _adapt_features(args: argparse.Namespace, spec: Any, given: dict[str, Any]) -> Any:
-    """``--adapt``'s extra columns: the encoder's query similarity and relevance feedback over
-    INPUT's texts, when the bundled encoder (the ``dense`` extra) is installed; None otherwise
-    (said on stderr)."""
-    from judge.io import DEFAULT_MAX_PASSAGE_CHARS
-    from judge.systems import dataset_features
-
+    """``--adapt``'s extra columns over INPUT's texts (:func:`adapt_features_of`)."""
     if not spec.adapt or not args.input:
         return None
-    features = dataset_features(
-        args.input,
-        field_map=given["field_map"],
-        max_passage_chars=args.max_passage_chars or DEFAULT_MAX_PASSAGE_CHARS,
+    return adapt_features_of(
+        args.input, quiet=args.quiet, field_map=given["field_map"], max_passage_chars=args.max_passage_chars
     )
-    if features is None and not args.quiet:
-        print("judge: --adapt without the encoder's features (pip install 'judge[dense]')", file=sys.stderr)
-    return features
 
 
 def _exports(args: argparse.Namespace, outcome: Any) -> None:

@@ -11,10 +11,18 @@ import argparse
 import asyncio
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from judge.cli._flags import add_call_flags, add_judge_flags, open_backend, run_spec_of
+from judge.cli._flags import (
+    adapt_features_of,
+    add_adapt_flag,
+    add_call_flags,
+    add_judge_flags,
+    open_backend,
+    run_spec_of,
+)
 from judge.io import InputError
 
 EXIT_PASS = 0
@@ -51,7 +59,9 @@ def register(subparsers: Any) -> None:
             "mean score and NDCG@k, their relative spread ((max-min)/mean) and CV across runs, the "
             "verdict flip rate, Fleiss' kappa and Krippendorff's alpha across runs, a bootstrap CI "
             "over queries beside the run-to-run spread, and the least stable queries and passages "
-            "(REPORT_DIR/report.json, report.md, *.png)."
+            "(REPORT_DIR/report.json, report.md, *.png). With --labels, a labelled passage has its "
+            "label in every run; with --adapt, every run is first decided by the rule the same labels "
+            "teach (one labels_sha256 for the report), so the figures measure the adapted verdicts."
         ),
         epilog="exit codes: 0 pass; 1 breach (spread > threshold); 2 bad input/usage; 3 backend failed",
     )
@@ -106,6 +116,7 @@ def register(subparsers: Any) -> None:
     from judge.cli._label_commands import add_label_flags
 
     add_label_flags(p)
+    add_adapt_flag(p)
     p.set_defaults(func=run_stability_command)
 
     n: argparse.ArgumentParser = subparsers.add_parser(
@@ -184,6 +195,21 @@ def _progress(quiet: bool, runs: int, label: str = "") -> Any:
     return on_run
 
 
+def _check_adapt(args: argparse.Namespace, spec: Any, options: Any) -> None:
+    """``--adapt``: refused before any call where it cannot learn (as ``judge score``
+    refuses it: no labels, graded, no P(yes)) and with ``--compare-settings`` (exit 2)."""
+    from judge.batch import check_adapt
+
+    if args.compare_settings:
+        raise InputError(
+            "cannot be used with --compare-settings: its baseline, t0-seed and vote settings have no "
+            "P(yes) to adapt, and adapting one setting would compare unlike verdicts; measure the "
+            "adapted verdicts with judge stability --adapt --probability instead",
+            field="--adapt",
+        )
+    check_adapt(spec.config, labels=options.labels, examples_active=spec.examples.active)
+
+
 def run_stability_command(args: argparse.Namespace) -> int:
     from judge.cli._label_commands import label_set_of
     from judge.stability import (
@@ -214,6 +240,8 @@ def run_stability_command(args: argparse.Namespace) -> int:
     )
     spec = run_spec_of(args)
     config = spec.config
+    if spec.adapt:
+        _check_adapt(args, spec, options)
     settings = None
     if args.compare_settings:
         from judge.batch import run_default
@@ -227,6 +255,8 @@ def run_stability_command(args: argparse.Namespace) -> int:
             seed=config.seed if config.seed is not None else run_default("seed"),
         )
     records = load_records(args.dataset)  # bad input fails here, before any backend work
+    if spec.adapt:  # the encoder's column over DATASET's texts (None without the dense extra)
+        options = replace(options, adapt_features=adapt_features_of(args.dataset, quiet=args.quiet))
     out_dir = Path(args.output) if args.output else Path(f"{Path(args.dataset).name.split('.')[0]}.stability")
     backend = open_backend(args.backend, args.base_url, spec.policy)
     description = _describe(backend)

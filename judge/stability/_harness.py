@@ -11,7 +11,10 @@ What a stability run does
    ``max_concurrency == 1`` they run one after the other. At most ``concurrency`` queries
    are in flight over all runs.
 2. Keep every run's verdicts (``runs/run-<i>.jsonl``: one line per query, the full
-   :class:`JudgeResult`), written as soon as the run completes.
+   :class:`JudgeResult`), written as soon as the run completes. Human labels decide their
+   passages in every run; with ``RunSpec.adapt`` each finished run is first decided by the
+   rule the same labels teach (:mod:`judge.stability._decisions`), so every figure below
+   measures the adapted verdicts.
 3. Per run: mAP (mean AP), mean score, mean NDCG@k over the queries, and a bootstrap
    interval of the checked figure over queries.
 4. Across runs: relative spread ``(max - min) / mean`` and coefficient of variation of each
@@ -52,7 +55,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from judge.backends import DEFAULT_CONCURRENCY, Backend, backend_fingerprint
-from judge.batch import BatchDriver, Executor, LocalExecutor, QueryWork, RunSpec, executor_for
+from judge.batch import (
+    BatchDriver,
+    Executor,
+    FeatureFn,
+    LocalExecutor,
+    QueryWork,
+    RunSpec,
+    check_adapt,
+    executor_for,
+)
 from judge.io import DatasetRecord, InputError, read_dataset
 from judge.judging import (
     DEFAULT_BORDERLINE_MARGIN,
@@ -61,7 +73,6 @@ from judge.judging import (
     JudgeResult,
     Passage,
     PassageVerdict,
-    apply_label,
     bind_language,
     check_probability,
     check_templates,
@@ -69,7 +80,7 @@ from judge.judging import (
     resolve_config,
     summarize,
 )
-from judge.metrics import Scale, ScaleError, ScaleMapping
+from judge.stability._decisions import Decisions
 from judge.stability._figures import (
     MAP_FIGURE,
     SCORE_FIGURE,
@@ -145,6 +156,9 @@ class StabilityOptions:
     labels: LabelSet | None = None
     labels_level: int | None = None
     labels_yes_grade: int | None = None
+    # ``RunSpec.adapt``: extra feature columns of the labels' rule (judge.batch.FeatureFn;
+    # the CLI's is the encoder's relevance feedback); None: the judge's log-odds only
+    adapt_features: FeatureFn | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 2:
@@ -252,6 +266,7 @@ class _Runs:
         records: Sequence[DatasetRecord],
         config: JudgeConfig,
         options: StabilityOptions,
+        decisions: Decisions,
         out_dir: Path | None,
         on_run: Callable[[RunResult], None] | None,
         on_query: Callable[[int, int, int], None] | None,
@@ -267,49 +282,9 @@ class _Runs:
         self.done = [0] * options.runs
         self.started: dict[int, float] = {}
         self.finished: dict[int, RunResult] = {}
-        self.mappings: Mapping[Scale, ScaleMapping] = {}
-        self.human = 0
-        if options.labels is not None:
-            try:
-                self.mappings = options.labels.mapping_to(
-                    config.mode,
-                    level=options.labels_level,
-                    yes_grade=options.labels_yes_grade,
-                    target_name="the judge",
-                )
-            except ScaleError as exc:
-                raise InputError(
-                    exc.message, field="--" + (exc.field or "labels").replace("_", "-")
-                ) from None
-            self.human = sum(
-                1
-                for rec in records
-                for p in rec.passages
-                if options.labels.lookup(rec.id, p.docno, rec.query) is not None
-            )
-
-    def _labelled(self, record: DatasetRecord, verdicts: list[PassageVerdict]) -> list[PassageVerdict]:
-        """``verdicts`` with every labelled passage decided by its human label."""
-        labels = self.options.labels
-        assert labels is not None
-        out: list[PassageVerdict] = []
-        for p, v in zip(record.passages, verdicts, strict=True):
-            hit = labels.lookup(record.id, p.docno, record.query)
-            if hit is None:
-                out.append(v)
-                continue
-            value = self.mappings[hit.label.scale].apply(hit.value)
-            out.append(
-                apply_label(
-                    v,
-                    value,
-                    mode=self.config.mode,
-                    reviewer=hit.label.reviewer,
-                    grade_threshold=self.config.grade_threshold,
-                    comment=hit.label.comment,
-                )
-            )
-        return out
+        self.decisions = decisions
+        self.bound: dict[int, JudgeConfig] = {}
+        self.lock = asyncio.Lock()
 
     def plan(self, run_indices: Sequence[int]) -> Iterator[QueryWork]:
         """Every query of each run in ``run_indices``, run after run (FIFO: earlier runs
@@ -319,22 +294,35 @@ class _Runs:
                 self.started.setdefault(run_index, time.perf_counter())
                 yield QueryWork.fresh(record.query, _passages(record), (run_index, q))
 
-    async def commit(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
-        run_index, q = work.payload
-        if self.mappings:
-            verdicts = self._labelled(self.records[q], verdicts)
-        self.results[run_index][q] = summarize(
-            work.query,
-            verdicts,
-            bind_language(self.config, work.query, language=work.language),
+    def _result(self, q: int, verdicts: list[PassageVerdict]) -> JudgeResult:
+        return summarize(
+            self.records[q].query,
+            self.decisions.labelled(self.records[q], verdicts),
+            self.bound[q],
             self.backend.name,
             k=self.options.k,
             qrels=None,  # IDCG from the judged list: the harness measures the judge alone
         )
+
+    async def _adapt(self, run_index: int) -> None:
+        """``--adapt``: the finished run decided again by the labels' rule (one at a time,
+        off the event loop: the other runs' calls go on)."""
+        results = [r for r in self.results[run_index] if r is not None]
+        async with self.lock:
+            decided = await asyncio.to_thread(self.decisions.adapted, run_index, results)
+        adapted: list[JudgeResult | None] = [self._result(q, v) for q, v in enumerate(decided)]
+        self.results[run_index] = adapted
+
+    async def commit(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
+        run_index, q = work.payload
+        self.bound[q] = bind_language(self.config, work.query, language=work.language)
+        self.results[run_index][q] = self._result(q, verdicts)
         self.done[run_index] += 1
         if self.on_query is not None:
             self.on_query(run_index, self.done[run_index], len(self.records))
         if self.done[run_index] == len(self.records):
+            if self.decisions.adapt:
+                await self._adapt(run_index)
             results = tuple(r for r in self.results[run_index] if r is not None)
             run = RunResult(run_index, results, time.perf_counter() - self.started[run_index])
             self.finished[run_index] = run
@@ -366,7 +354,9 @@ async def run_stability(
     ``executor``: who judges (default a :class:`~judge.batch.LocalExecutor` over
     ``backend``; the caller owns it). ``config``: a :class:`JudgeConfig`, or the run's
     :class:`~judge.batch.RunSpec`, taken as is (its config; its ``window``, when set, over
-    the product above; a Ray engine's executor when no ``executor`` is given).
+    the product above; a Ray engine's executor when no ``executor`` is given). Its ``adapt``
+    (``--adapt``): every run decided by the rule ``options.labels`` teach (features:
+    ``options.adapt_features``), refused before any call as ``judge score`` refuses it.
 
     ``runs_dir``: where ``run-<i>.jsonl`` is written as each run completes. ``on_run`` is
     called with each finished run, ``on_query(run_index, done, total)`` after each judged
@@ -379,10 +369,24 @@ async def run_stability(
     config = resolve_config(spec.config, backend)  # the report echoes the settings in force
     check_probability(backend, config)
     check_templates(config)  # fail fast on a bad template, before any call
+    if spec.adapt:
+        check_adapt(config, labels=options.labels, examples_active=spec.examples.active)
+    elif options.adapt_features is not None:
+        raise InputError("is only used with adapt (RunSpec.adapt, --adapt)", field="adapt_features")
     limit = options.concurrency or backend.max_concurrency or DEFAULT_QUERY_CONCURRENCY
     per_query = backend.max_concurrency or max(len(r.passages) for r in records) or 1
     out_dir = Path(runs_dir) if runs_dir is not None else None
-    runs = _Runs(backend, records, config, options, out_dir, on_run, on_query)  # labels checked here
+    decisions = Decisions(  # labels checked here, before any call
+        records,
+        config,
+        labels=options.labels,
+        level=options.labels_level,
+        yes_grade=options.labels_yes_grade,
+        k=options.k,
+        adapt=spec.adapt,
+        features=options.adapt_features,
+    )
+    runs = _Runs(backend, records, config, options, decisions, out_dir, on_run, on_query)
     own = executor_for(spec, backend) if executor is None else None
     window = spec.window if spec.window is not None else limit * per_query
     driver = BatchDriver(
@@ -412,13 +416,9 @@ async def run_stability(
         parallel_runs=not sequential,
         fingerprint=backend_fingerprint(backend),
     )
-    if options.labels is not None:
-        report.data["human_labels"] = {
-            "source": options.labels.source,
-            "passages": runs.human,
-            "mapping": {str(s): m.as_dict() for s, m in runs.mappings.items()},
-            "convention": "a labelled passage has its human label in every run (it cannot flip)",
-        }
+    report.data.update(decisions.echo(options.runs))
+    if spec.adapt:
+        report.data["settings"]["adapt"] = True
     return report
 
 

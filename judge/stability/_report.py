@@ -23,6 +23,13 @@
   score_range}] and ``unstable_passages`` [{query_id, index, passage_id, labels, p_yes,
   minority, text}], least stable first.
 * ``plots`` {map_per_run, query_ranges}: file names beside the report.
+* with labels: ``human_labels`` {source, passages, mapping, convention}; with ``--adapt``
+  also ``settings.adapt`` (true) and ``adaptation`` {labels_source, labels_sha256 (null
+  when the runs learned from different labelled pairs; then ``labels_note``),
+  same_labels_in_every_run, applied_runs, applied (``every run``|``some runs``|``no run``),
+  runs_agree, statement, convention, runs [{run, applied, reason, labels_sha256, method,
+  features, labels, queries, kappa_alone, kappa_adapted, decided, changed}]} (the
+  leave-one-query-out κ of the judge alone and of the rule on the run's labels).
 
 Non-finite numbers are written as ``null`` (the conventions say when that happens).
 """
@@ -226,7 +233,38 @@ def _determinism_lines(d: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {human['passages']} passage(s) decided by human labels ({human['source']}) in every run"
         )
+    adapt = d.get("adaptation")
+    if adapt:
+        digest = adapt["labels_sha256"]
+        labels = f"labels sha256 {digest[:12]}" if digest else "the runs learned from different labels"
+        lines.append(f"  --adapt ({labels}): {adapt['statement']}")
     return lines
+
+
+def _adaptation(d: dict[str, Any]) -> list[str]:
+    """The ``--adapt`` section of the Markdown report: one hash, each run's rule."""
+    a = d.get("adaptation")
+    if not a:
+        return []
+    digest = a["labels_sha256"]
+    out = [
+        "",
+        "## Adapted decision (--adapt)",
+        "",
+        f"Labels: {a['labels_source']}, `labels_sha256` "
+        + (f"**{digest}** in every run." if digest else f"**differs between runs**: {a['labels_note']}."),
+        "",
+        f"**{a['statement'][0].upper()}{a['statement'][1:]}.**",
+        "",
+        "| run | applied | LOQO κ alone | LOQO κ adapted | decided | changed | why |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in a["runs"]:
+        out.append(
+            f"| {r['run']} | {'yes' if r['applied'] else 'no'} | {_f(r['kappa_alone'], 3)} | "
+            f"{_f(r['kappa_adapted'], 3)} | {r['decided']} | {r['changed']} | {_cell(r['reason'])} |"
+        )
+    return [*out, "", f"Convention: {a['convention']}."]
 
 
 def _least_stable(d: dict[str, Any], metric: str) -> list[str]:
@@ -332,6 +370,7 @@ def render_markdown(report: StabilityReport) -> str:
             + f" | [{_f(r['ci']['low'])}, {_f(r['ci']['high'])}] | {r['unjudged_passages']} | "
             + f"{r['calls']} | {r['elapsed_s']:.1f} |"
         )
+    out += _adaptation(d)
     out += [
         "",
         "## Across runs",
