@@ -40,7 +40,12 @@ async def submit_compare(request: Request, body: CompareRequest, state: State) -
     each system's results in ``judge score``'s input format, the first system the
     baseline. ``options``: the judging ones (``mode``, ``language``, ``template``, ...;
     unset: the server's defaults) and ``depth``, ``measures``, ``relevance_level``,
-    ``qrels`` (TREC qrels text: human labels judged first), ``qrels_level`` (graded
+    ``qrels`` (human labels judged first: the text of what ``judge compare-systems --qrels``
+    reads, TREC qrels or a Quepid/SRW judgment list (``query,docid,rating`` CSV, SRW's
+    JSON, RRE ratings) told apart by content, its query texts the systems'), ``qrels_scale``
+    (the list's ratings' scale, as ``--qrels-scale``: ``quepid-0-3``, ``quepid-1-10``,
+    ``srw-0-1``, ``graded-0-3``, ``binary``; default the scale it states, else detected,
+    else 422), ``qrels_level`` (graded
     labels with a binary judge: grade >= L is relevant; default an explicit
     ``relevance_level``, else 422), ``qrels_yes_grade``, ``seed``, ``resamples``,
     ``stability_resamples``, ``confidence``, ``strict``, ``listwise``, ``map``,
@@ -79,7 +84,9 @@ def _refusal(job_dir: Path, options: dict[str, Any], err: InputError) -> JSONRes
     """What compare-systems refuses outright, as a 422 naming the system or option."""
     rejects = _comparisons.compare_rejects(job_dir)
     where: dict[str, Any] = {"line": err.line}
-    if err.path is not None and Path(err.path).name == _comparisons.HUMAN_QRELS:
+    if err.field is not None and err.field.startswith("options."):  # the labels' reader named it
+        where["field"] = err.field
+    elif err.path is not None and Path(err.path).name == _comparisons.HUMAN_QRELS:
         where["field"] = "options.qrels" + (f".{err.field}" if err.field else "")
     elif err.path is not None and Path(err.path).name == _job_files.SAMPLE_LABELS:
         where["field"] = "options.sample_labels" + (

@@ -15,8 +15,8 @@ from judge.batch import (
 )
 from judge.io import (
     InputError,
+    Qrels,
     error_record,
-    read_qrels,
 )
 from judge.judging import JudgeConfig
 from judge.server._job_files import Validation, complete_lines, sample_label_options
@@ -33,6 +33,8 @@ from judge.systems import (
     map_human,
     pool_dataset_lines,
     pool_scale,
+    query_texts,
+    read_qrels_file,
     read_systems,
 )
 
@@ -100,9 +102,32 @@ def public_message(job_dir: Path, err: InputError) -> str:
     return str(err).replace(str(job_dir) + "/", "")
 
 
-def _human(job_dir: Path) -> Any:
+def _human(job_dir: Path, options: Mapping[str, Any], queries: Mapping[str, str]) -> Qrels | None:
+    """The job's ``qrels`` read as ``--qrels`` reads them (:func:`judge.systems.read_qrels_file`:
+    TREC qrels, or a Quepid/SRW judgment list whose query texts are ``queries``' (TREC qid ->
+    text), on the scale ``qrels_scale`` states); None without them. An :class:`InputError`
+    names ``options.qrels`` (with the line and the file's field: ``options.qrels.query``) or
+    ``options.qrels_scale``."""
     path = job_dir / HUMAN_QRELS
-    return read_qrels(path) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return read_qrels_file(path, queries, scale=options.get("qrels_scale"))
+    except InputError as err:
+        if err.field == "--qrels-scale":
+            field = "options.qrels_scale"
+        elif err.field in (None, "--qrels"):
+            field = "options.qrels"
+        else:
+            field = f"options.qrels.{err.field}"
+        message = err.message.replace("--qrels-scale", "options.qrels_scale")
+        raise InputError(message, path=err.path, line=err.line, field=field) from None
+
+
+def human_labels(job_dir: Path, options: Mapping[str, Any], queries: Mapping[str, str]) -> Qrels | None:
+    """The job's human labels read (:func:`_human`) and put on the judge's scale as the run
+    will (:func:`_on_pool_scale`): the check of ``qrels`` before anything is stored."""
+    return _on_pool_scale(job_dir, options, _human(job_dir, options, queries))
 
 
 def _read_inputs(job_dir: Path, options: Mapping[str, Any], reporter: _Collect) -> Inputs:
@@ -122,7 +147,7 @@ _SCALE_FIELDS = {
 }
 
 
-def _on_pool_scale(job_dir: Path, options: Mapping[str, Any], human: Any) -> Any:
+def _on_pool_scale(job_dir: Path, options: Mapping[str, Any], human: Qrels | None) -> Qrels | None:
     """The human labels on the judge's scale, as compare-systems will put them; an
     :class:`InputError` naming ``options.FIELD`` when the scales cannot meet."""
     config = JudgeConfig(mode=options.get("mode") or "binary")
@@ -140,7 +165,6 @@ def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
     queries and passages still to judge, and the rejected lines naming system, line, field.
     Raises :class:`InputError` for what compare-systems refuses outright (``strict`` with a
     problem, a system without a valid query, bad qrels)."""
-    human = _human(job_dir)
     paths = _systems_of(job_dir, options)
     collect = _Collect({str(p): name for name, p in paths.items()})
     try:
@@ -150,7 +174,7 @@ def validate_compare(job_dir: Path, options: Mapping[str, Any]) -> Validation:
             with open(job_dir / COMPARE_REJECTS, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in collect.records)
         raise
-    human = _on_pool_scale(job_dir, options, human)
+    human = human_labels(job_dir, options, query_texts(inputs))
     pool = build_pool(inputs, depth=options.get("depth"), human=human)
     sample = sample_label_options(job_dir, options)
     if sample is not None:
@@ -178,6 +202,7 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
         qrels=job_dir / HUMAN_QRELS if (job_dir / HUMAN_QRELS).exists() else None,
         qrels_level=options.get("qrels_level"),
         qrels_yes_grade=options.get("qrels_yes_grade"),
+        qrels_scale=options.get("qrels_scale"),
         seed=int(options.get("seed") or 0),
         resamples=int(options.get("resamples") or 10_000),
         stability_resamples=int(options.get("stability_resamples", 1000)),

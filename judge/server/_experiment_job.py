@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from judge.io import InputError, read_qrels, read_sample_labels
+from judge.io import InputError, read_sample_labels
 from judge.search import read_queries
-from judge.server._comparisons import HUMAN_QRELS, _pool_run, systems_options
+from judge.server._comparisons import _pool_run, human_labels, systems_options
 from judge.server._job_files import SAMPLE_LABELS, Validation
 from judge.server._job_kind import JobFiles, Runtime, job_spec
 from judge.server._search_configs import RegisteredConfig, check_knobs, check_points
+from judge.store import trec_token
 from judge.systems import ExperimentOptions, ReportFolder, run_experiment
 
 QUERIES_NAME = "queries.jsonl"
@@ -100,7 +101,8 @@ def validate_experiment(
 ) -> Validation:
     """Read the saved query set, labels and grid once, as the run will: the queries to
     search; an InputError naming the field (``queries`` with its line, ``grid``,
-    ``options.qrels``, ``options.sample_labels``) refuses the experiment."""
+    ``options.qrels`` with its line, ``options.qrels_scale``, ``options.qrels_level``,
+    ``options.sample_labels``) refuses the experiment."""
     check_experiment(registered, options)
     try:
         queries = read_queries(job_dir / QUERIES_NAME)
@@ -116,11 +118,9 @@ def validate_experiment(
                 line=i,
                 field="queries.query",
             )
-    if (job_dir / HUMAN_QRELS).exists():
-        try:
-            read_qrels(job_dir / HUMAN_QRELS)
-        except InputError as err:
-            raise InputError(err.message, line=err.line, field="options.qrels") from None
+    # the labels as --qrels reads them (a judgment list's query texts are the query set's),
+    # on the judge's scale as the run will put them
+    human_labels(job_dir, options, {trec_token(q.id): q.query for q in queries})
     if (job_dir / SAMPLE_LABELS).exists():
         try:
             read_sample_labels(job_dir / SAMPLE_LABELS)

@@ -149,10 +149,12 @@ async def submit_experiment(request: Request, body: ExperimentRequest, state: St
     """Run ``judge experiment`` as a job: ``{"queries": NDJSON text | [{"id", "query"}],
     "config": NAME, "grid": {"k1": [0.6, 1.2], "b": [0.3, 0.75]}, "options": {...}}`` (or
     ``"trials": N`` with ranges ``{"k1": {"low": 0.6, "high": 1.5}}``). ``options``: a
-    comparison's (``depth``, ``measures``, ``qrels`` as text, ``examples``, ``sample_labels``,
-    the judging ones). 202 with the job's view (its ``id``); a name the server did not
-    register, a path, a URL, a knob the configuration lacks or a point outside its index is
-    a 422 naming the field, with nothing run."""
+    comparison's (``depth``, ``measures``, ``qrels`` as text: TREC qrels or a Quepid/SRW
+    judgment list keyed by the query set's texts, as ``judge experiment --qrels`` reads it,
+    with ``qrels_scale``; ``examples``, ``sample_labels``, the judging ones). 202 with the
+    job's view (its ``id``); a name the server did not register, a path, a URL, a knob the
+    configuration lacks, a point outside its index or labels the run cannot read is a 422
+    naming the field, with nothing run."""
     raw = await request.body()
     intake = Intake(new_job_id(), "experiment", idempotency_hash(request), sha256_hex(b"experiment:" + raw))
     replay = state.replayed(intake.idem_hash, intake.body_hash)

@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from judge.batch import RUN_DEFAULTS
-from judge.io import DEFAULT_MAX_PASSAGE_CHARS
+from judge.io import DEFAULT_MAX_PASSAGE_CHARS, ExchangeScale
 from judge.server._bounds import RequestFloat, RequestInt, Seed
 
 
@@ -61,6 +61,17 @@ def _needs_sample_labels(value: object, info: ValidationInfo) -> object:
     return value
 
 
+def _needs_qrels(value: object, info: ValidationInfo) -> object:
+    """``qrels_scale`` states how ``qrels`` is read: refused without it (``qrels`` is
+    declared before it, so it is in ``info.data``)."""
+    if value is not None and info.data.get("qrels") is None:
+        raise ValueError(f"{info.field_name} is only used with qrels")
+    return value
+
+
+QrelsScale = Annotated[ExchangeScale | None, AfterValidator(_needs_qrels)]
+"""``--qrels-scale``: the ratings' scale of a judgment list given as ``qrels`` (one of
+:data:`judge.io.EXCHANGE_SCALES`; None: the scale the list states, else detected)."""
 SampleLevel = Annotated[RequestInt | None, AfterValidator(_needs_sample_labels)]
 """``--sample-level``: a sample label's grade >= it is relevant (only with ``sample_labels``)."""
 AllowUnlabelled = Annotated[bool | None, AfterValidator(_needs_sample_labels)]
@@ -179,7 +190,9 @@ class EvaluateRequest(BaseModel):
 
 class CompareOptions(JudgeOptions):
     """Options of a comparison of systems (``judge compare-systems``'s flags): pooling depth,
-    measures, human labels (TREC qrels text), tests and how much the report shows."""
+    measures, human labels (``qrels``: the text of what ``--qrels`` reads, TREC qrels or a
+    Quepid/SRW judgment list told apart by content, its scale ``qrels_scale``), tests and how
+    much the report shows."""
 
     depth: RequestInt | None = Field(default=None, ge=1, le=100_000)
     measures: list[str] | None = Field(default=None, min_length=1, max_length=50)
@@ -187,6 +200,7 @@ class CompareOptions(JudgeOptions):
     qrels: str | None = Field(default=None, max_length=64 * 1024 * 1024)
     qrels_level: RequestInt | None = Field(default=None, ge=1, le=3)
     qrels_yes_grade: RequestInt | None = Field(default=None, ge=1, le=3)
+    qrels_scale: QrelsScale = None
     seed: Seed = 0
     resamples: RequestInt = Field(default=10_000, ge=1, le=1_000_000)
     stability_resamples: RequestInt = Field(default=1000, ge=0, le=100_000)

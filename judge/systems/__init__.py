@@ -36,7 +36,14 @@ from judge.systems._model import (
     SystemsReport,
     SystemSummary,
 )
-from judge.systems._options import SystemsOptions, pool_scale, read_human_labels, systems_query_texts
+from judge.systems._options import (
+    SystemsOptions,
+    pool_scale,
+    query_texts,
+    read_human_labels,
+    read_qrels_file,
+    systems_query_texts,
+)
 from judge.systems._pair_view import comparison_pair, pair_view
 from judge.systems._pool import PoolRun, PoolVerdicts, build_pool, pool_dataset_lines
 from judge.systems._pool_export import PoolExport, PoolListing, pool_exchange_rows, pool_judgment_list
@@ -123,7 +130,9 @@ __all__ = [
     "pool_exchange_rows",
     "pool_judgment_list",
     "pool_scale",
+    "query_texts",
     "read_human_labels",
+    "read_qrels_file",
     "read_reasons",
     "read_systems",
     "reasons_config",

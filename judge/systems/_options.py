@@ -28,7 +28,15 @@ from judge.store import LabelSet
 from judge.systems._inputs import Inputs, read_systems, trec_token
 from judge.systems._label_scale import PoolScale, map_human, resolve_pool_scale
 
-__all__ = ["SystemsOptions", "label_grades", "pool_scale", "read_human_labels", "systems_query_texts"]
+__all__ = [
+    "SystemsOptions",
+    "label_grades",
+    "pool_scale",
+    "query_texts",
+    "read_human_labels",
+    "read_qrels_file",
+    "systems_query_texts",
+]
 
 
 @dataclass(frozen=True)
