@@ -329,6 +329,10 @@ def test_an_experiment_takes_a_quepid_csv_as_its_trec_qrels(data: Bundled, tmp_p
         )
         assert refused.status_code == 422, refused.text
         assert (refused.json()["field"], refused.json()["line"]) == ("options.qrels.query", 2)
+        # graded labels and a binary judge meet only on a stated level: refused before anything runs
+        graded = {**body["options"], "qrels": csv_text, "qrels_level": None}
+        refused = client.post("/v1/experiments", json={**body, "options": graded})
+        assert refused.status_code == 422 and refused.json()["field"] == "options.qrels_level", refused.text
         assert client.get("/v1/experiments").json()["experiments"] == []
         for name, qrels in (
             ("trec", (DATA / "queries.zh.qrels").read_text(encoding="utf-8")),
