@@ -150,7 +150,7 @@ def _pairs(text: str) -> list[tuple[str, str, int]]:
     return sorted((q, d, int(g)) for q, _, d, g in (line.split() for line in text.splitlines()))
 
 
-def _compare(client: TestClient, qrels: str, **options: Any) -> tuple[dict[str, Any], str]:
+def _compare(client: TestClient, qrels: str, **options: Any) -> tuple[dict[str, Any], str, str]:
     body = {"systems": systems(), "options": {**OPTIONS, "qrels": qrels, **options}}
     posted = client.post("/v1/compare", json=body)
     assert posted.status_code == 202, posted.text
@@ -158,7 +158,7 @@ def _compare(client: TestClient, qrels: str, **options: Any) -> tuple[dict[str, 
     assert job["status"] == "done", job["error"]
     report = client.get(f"/v1/jobs/{job['id']}/report").json()
     pool = client.get(f"/v1/jobs/{job['id']}/results?format=qrels").text
-    return report, pool
+    return report, pool, job["id"]
 
 
 FILE_CONVENTIONS = {
@@ -179,7 +179,7 @@ def test_every_format_gives_the_trec_qrels_pool_and_the_clis_report(tmp_path: Pa
     got: dict[str, tuple[dict[str, Any], str]] = {}
     with TestClient(_app(tmp_path / "srv", backend)) as client:
         for fmt in FILE_CONVENTIONS:
-            got[fmt] = _compare(client, labels(fmt), qrels_level=1)
+            got[fmt] = _compare(client, labels(fmt), qrels_level=1)[:2]
     trec_report, trec_pool = got["trec"]
     # worked by hand: relevant per query are r0, r3 (the judge), n1 and r1 (people; r2 is not).
     # A ranks r0, n0, n1, n2: AP = (1/1 + 2/3) / 4; B ranks r0, r1, r2, n0, r3: (1 + 1 + 3/5) / 4
@@ -243,7 +243,16 @@ def test_a_1_10_list_needs_its_scale_and_is_read_on_it(
         body = _refused(client, tmp_path / "srv", {"qrels_scale": "quepid-1-10"})
         assert any(f.endswith("options.qrels_scale") for f in _fields(body)), body
         assert backend.calls == 0
-        report, pool = _compare(client, ten, qrels_scale="quepid-1-10", qrels_level=1)
+        report, pool, job_id = _compare(client, ten, qrels_scale="quepid-1-10", qrels_level=1)
+        # the report loading itself from the job's folder (the viewer's differences, computed
+        # once) reads the list on the same stated scale
+        (tmp_path / "srv" / "jobs" / job_id / "differences.json").unlink()
+        differences = client.get(f"/v1/jobs/{job_id}/differences")
+        assert differences.status_code == 200, differences.text
+        assert {s["name"]: s["value"] for s in differences.json()["queries"][0]["systems"]} == {
+            "A": pytest.approx(5 / 9),
+            "B": pytest.approx(7 / 15),
+        }
     # relevant per query: r0, r3 (the judge) and n1 (people's 3); r1 and r2 (2, 1) are not.
     # A: r0, n0, n1: AP = (1 + 2/3) / 3; B: r0, r1, r2, n0, r3: (1 + 2/5) / 3
     assert report["systems"]["A"]["measures"]["map"] == pytest.approx(5 / 9)
@@ -318,7 +327,7 @@ def test_an_experiment_takes_a_quepid_csv_as_its_trec_qrels(data: Bundled, tmp_p
         "grid": {"k1": [1.2, 0.6]},
         "options": {"resamples": 200, "qrels_level": 1},
     }
-    reports = {}
+    reports, views = {}, {}
     with TestClient(create_app(config)) as client:
         csv_text = _quepid_csv()
         lines = csv_text.splitlines()
@@ -345,6 +354,11 @@ def test_an_experiment_takes_a_quepid_csv_as_its_trec_qrels(data: Bundled, tmp_p
             job = wait_job(client, posted.json()["id"], timeout=300)
             assert job["status"] == "done", job
             reports[name] = client.get(f"/v1/experiments/{job['id']}/report").json()
+            # the pair view loads the report from its folder, reading the labels again
+            first, best = (c["name"] for c in reports[name]["experiment"]["configurations"])
+            pair = client.get(f"/v1/experiments/{job['id']}/pair", params={"a": first, "b": best})
+            assert pair.status_code == 200, pair.text
+            views[name] = pair.json()["queries"]
     trec, by_csv = reports["trec"], reports["csv"]
     assert {n: s["measures"] for n, s in by_csv["systems"].items()} == {
         n: s["measures"] for n, s in trec["systems"].items()
@@ -358,3 +372,4 @@ def test_an_experiment_takes_a_quepid_csv_as_its_trec_qrels(data: Bundled, tmp_p
     assert by_csv["pool"]["human_labels"] > 0
     assert by_csv["conventions"]["human_labels_file"] == FILE_CONVENTIONS["csv"]
     assert "human_labels_file" not in trec["conventions"]
+    assert views["csv"] == views["trec"]
