@@ -119,6 +119,12 @@ def main() -> int:
     ap.add_argument("--draws", type=int, default=1, help="--ppi-share: samples drawn (tau averaged)")
     ap.add_argument("--examples", type=int, default=None, help="same-query demonstrations per query")
     ap.add_argument("--adapt", type=int, default=None, help="labels per query that --adapt learns from")
+    ap.add_argument(
+        "--adapt-features",
+        choices=("all", "log-odds", "no-similarity", "no-feedback"),
+        default="all",
+        help="--adapt: the encoder's columns the rule may use (an ablation; default all, as shipped)",
+    )
     args = ap.parse_args()
     grid = args.grid or ["k1=0.4,1.2,2.5", "b=0.3,0.9"]
     if args.corpus == "dl19":
@@ -361,6 +367,27 @@ def held_out_agreement(
     return out
 
 
+def _ablate_encoder(which: str) -> None:
+    """The ablation of ``--adapt-features``: the comparison's encoder columns limited to
+    ``which`` (``log-odds``: no encoder; ``no-similarity`` / ``no-feedback``: one column
+    dropped), by wrapping the feature function the comparison makes."""
+    if which == "all":
+        return
+    import judge.systems._run as run_module
+
+    made = vars(run_module)["encoder_features"]
+
+    def limited(texts: Any, encoder: Any) -> Any:
+        inner = made(texts, encoder)
+        drop = {"no-similarity": "similarity", "no-feedback": "feedback"}.get(which)
+        return lambda pairs: {k: v for k, v in inner(pairs).items() if k != drop}
+
+    if which == "log-odds":
+        vars(run_module)["default_encoder"] = lambda: None
+    else:
+        vars(run_module)["encoder_features"] = limited
+
+
 def adapt_variant(
     paths: dict[str, Path],
     config: Path,
@@ -382,6 +409,7 @@ def adapt_variant(
     if not (zero_dir / "pool.judged.jsonl").exists() or not zero_json.exists():
         print(f"--adapt: run the zero-shot protocol first in {args.work} (no --adapt)", file=sys.stderr)
         return 2
+    _ablate_encoder(args.adapt_features)
     zero = json.loads(zero_json.read_text(encoding="utf-8"))
     qrels = read_qrels(paths["qrels"])
     grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
@@ -392,7 +420,7 @@ def adapt_variant(
     started = time.monotonic()
     for seed in range(args.seed, args.seed + args.draws):
         labels = draw_examples(pooled_pairs(zero_dir), grades, args.adapt, level, seed)
-        tag = f"adapt{args.adapt}-seed{seed}"
+        tag = f"adapt{args.adapt}-{args.adapt_features}-seed{seed}"
         label_file = args.work / f"{tag}.qrels"
         label_file.write_text(
             "".join(f"{q} 0 {d} {g}\n" for q, pairs in labels.items() for d, g in pairs), encoding="utf-8"
@@ -435,6 +463,7 @@ def adapt_variant(
         "depth": args.depth,
         "grid": grid,
         "labels_per_query": args.adapt,
+        "adapt_features": args.adapt_features,
         "label_best": zero["label_best"],
         "label_tie_group": group,
         "zero_shot": {k: zero[k] for k in ("kendall_tau", "judge_best", "judge_best_in_tie_group")},
@@ -443,7 +472,7 @@ def adapt_variant(
         "draws": draws,
         "seconds": round(time.monotonic() - started, 1),
     }
-    out = args.out or args.work / f"agreement-{backend_name}-adapt{args.adapt}.json"
+    out = args.out or args.work / f"agreement-{backend_name}-adapt{args.adapt}-{args.adapt_features}.json"
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0

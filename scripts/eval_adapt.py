@@ -26,10 +26,11 @@ Commands::
     nice -n 5 python scripts/eval_adapt.py judge --out /work/helpers/adapt-data --sets dl19,rgb --first 12
     python scripts/eval_adapt.py report --out /work/helpers/adapt-data
 
-The pooled DL 2019 slice (``pooled``): the passages a BM25 sweep retrieved, judged by the
-sweep itself (``scripts/agreement_on_choice.py``, zero-shot), so it costs no judging here::
+The pooled slices (``pooled``): the passages a BM25 sweep retrieved, judged by the sweep
+itself (``scripts/agreement_on_choice.py``, zero-shot), so they cost no judging here::
 
-    python scripts/eval_adapt.py pooled --work /tmp/jbench/aoc-dl19 --out /work/helpers/adapt-data
+    python scripts/eval_adapt.py pooled --corpus dl19 --work /tmp/jbench/aoc-dl19 --out runs/eval_adapt
+    python scripts/eval_adapt.py pooled --corpus zh --work /tmp/jbench/aoc-zh --out runs/eval_adapt
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ for _path in (REPO, REPO / "scripts"):  # this checkout's judge; the scripts' sh
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 DEFAULT_OUT = REPO / "runs" / "eval_adapt"
-SETS = ("dl19", "rgb", "kuake", "qbqtc", "dl19pool")
-FULL_SLICES = ("dl19", "rgb", "dl19pool")
+SETS = ("dl19", "rgb", "kuake", "qbqtc", "dl19pool", "rgbpool")
+FULL_SLICES = ("dl19", "rgb", "dl19pool", "rgbpool")
 """Sets whose queries hold 4 and 8 labels with passages to spare (the others: half the
 queries labelled, the rest held out)."""
 MAX_CHARS = 1500
@@ -148,14 +149,14 @@ def cmd_slices(args: argparse.Namespace) -> int:
 
 
 def cmd_pooled(args: argparse.Namespace) -> int:
-    """The pooled DL 2019 slice (``dl19pool``): the passages a BM25 sweep retrieved, as
+    """A pooled slice (``dl19pool``, ``rgbpool``): the passages a BM25 sweep retrieved, as
     ``--adapt`` meets them in ``judge experiment``, from a finished zero-shot run of
-    ``scripts/agreement_on_choice.py --corpus dl19`` (``--work``). Queries with at least 12
-    pooled passages NIST graded, 2 of them relevant and 2 not, chosen with seed 43; each
-    query's graded pooled passages in a seeded order (not balanced: the pool's own share of
-    relevant). Writes ``dl19pool.jsonl``, ``dl19pool.truth.json`` and the pool's verdicts on
-    them as ``dl19pool.pool.judged.jsonl`` (the sweep's template and threshold), so the
-    report needs no judging."""
+    ``scripts/agreement_on_choice.py --corpus dl19|zh`` (``--work``). Queries with at least
+    12 pooled passages the labels grade, 2 of them relevant and 2 not, chosen with seed 43;
+    each query's graded pooled passages in a seeded order (not balanced: the pool's own share
+    of relevant). Writes ``SET.jsonl``, ``SET.truth.json`` and the pool's verdicts on them as
+    ``SET.pool.judged.jsonl`` (the sweep's template and threshold), so the report needs no
+    judging. Relevant: grade >= 2 on DL 2019 (NIST's qrels), positive on RGB."""
     work = Path(args.work)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -163,8 +164,10 @@ def cmd_pooled(args: argparse.Namespace) -> int:
     if run_dir is None or not (run_dir / "pool.judged.jsonl").exists():
         print(f"no finished embedded-judge experiment under {work}", file=sys.stderr)
         return 2
+    name, level, language = ("dl19pool", 2, "en") if args.corpus == "dl19" else ("rgbpool", 1, "zh")
+    qrels = _data_root() / "trec_dl19" / "2019qrels-pass.txt" if args.corpus == "dl19" else work / "qrels.txt"
     grades: dict[str, dict[str, int]] = defaultdict(dict)
-    for line in (_data_root() / "trec_dl19" / "2019qrels-pass.txt").read_text(encoding="utf-8").splitlines():
+    for line in qrels.read_text(encoding="utf-8").splitlines():
         if line.strip():
             qid, _, docno, grade = line.split()
             grades[qid][docno] = int(grade)
@@ -175,7 +178,7 @@ def cmd_pooled(args: argparse.Namespace) -> int:
     for r in sorted(records, key=lambda r: str(r["id"])):
         qid = str(r["id"])
         graded = [d for d in r["docnos"] if d in grades[qid]]
-        rel = sum(grades[qid][d] >= 2 for d in graded)
+        rel = sum(grades[qid][d] >= level for d in graded)
         if len(graded) >= 12 and rel >= 2 and len(graded) - rel >= 2:
             eligible.append(r)
     rng = np.random.default_rng(43)
@@ -190,15 +193,18 @@ def cmd_pooled(args: argparse.Namespace) -> int:
                 texts[str(o["id"])] = o["text"]
     truth: dict[str, dict[str, int]] = {}
     with (
-        (out / "dl19pool.jsonl").open("w", encoding="utf-8") as data,
-        (out / "dl19pool.pool.judged.jsonl").open("w", encoding="utf-8") as judged,
+        (out / f"{name}.jsonl").open("w", encoding="utf-8") as data,
+        (out / f"{name}.pool.judged.jsonl").open("w", encoding="utf-8") as judged,
     ):
         for qi, (qid, r) in enumerate(wanted.items()):
             by_doc = dict(zip(r["docnos"], r["verdicts"], strict=True))
             graded = [d for d in r["docnos"] if d in grades[qid]]
             order = [graded[j] for j in np.random.default_rng([43, qi]).permutation(len(graded))]
             docs = [{"id": d, "text": texts[d][:MAX_CHARS]} for d in order]
-            data.write(json.dumps({"id": qid, "query": r["query"], "retrieval_context": docs}) + "\n")
+            data.write(
+                json.dumps({"id": qid, "query": r["query"], "retrieval_context": docs}, ensure_ascii=False)
+                + "\n"
+            )
             judged.write(
                 json.dumps(
                     {
@@ -211,12 +217,12 @@ def cmd_pooled(args: argparse.Namespace) -> int:
                 + "\n"
             )
             truth[qid] = {d: grades[qid][d] for d in order}
-    (out / "dl19pool.truth.json").write_text(
-        json.dumps({"level": 2, "language": "en", "grades": truth}), encoding="utf-8"
+    (out / f"{name}.truth.json").write_text(
+        json.dumps({"level": level, "language": language, "grades": truth}), encoding="utf-8"
     )
-    rel = sum(g >= 2 for q in truth.values() for g in q.values())
+    rel = sum(g >= level for q in truth.values() for g in q.values())
     total = sum(len(q) for q in truth.values())
-    print(f"dl19pool: {len(truth)} queries, {total} passages, {rel} relevant", file=sys.stderr)
+    print(f"{name}: {len(truth)} queries, {total} passages, {rel} relevant", file=sys.stderr)
     return 0
 
 
@@ -614,8 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queries-short", type=int, default=40, help="queries of KUAKE-QTR and QBQTC")
     s.add_argument("--data", default=str(_data_root()))
     s.add_argument("--out", default=str(DEFAULT_OUT))
-    o = sub.add_parser("pooled", help="the pooled DL 2019 slice from a finished sweep (no judging)")
-    o.add_argument("--work", required=True, help="agreement_on_choice.py --corpus dl19 --work DIR")
+    o = sub.add_parser("pooled", help="a pooled slice from a finished sweep (no judging)")
+    o.add_argument("--corpus", choices=("dl19", "zh"), default="dl19")
+    o.add_argument("--work", required=True, help="agreement_on_choice.py --corpus CORPUS --work DIR")
     o.add_argument("--queries", type=int, default=12)
     o.add_argument("--out", default=str(DEFAULT_OUT))
     j = sub.add_parser("judge", help="judge the slices with `judge score` (cached, resumable)")
