@@ -220,6 +220,13 @@ def cmd_pooled(args: argparse.Namespace) -> int:
     (out / f"{name}.truth.json").write_text(
         json.dumps({"level": level, "language": language, "grades": truth}), encoding="utf-8"
     )
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(work.glob("agreement-local*.json"))]
+    zero = [r for r in runs if "judge_calls" in r]  # the zero-shot run (not --adapt/--examples)
+    if zero:  # the sweep's own seconds per judge call: the cost table's yardstick
+        run = zero[0]
+        (out / f"{name}.judge-seconds.json").write_text(
+            json.dumps({"seconds": run["seconds"], "calls": run["judge_calls"]}), encoding="utf-8"
+        )
     rel = sum(g >= level for q in truth.values() for g in q.values())
     total = sum(len(q) for q in truth.values())
     print(f"{name}: {len(truth)} queries, {total} passages, {rel} relevant", file=sys.stderr)
@@ -304,7 +311,11 @@ def judge_seconds(out: Path, name: str) -> float:
     """Wall seconds per judged passage of the set's judging runs (their summaries), the
     embedded judge's cost per passage on this machine at the time."""
     wall = asked = 0.0
-    for path in out.glob(f"{name}*.judged.summary.json"):
+    pooled = out / f"{name}.judge-seconds.json"
+    if pooled.exists():  # a pooled slice: the sweep's seconds per call
+        run = json.loads(pooled.read_text(encoding="utf-8"))
+        return float(run["seconds"]) / float(run["calls"])
+    for path in out.glob(f"{name}.*judged.summary.json"):
         run = json.loads(path.read_text(encoding="utf-8"))["this_run"]
         wall += float(run["wall_time_s"])
         asked += float(run["passages_asked"])

@@ -38,7 +38,6 @@ def fake_judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("judge.backends.make_backend", make)
     # no encoder here (the tests below that want one give the fake one)
     monkeypatch.setattr("judge.systems._adapt_features.default_encoder", lambda: None)
-    monkeypatch.setattr("judge.systems._run.default_encoder", lambda: None)
 
 
 # Four queries of six passages: (P(yes), relevant, labelled). The judge ranks every query
@@ -325,6 +324,30 @@ def test_compare_systems_adapt_learns_from_the_pools_labels(tmp_path: Path) -> N
     assert (before["q1"]["q1d5"], after["q1"]["q1d5"]) == (1, 0)
     assert (before["q3"]["q3d4"], after["q3"]["q3d4"]) == (0, 1)
     assert after["q1"]["q1d2"] == before["q1"]["q1d2"] == 0
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_a_comparison_adapts_on_the_log_odds_only_and_says_what_was_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The encoder's columns lowered the order of configurations on DL 2019 (docs/agreement.md):
+    a comparison's rule never reads them, even with the encoder installed, and the report's
+    block and the command's warning give the measured order."""
+    from _fake_encoder import FakeEncoder
+
+    from judge.systems import ADAPT_ORDER_NOTE
+
+    monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
+    data, qrels = _write(tmp_path, LEANING)
+    out = tmp_path / "r"
+    args = ["compare-systems", f"a={data}", f"b={data}", "-o", str(out), "--backend", "fake"]
+    args += ["--language", "en", "--probability", "--no-explain", "--p-yes-threshold", "0.5"]
+    assert main([*args, "--qrels", str(qrels), "--adapt", "--stability-resamples", "0"]) == 0
+    assert f"judge: warning: {ADAPT_ORDER_NOTE}" in capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    block = report["conventions"]["adaptation"]
+    assert block["features"] == ["logit", "centred"] and block["order"] == ADAPT_ORDER_NOTE
+    assert "0.67 -> 0.63 on TREC DL 2019" in ADAPT_ORDER_NOTE  # the figures docs/agreement.md gives
 
 
 @pytest.mark.usefixtures("fake_judge")

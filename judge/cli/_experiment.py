@@ -108,6 +108,7 @@ def _search_options(args: argparse.Namespace) -> Any:
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
     from judge.systems import (
+        ADAPT_ORDER_NOTE,
         EXPERIMENT_COMMAND,
         ExperimentOptions,
         PoolRun,
@@ -132,6 +133,8 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
     check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
     check_pool_adapt(PoolRun(spec=spec), options, spec.config)
+    if spec.adapt and not args.quiet:
+        print(f"judge: warning: {ADAPT_ORDER_NOTE}", file=sys.stderr)
     backend = open_pooled_backend(args, spec)
     run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(

@@ -69,6 +69,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.cli._label_commands import label_set_of
     from judge.io import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.systems import (
+        ADAPT_ORDER_NOTE,
         PoolRun,
         ReportFolder,
         check_pool_adapt,
@@ -98,6 +99,8 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     planned = PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template))
     check_pool_examples(planned, options, config)
     check_pool_adapt(planned, options, config)
+    if spec.adapt and not args.quiet:
+        print(f"judge: warning: {ADAPT_ORDER_NOTE}", file=sys.stderr)
     backend = open_pooled_backend(args, spec)
     run = pooled_run(
         args,

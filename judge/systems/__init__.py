@@ -14,7 +14,7 @@ from judge.systems._adapt_features import (
     default_encoder,
     encoder_features,
 )
-from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
+from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_adapt_labels
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._engine_nightly import (
     SEARCH_HISTORY_SCHEMA,
@@ -71,6 +71,7 @@ from judge.systems._sweep import (
 from judge.systems._sweep_space import Knob, parse_grid, point_name
 
 __all__ = [
+    "ADAPT_ORDER_NOTE",
     "DEFAULT_EXPERIMENT_DIR",
     "DEFAULT_MEASURES",
     "DEFAULT_REPORT_DIR",

@@ -29,8 +29,7 @@ from judge.judging import (
 )
 from judge.metrics import Evaluation
 from judge.store import atomic_write_text
-from judge.systems._adapt_features import default_encoder, encoder_features
-from judge.systems._adapt_pool import check_pool_adapt, pool_adapt_labels
+from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
@@ -157,13 +156,17 @@ async def run_compare_systems(
     return (await run_comparison(systems, report_dir, backend, config, **kwargs)).report
 
 
-def _with_adaptation(run: PoolRun, pool: Pool, inputs: Inputs) -> PoolRun:
-    """``run`` with what ``--adapt`` learns from: the pool's labelled pairs and, where the
-    bundled encoder is installed, its features over the systems' passages."""
-    encoder = default_encoder()
-    texts = {(qid, d): p.text for qid, ps in inputs.passages.items() for d, p in ps.items()}
-    features = encoder_features(texts, encoder) if encoder is not None else None
-    return replace(run, adapt=pool_adapt_labels(pool), adapt_features=features)
+def _adaptation_of(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The pool run's ``adaptation`` block with what was measured of the order
+    (:data:`ADAPT_ORDER_NOTE`); None without ``--adapt``."""
+    found = (summary or {}).get("adaptation")
+    return None if found is None else {**found, "order": ADAPT_ORDER_NOTE}
+
+
+def _with_adaptation(run: PoolRun, pool: Pool) -> PoolRun:
+    """``run`` with what ``--adapt`` learns from: the pool's labelled pairs, the judge's
+    log-odds only (never the encoder's columns: :data:`ADAPT_ORDER_NOTE`)."""
+    return replace(run, adapt=pool_adapt_labels(pool), adapt_features=None)
 
 
 async def run_comparison(
@@ -216,7 +219,7 @@ async def run_comparison(
         check_sample_pairs(opts.sample_labels, pool)
     run = replace(run, examples=pool_example_bank(run.spec.examples, pool, inputs, config, scale.mapping))
     if run.spec.adapt:
-        run = _with_adaptation(run, pool, inputs)
+        run = _with_adaptation(run, pool)
     judged_config = _pooled_config(config, backend, run.listwise)
     adaptive: AdaptiveOutcome | None = None
     if opts.until_decided:
@@ -525,7 +528,7 @@ def score_and_report(
         # --examples: how many, from where, the labels found and (nearest) which queries lent them
         "examples": (verdicts.summary or {}).get("examples"),
         # --adapt: the rule the pool's labels taught, and whether it decided the pool
-        "adaptation": (verdicts.summary or {}).get("adaptation"),
+        "adaptation": _adaptation_of(verdicts.summary),
         "qrels_grades": "graded: the judge's grade 0-3" if mode == "graded" else "binary: yes=1, no=0",
         **scale.conventions(human_pairs=pool.human_labels),
         "measures": [m.trec_name for m in measures],
