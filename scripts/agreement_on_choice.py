@@ -121,9 +121,10 @@ def main() -> int:
     ap.add_argument("--adapt", type=int, default=None, help="labels per query that --adapt learns from")
     ap.add_argument(
         "--adapt-features",
-        choices=("all", "log-odds", "no-similarity", "no-feedback"),
-        default="all",
-        help="--adapt: the encoder's columns the rule may use (an ablation; default all, as shipped)",
+        choices=("log-odds", "all", "no-similarity", "no-feedback"),
+        default="log-odds",
+        help="--adapt: the encoder's columns the comparison's rule reads (an ablation; default "
+        "log-odds, as shipped: none)",
     )
     args = ap.parse_args()
     grid = args.grid or ["k1=0.4,1.2,2.5", "b=0.3,0.9"]
@@ -367,25 +368,34 @@ def held_out_agreement(
     return out
 
 
-def _ablate_encoder(which: str) -> None:
-    """The ablation of ``--adapt-features``: the comparison's encoder columns limited to
-    ``which`` (``log-odds``: no encoder; ``no-similarity`` / ``no-feedback``: one column
-    dropped), by wrapping the feature function the comparison makes."""
-    if which == "all":
-        return
-    import judge.systems._run as run_module
-
-    made = vars(run_module)["encoder_features"]
-
-    def limited(texts: Any, encoder: Any) -> Any:
-        inner = made(texts, encoder)
-        drop = {"no-similarity": "similarity", "no-feedback": "feedback"}.get(which)
-        return lambda pairs: {k: v for k, v in inner(pairs).items() if k != drop}
-
+def _ablate_encoder(which: str, zero_dir: Path) -> None:
+    """The ablation of ``--adapt-features``: a comparison's rule reads the judge's log-odds
+    only (``log-odds``, as shipped); the others hand it the encoder's columns as ``judge
+    score --adapt`` computes them (``all``; ``no-similarity`` / ``no-feedback``: one column
+    dropped), over the pooled passages' texts (the zero-shot run's ``pool.input.jsonl``), by
+    wrapping the comparison's ``_with_adaptation``."""
     if which == "log-odds":
-        vars(run_module)["default_encoder"] = lambda: None
-    else:
-        vars(run_module)["encoder_features"] = limited
+        return
+    import dataclasses
+
+    import judge.systems._run as run_module
+    from judge.systems import default_encoder, encoder_features
+
+    texts: dict[tuple[str, str], str] = {}
+    for line in (zero_dir / "pool.input.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            for p in rec["retrieval_context"]:
+                texts[(str(rec["id"]), str(p["id"]))] = p["text"]
+    made = encoder_features(texts, default_encoder())
+    drop = {"no-similarity": "similarity", "no-feedback": "feedback"}.get(which)
+    shipped = vars(run_module)["_with_adaptation"]
+
+    def with_encoder(run: Any, pool: Any) -> Any:
+        features = lambda pairs: {k: v for k, v in made(pairs).items() if k != drop}  # noqa: E731
+        return dataclasses.replace(shipped(run, pool), adapt_features=features)
+
+    vars(run_module)["_with_adaptation"] = with_encoder
 
 
 def adapt_variant(
@@ -409,7 +419,7 @@ def adapt_variant(
     if not (zero_dir / "pool.judged.jsonl").exists() or not zero_json.exists():
         print(f"--adapt: run the zero-shot protocol first in {args.work} (no --adapt)", file=sys.stderr)
         return 2
-    _ablate_encoder(args.adapt_features)
+    _ablate_encoder(args.adapt_features, zero_dir)
     zero = json.loads(zero_json.read_text(encoding="utf-8"))
     qrels = read_qrels(paths["qrels"])
     grades = {(q, d): int(g) for q, docs in qrels.to_dict().items() for d, g in docs.items()}
