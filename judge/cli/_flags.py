@@ -105,7 +105,8 @@ ADAPT_HELP = (
     "feedback), weighted by a logistic regression on the labels. Applied only when its "
     "leave-one-query-out kappa beats the judge alone's; every passage keeps p_yes and gains p_adapted, "
     "the summary's 'adaptation' block says what it learned and why it was (not) applied. Binary "
-    "probability mode; not with --examples. Measured in docs/agreement.md "
+    "probability mode; not with --examples. On compare-systems and experiment the rule reads the "
+    "log-odds only and was measured not to order configurations better. Measured in docs/agreement.md "
     "('Adapting the decision to a team's labels')"
 )
 
