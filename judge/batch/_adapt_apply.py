@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from judge.batch._label_apply import _result_of
-from judge.batch._records import finish_record, verdicts_of
+from judge.batch._label_apply import record_with_verdicts
+from judge.batch._records import verdicts_of
 from judge.judging import AdaptedBy, JudgeConfig, PassageVerdict, judge_verdict_of, threshold_of
 from judge.metrics import fit_adaptation
 from judge.store import LabelSet
@@ -162,11 +162,7 @@ def adapt_records(
         if not changed:
             out.append(dict(r))
             continue
-        rec = dict(r)
-        rec["unjudged_passages"] = [
-            e for e in r.get("unjudged_passages") or [] if not verdicts[int(e["index"])].judged
-        ]
-        out.append(finish_record(rec, _result_of(r, verdicts, k, measures), k, measures=measures))
+        out.append(record_with_verdicts(r, verdicts, k, measures))
     block = fit.block() | {
         "labels_sha256": digest,
         "decided": sum(1 for d in fit.decisions if d is not None) if fit.applied else 0,

@@ -156,12 +156,19 @@ def relabel_record(
             changed += 1  # a label that decided a passage nobody asked the judge about changes nothing
     if not touched:
         return dict(record), 0, 0
-    base_record = dict(record)
-    base_record["unjudged_passages"] = [
+    return record_with_verdicts(record, verdicts, k, measures), applied, changed
+
+
+def record_with_verdicts(
+    record: Mapping[str, Any], verdicts: list[PassageVerdict], k: Sequence[int], measures: Sequence[str]
+) -> dict[str, Any]:
+    """``record`` decided again by ``verdicts`` (labels applied, or an adapted rule's): its
+    unjudged list keeps only what is still unjudged, its figures recomputed."""
+    base = dict(record)
+    base["unjudged_passages"] = [
         e for e in record.get("unjudged_passages") or [] if not verdicts[int(e["index"])].judged
     ]
-    out = finish_record(base_record, _result_of(record, verdicts, k, measures), k, measures=measures)
-    return out, applied, changed
+    return finish_record(base, _result_of(record, verdicts, k, measures), k, measures=measures)
 
 
 def apply_labels(
