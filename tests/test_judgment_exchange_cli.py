@@ -156,6 +156,64 @@ def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) 
     )
 
 
+def test_trec_to_csv_to_trec_keeps_formula_ids_exactly_and_guards_every_cell(tmp_path: Path) -> None:
+    queries = {"=q1": "=SUM(A1)", "+q2": "\tplus", "q3": "  -minus", "q4": "'quoted"}
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text("".join(json.dumps({"id": q, "query": t}) + "\n" for q, t in queries.items()))
+    pairs = [
+        ("=q1", '=HYPERLINK("http://x","y")', 1),
+        ("=q1", "+d2", 0),
+        ("+q2", "-d3", 1),
+        ("+q2", "@d4", 0),
+        ("q3", " -d5", 1),
+        ("q4", "'d6", 0),
+        ("q4", "''=d7", 1),
+    ]
+    trec = tmp_path / "start.qrels"
+    trec.write_text("".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs))
+    one, two = str(tmp_path / "one.sqlite"), str(tmp_path / "two.sqlite")
+    assert main(["labels", "import", str(trec), "--reviewer", "nist", "--store", one]) == 0
+    exported = tmp_path / "labels.csv"
+    args = ["--format", "csv", "--queries", str(qs), "-o", str(exported)]
+    assert main(["labels", "export", "--store", one, *args]) == 0
+    rows = list(csv.reader(exported.open(encoding="utf-8", newline="")))
+    assert rows[0] == ["query", "docid", "rating"] and len(rows) == 1 + len(pairs)
+    assert not [c for row in rows for c in row if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    assert [" =SUM(A1)", ' =HYPERLINK("http://x","y")', "1"] in rows
+    assert ["   -minus", "  -d5", "1"] in rows  # one more space: read back exactly
+    imported = ["labels", "import", str(exported), "--queries", str(qs), "--scale", "binary"]
+    assert main([*imported, "--store", two]) == 0
+    back = tmp_path / "back.qrels"
+    assert main(["labels", "export", "--store", two, "--format", "trec", "-o", str(back)]) == 0
+    assert sorted(back.read_text().splitlines()) == sorted(trec.read_text().splitlines())
+
+
+def test_two_query_ids_sharing_a_text_are_never_merged_by_an_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text("".join(json.dumps({"id": q, "query": "red dress"}) + "\n" for q in ("q1", "q2")))
+    trec = tmp_path / "start.qrels"
+    trec.write_text("q1 0 d1 1\nq1 0 d2 0\nq2 0 d1 0\nq2 0 d3 1\n")
+    one, two = str(tmp_path / "one.sqlite"), str(tmp_path / "two.sqlite")
+    assert main(["labels", "import", str(trec), "--reviewer", "nist", "--store", one]) == 0
+    capsys.readouterr()
+    for fmt in ("csv", "srw", "rre"):
+        out = tmp_path / f"l.{fmt}"
+        args = ["labels", "export", "--store", one, "--format", fmt, "--queries", str(qs), "-o", str(out)]
+        assert main(args) == 2, fmt
+        err = capsys.readouterr().err
+        assert "field '--format'" in err and "'q1' and 'q2' share the text 'red dress'" in err
+        assert "--format trec" in err and not out.exists()
+    # TREC names queries by id: the round trip keeps both, each with its own grades
+    back = tmp_path / "back.qrels"
+    assert main(["labels", "export", "--store", one, "--format", "trec", "-o", str(back)]) == 0
+    assert main(["labels", "import", str(back), "--reviewer", "nist", "--store", two]) == 0
+    again = tmp_path / "again.qrels"
+    assert main(["labels", "export", "--store", two, "--format", "trec", "-o", str(again)]) == 0
+    assert _qrels_pairs(again) == [("q1", "d1", 1), ("q1", "d2", 0), ("q2", "d1", 0), ("q2", "d3", 1)]
+
+
 def test_labels_export_on_quepid_and_srw_scales(tmp_path: Path) -> None:
     labels = _quepid_csv(tmp_path / "labels.csv")
     assert main(["labels", "import", str(labels), "--queries", str(QUERIES)]) == 0
@@ -393,6 +451,7 @@ def test_a_pool_with_hostile_ids_and_texts_exports_and_comes_back_as_qrels(
     assert main(["export", str(tmp_path / "r1"), "--format", "csv", "-o", str(exported)]) == 0
     got = {(j.query, j.docid): int(j.rating) for j in read_judgments(exported).judgments}
     assert got == {(texts[q], d): g for (q, d), g in grades.items()}  # original ids and texts
+    assert "\n -minus, @x,3\n" in exported.read_text(encoding="utf-8")  # a guard in every cell
     compare(tmp_path / "r2", exported)
     assert (tmp_path / "r2" / "pool.qrels").read_text() == (tmp_path / "r1" / "pool.qrels").read_text()
     srw = tmp_path / "pool.json"
