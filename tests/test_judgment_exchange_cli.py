@@ -50,6 +50,22 @@ def _quepid_csv(path: Path) -> Path:
     return path
 
 
+def _query_set_and_qrels(
+    tmp_path: Path, queries: dict[str, str], pairs: list[tuple[str, str, int]]
+) -> tuple[Path, Path]:
+    """A query set (id -> text) and the qrels of ``pairs`` (ids escaped), as files."""
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text(
+        "".join(json.dumps({"id": q, "query": t}, ensure_ascii=False) + "\n" for q, t in queries.items()),
+        encoding="utf-8",
+    )
+    trec = tmp_path / "start.qrels"
+    trec.write_text(
+        "".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs), encoding="utf-8"
+    )
+    return qs, trec
+
+
 def test_labels_import_csv_then_export_trec_gives_back_the_qrels(tmp_path: Path) -> None:
     labels = _quepid_csv(tmp_path / "labels.csv")
     assert main(["labels", "import", str(labels), "--queries", str(QUERIES)]) == 0
@@ -102,26 +118,32 @@ def test_an_ambiguous_scale_or_an_unknown_text_is_exit_2(
 
 
 def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) -> None:
+    """Every id and text comes back exactly; the CSV guards every cell a spreadsheet would take
+    for a formula (ids too: they come from whatever engine answered)."""
     queries = {
         "q1": 'red, "dress"\tsize\n中文 100%',
         "q2": "-minus=first",
         "q3": "  spaced  ",
+        "=q4": "=SUM(A1)",
+        "+q5": "\tplus",
+        "q6": "  -minus",
+        "q7": "'quoted",
     }
-    qs = tmp_path / "qs.jsonl"
-    qs.write_text(
-        "".join(json.dumps({"id": q, "query": t}, ensure_ascii=False) + "\n" for q, t in queries.items())
-    )
     pairs = [
         ("q1", 'doc,"1" %20', 3),
         ("q1", "文档 二", 0),
         ("q2", "%", 2),
         ("q3", "d'4", 1),
         ("q3", "@at", 0),
+        ("=q4", '=HYPERLINK("http://x","y")', 1),
+        ("=q4", "+d2", 0),
+        ("+q5", "-d3", 1),
+        ("+q5", "@d4", 0),
+        ("q6", " -d5", 1),
+        ("q7", "'d6", 0),
+        ("q7", "''=d7", 1),
     ]
-    trec = tmp_path / "start.qrels"
-    trec.write_text(
-        "".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs), encoding="utf-8"
-    )
+    qs, trec = _query_set_and_qrels(tmp_path, queries, pairs)
     steps = [("trec", "csv"), ("csv", "srw"), ("srw", "rre"), ("rre", "trec")]
     current = trec
     for i, (_, out_fmt) in enumerate(steps):
@@ -149,6 +171,12 @@ def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) 
         if out_fmt != "trec":
             got = sorted((j.query, j.docid, int(j.rating)) for j in read_judgments(nxt).judgments)
             assert got == sorted((queries[q], d, g) for q, d, g in pairs)
+        if out_fmt == "csv":
+            rows = list(csv.reader(nxt.open(encoding="utf-8", newline="")))
+            assert len(rows) == 1 + len(pairs)
+            assert not [c for row in rows for c in row if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+            assert [" =SUM(A1)", ' =HYPERLINK("http://x","y")', "1"] in rows
+            assert ["   -minus", "  -d5", "1"] in rows  # one more space: read back exactly
         current = nxt
     assert current.read_text(encoding="utf-8").count("\n") == len(pairs)
     assert sorted(current.read_text(encoding="utf-8").splitlines()) == sorted(
@@ -156,45 +184,11 @@ def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) 
     )
 
 
-def test_trec_to_csv_to_trec_keeps_formula_ids_exactly_and_guards_every_cell(tmp_path: Path) -> None:
-    queries = {"=q1": "=SUM(A1)", "+q2": "\tplus", "q3": "  -minus", "q4": "'quoted"}
-    qs = tmp_path / "qs.jsonl"
-    qs.write_text("".join(json.dumps({"id": q, "query": t}) + "\n" for q, t in queries.items()))
-    pairs = [
-        ("=q1", '=HYPERLINK("http://x","y")', 1),
-        ("=q1", "+d2", 0),
-        ("+q2", "-d3", 1),
-        ("+q2", "@d4", 0),
-        ("q3", " -d5", 1),
-        ("q4", "'d6", 0),
-        ("q4", "''=d7", 1),
-    ]
-    trec = tmp_path / "start.qrels"
-    trec.write_text("".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs))
-    one, two = str(tmp_path / "one.sqlite"), str(tmp_path / "two.sqlite")
-    assert main(["labels", "import", str(trec), "--reviewer", "nist", "--store", one]) == 0
-    exported = tmp_path / "labels.csv"
-    args = ["--format", "csv", "--queries", str(qs), "-o", str(exported)]
-    assert main(["labels", "export", "--store", one, *args]) == 0
-    rows = list(csv.reader(exported.open(encoding="utf-8", newline="")))
-    assert rows[0] == ["query", "docid", "rating"] and len(rows) == 1 + len(pairs)
-    assert not [c for row in rows for c in row if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
-    assert [" =SUM(A1)", ' =HYPERLINK("http://x","y")', "1"] in rows
-    assert ["   -minus", "  -d5", "1"] in rows  # one more space: read back exactly
-    imported = ["labels", "import", str(exported), "--queries", str(qs), "--scale", "binary"]
-    assert main([*imported, "--store", two]) == 0
-    back = tmp_path / "back.qrels"
-    assert main(["labels", "export", "--store", two, "--format", "trec", "-o", str(back)]) == 0
-    assert sorted(back.read_text().splitlines()) == sorted(trec.read_text().splitlines())
-
-
 def test_two_query_ids_sharing_a_text_are_never_merged_by_an_export(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    qs = tmp_path / "qs.jsonl"
-    qs.write_text("".join(json.dumps({"id": q, "query": "red dress"}) + "\n" for q in ("q1", "q2")))
-    trec = tmp_path / "start.qrels"
-    trec.write_text("q1 0 d1 1\nq1 0 d2 0\nq2 0 d1 0\nq2 0 d3 1\n")
+    pairs = [("q1", "d1", 1), ("q1", "d2", 0), ("q2", "d1", 0), ("q2", "d3", 1)]
+    qs, trec = _query_set_and_qrels(tmp_path, {"q1": "red dress", "q2": "red dress"}, pairs)
     one, two = str(tmp_path / "one.sqlite"), str(tmp_path / "two.sqlite")
     assert main(["labels", "import", str(trec), "--reviewer", "nist", "--store", one]) == 0
     capsys.readouterr()
@@ -211,7 +205,7 @@ def test_two_query_ids_sharing_a_text_are_never_merged_by_an_export(
     assert main(["labels", "import", str(back), "--reviewer", "nist", "--store", two]) == 0
     again = tmp_path / "again.qrels"
     assert main(["labels", "export", "--store", two, "--format", "trec", "-o", str(again)]) == 0
-    assert _qrels_pairs(again) == [("q1", "d1", 1), ("q1", "d2", 0), ("q2", "d1", 0), ("q2", "d3", 1)]
+    assert _qrels_pairs(again) == pairs
 
 
 def test_labels_export_on_quepid_and_srw_scales(tmp_path: Path) -> None:

@@ -25,14 +25,26 @@ from judge.io import (
 )
 
 # Hostile texts and ids: commas, quotes, tabs, newlines (texts only: ids refuse control
-# characters), %, Chinese, Quepid's formula guard.
+# characters), %, Chinese, Quepid's formula guard. From row 5 (FORMULAS): cells a spreadsheet
+# would take for a formula, in every column (a docid comes from whatever engine answered);
+# a leading tab or carriage return (some spreadsheets strip them, then see a formula); a text
+# that already starts with spaces before such a character; an apostrophe.
 HOSTILE = [
     ('red, "dress"\tsize\n中文 100%', 'doc,"1" %20', "2"),
     ("-minus first", "d 2", "0"),
     (" -spaced minus", "文档三", "3"),
     ("=1+1", "@at", "1"),
     ("plain", "%", "3"),
+    ("q", '=HYPERLINK("http://x","y")', "1"),
+    ("+q", "+d2", "0"),
+    ("\tq", "-d3", "2"),
+    ("\rq", "@d4", "3"),
+    (" -q", " -d5", "1"),
+    ("'q", "'d6", "1"),
+    ("q7", "d7", "-1"),
+    ("mid\rtext", "d8", "0"),  # a carriage return is quoted wherever it is
 ]
+FORMULAS = HOSTILE[5:]
 
 
 def _pairs(path: Path) -> list[tuple[str, str, str]]:
@@ -55,21 +67,6 @@ def test_csv_is_rfc4180_with_quepids_header_and_formula_guard(tmp_path: Path) ->
     assert text.startswith('query,docid,rating\n"red, ""dress""\tsize\n中文 100%","doc,""1"" %20",2\n')
     assert "\n -minus first,d 2,0\n" in text
     assert "\n  -spaced minus,文档三,3\n" in text
-
-
-# Cells a spreadsheet would take for a formula, in every column: a docid comes from whatever
-# engine answered. Tab and carriage return lead some spreadsheets to a formula too; a text
-# that already starts with spaces before such a character, and an apostrophe, travel as well.
-FORMULAS = [
-    ("q", '=HYPERLINK("http://x","y")', "1"),
-    ("+q", "+d2", "0"),
-    ("\tq", "-d3", "2"),
-    ("\rq", "@d4", "3"),
-    (" -q", " -d5", "1"),
-    ("'q", "'d6", "1"),
-    ("q7", "d7", "-1"),
-    ("mid\rtext", "d8", "0"),  # a carriage return is quoted wherever it is
-]
 
 
 def test_csv_guards_every_cell_and_reads_every_one_back(tmp_path: Path) -> None:

@@ -170,9 +170,9 @@ def labels_to_exchange(
     :func:`qrels_escape`); returns the number of rows and the text. A label's query text is
     the one it keeps, else ``queries``' (id -> text); a query with neither is an
     :class:`InputError` naming ``queries_field``, and two queries with one text (which a
-    list keyed by text would merge) one naming ``--format`` (TREC keeps ids). ``scale``: write on this exchange scale
-    (the stated inverse mapping; graded labels to ``binary`` need ``level``); None: each
-    label's own value."""
+    list keyed by text would merge) one naming ``--format`` (TREC keeps ids). ``scale``:
+    write on this exchange scale (the stated inverse mapping; graded labels to ``binary``
+    need ``level``); None: each label's own value."""
     rule = scale_rule(scale) if scale is not None else None
     values = labels.qrels(rule.store_scale if rule is not None else None, level=level)
     texts: dict[str, str] = {}

@@ -70,10 +70,11 @@ def read_label_lines(
     qrels: each line is a label by ``reviewer`` (required) on ``scale`` (default: binary
     when every grade is 0/1, else graded), ids unescaped (:func:`qrels_unescape`); negative
     grades are skipped; a pair given twice is read once with the same grade and refused
-    with another (:class:`judge.io.RatedPairs`, naming both lines). JSONL: each object as :meth:`Label.as_dict` writes it; each line
-    keeps its own ``reviewer`` and ``collection`` (``reviewer``/``collection`` given here
-    fill lines without one; ``scale`` given here overrides). Bad input raises
-    :class:`InputError` naming file, line and field; nothing is returned then."""
+    with another (:class:`judge.io.RatedPairs`, naming both lines). JSONL: each object as
+    :meth:`Label.as_dict` writes it; each line keeps its own ``reviewer`` and ``collection``
+    (``reviewer``/``collection`` given here fill lines without one; ``scale`` given here
+    overrides). Bad input raises :class:`InputError` naming file, line and field; nothing
+    is returned then."""
     p = Path(path)
     if not p.is_file():
         raise InputError("no such labels file", path=p)
