@@ -21,6 +21,7 @@ from judge.io import (
     judgments_by_qid,
     read_judgments,
     scale_rule,
+    shared_text,
     write_judgments,
 )
 
@@ -99,6 +100,13 @@ def test_the_guard_is_undone_exactly(text: str) -> None:
     assert guarded[:1] not in ("=", "+", "-", "@", "\t", "\r")
     assert csv_unguard(guarded) == text
     assert guarded == text or guarded == " " + text  # at most one space, only when needed
+
+
+def test_shared_text_names_the_first_two_ids_of_one_text() -> None:
+    # what every writer of a list keyed by text refuses: the first repeat, in the map's order
+    assert shared_text({"a": "x", "b": "y", "c": "y", "d": "x"}) == ("b", "c", "y")
+    assert shared_text({"a": "x", "b": " x", "c": "X"}) is None  # texts are matched exactly on reading
+    assert shared_text({}) is None
 
 
 def test_a_csv_as_quepids_ratings_export_writes_it(tmp_path: Path) -> None:

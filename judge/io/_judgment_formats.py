@@ -4,14 +4,14 @@ judgment list (JSON), RRE's ratings JSON as Quepid exports it, and TREC qrels.
 
 * **CSV** (``csv``): RFC 4180 (a field with a comma, a quote, a line feed or a carriage
   return is quoted, a quote doubled), read with Python's :mod:`csv`; UTF-8, a byte-order
-  mark skipped. The
-  first row is the header ``query,docid,rating`` (Quepid writes it; a first row whose rating
-  is a number is read as data). The first column is the query *text*. Quepid writes a query
-  without ratings as ``text,,`` (skipped here) and puts a space before a query text that
-  begins with ``-``, ``=``, ``+`` or ``@`` (spreadsheet formula guard). We write that guard
-  in every cell (query text, docid and rating alike: a docid comes from whatever engine
-  answered), for a tab and a carriage return too, and take it off the query and the docid
-  when reading (:func:`csv_guard`, :func:`csv_unguard`), so ``-x`` travels as `` -x``.
+  mark skipped. The first row is the header ``query,docid,rating`` (Quepid writes it; a
+  first row whose rating is a number is read as data). The first column is the query
+  *text*. Quepid writes a query without ratings as ``text,,`` (skipped here) and puts a
+  space before a query text that begins with ``-``, ``=``, ``+`` or ``@`` (spreadsheet
+  formula guard). We write that guard in every cell (query text, docid and rating alike:
+  a docid comes from whatever engine answered), for a tab and a carriage return too, and
+  take it off the query and the docid when reading (:func:`csv_guard`, :func:`csv_unguard`),
+  so ``-x`` travels as `` -x``.
 * **SRW** (``srw``): ``{"name", "description", "type": "IMPORT_JUDGMENT", "judgmentRatings":
   [{"query": TEXT, "ratings": [{"docId": ID, "rating": "2"}]}]}`` (SRW takes ratings as
   strings; numbers are read too).
