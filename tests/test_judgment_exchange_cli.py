@@ -50,6 +50,22 @@ def _quepid_csv(path: Path) -> Path:
     return path
 
 
+def _query_set_and_qrels(
+    tmp_path: Path, queries: dict[str, str], pairs: list[tuple[str, str, int]]
+) -> tuple[Path, Path]:
+    """A query set (id -> text) and the qrels of ``pairs`` (ids escaped), as files."""
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text(
+        "".join(json.dumps({"id": q, "query": t}, ensure_ascii=False) + "\n" for q, t in queries.items()),
+        encoding="utf-8",
+    )
+    trec = tmp_path / "start.qrels"
+    trec.write_text(
+        "".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs), encoding="utf-8"
+    )
+    return qs, trec
+
+
 def test_labels_import_csv_then_export_trec_gives_back_the_qrels(tmp_path: Path) -> None:
     labels = _quepid_csv(tmp_path / "labels.csv")
     assert main(["labels", "import", str(labels), "--queries", str(QUERIES)]) == 0
@@ -102,26 +118,32 @@ def test_an_ambiguous_scale_or_an_unknown_text_is_exit_2(
 
 
 def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) -> None:
+    """Every id and text comes back exactly; the CSV guards every cell a spreadsheet would take
+    for a formula (ids too: they come from whatever engine answered)."""
     queries = {
         "q1": 'red, "dress"\tsize\n中文 100%',
         "q2": "-minus=first",
         "q3": "  spaced  ",
+        "=q4": "=SUM(A1)",
+        "+q5": "\tplus",
+        "q6": "  -minus",
+        "q7": "'quoted",
     }
-    qs = tmp_path / "qs.jsonl"
-    qs.write_text(
-        "".join(json.dumps({"id": q, "query": t}, ensure_ascii=False) + "\n" for q, t in queries.items())
-    )
     pairs = [
         ("q1", 'doc,"1" %20', 3),
         ("q1", "文档 二", 0),
         ("q2", "%", 2),
         ("q3", "d'4", 1),
         ("q3", "@at", 0),
+        ("=q4", '=HYPERLINK("http://x","y")', 1),
+        ("=q4", "+d2", 0),
+        ("+q5", "-d3", 1),
+        ("+q5", "@d4", 0),
+        ("q6", " -d5", 1),
+        ("q7", "'d6", 0),
+        ("q7", "''=d7", 1),
     ]
-    trec = tmp_path / "start.qrels"
-    trec.write_text(
-        "".join(f"{qrels_escape(q)} 0 {qrels_escape(d)} {g}\n" for q, d, g in pairs), encoding="utf-8"
-    )
+    qs, trec = _query_set_and_qrels(tmp_path, queries, pairs)
     steps = [("trec", "csv"), ("csv", "srw"), ("srw", "rre"), ("rre", "trec")]
     current = trec
     for i, (_, out_fmt) in enumerate(steps):
@@ -149,11 +171,41 @@ def test_trec_to_csv_to_srw_to_trec_keeps_hostile_ids_and_texts(tmp_path: Path) 
         if out_fmt != "trec":
             got = sorted((j.query, j.docid, int(j.rating)) for j in read_judgments(nxt).judgments)
             assert got == sorted((queries[q], d, g) for q, d, g in pairs)
+        if out_fmt == "csv":
+            rows = list(csv.reader(nxt.open(encoding="utf-8", newline="")))
+            assert len(rows) == 1 + len(pairs)
+            assert not [c for row in rows for c in row if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+            assert [" =SUM(A1)", ' =HYPERLINK("http://x","y")', "1"] in rows
+            assert ["   -minus", "  -d5", "1"] in rows  # one more space: read back exactly
         current = nxt
     assert current.read_text(encoding="utf-8").count("\n") == len(pairs)
     assert sorted(current.read_text(encoding="utf-8").splitlines()) == sorted(
         trec.read_text(encoding="utf-8").splitlines()
     )
+
+
+def test_two_query_ids_sharing_a_text_are_never_merged_by_an_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = [("q1", "d1", 1), ("q1", "d2", 0), ("q2", "d1", 0), ("q2", "d3", 1)]
+    qs, trec = _query_set_and_qrels(tmp_path, {"q1": "red dress", "q2": "red dress"}, pairs)
+    one, two = str(tmp_path / "one.sqlite"), str(tmp_path / "two.sqlite")
+    assert main(["labels", "import", str(trec), "--reviewer", "nist", "--store", one]) == 0
+    capsys.readouterr()
+    for fmt in ("csv", "srw", "rre"):
+        out = tmp_path / f"l.{fmt}"
+        args = ["labels", "export", "--store", one, "--format", fmt, "--queries", str(qs), "-o", str(out)]
+        assert main(args) == 2, fmt
+        err = capsys.readouterr().err
+        assert "field '--format'" in err and "'q1' and 'q2' share the text 'red dress'" in err
+        assert "--format trec" in err and not out.exists()
+    # TREC names queries by id: the round trip keeps both, each with its own grades
+    back = tmp_path / "back.qrels"
+    assert main(["labels", "export", "--store", one, "--format", "trec", "-o", str(back)]) == 0
+    assert main(["labels", "import", str(back), "--reviewer", "nist", "--store", two]) == 0
+    again = tmp_path / "again.qrels"
+    assert main(["labels", "export", "--store", two, "--format", "trec", "-o", str(again)]) == 0
+    assert _qrels_pairs(again) == pairs
 
 
 def test_labels_export_on_quepid_and_srw_scales(tmp_path: Path) -> None:
@@ -393,6 +445,7 @@ def test_a_pool_with_hostile_ids_and_texts_exports_and_comes_back_as_qrels(
     assert main(["export", str(tmp_path / "r1"), "--format", "csv", "-o", str(exported)]) == 0
     got = {(j.query, j.docid): int(j.rating) for j in read_judgments(exported).judgments}
     assert got == {(texts[q], d): g for (q, d), g in grades.items()}  # original ids and texts
+    assert "\n -minus, @x,3\n" in exported.read_text(encoding="utf-8")  # a guard in every cell
     compare(tmp_path / "r2", exported)
     assert (tmp_path / "r2" / "pool.qrels").read_text() == (tmp_path / "r1" / "pool.qrels").read_text()
     srw = tmp_path / "pool.json"

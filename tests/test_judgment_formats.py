@@ -4,6 +4,8 @@ worked by hand, and the files as Quepid's exporter and importer and SRW's docs w
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -12,23 +14,38 @@ import pytest
 
 from judge.io import (
     InputError,
+    csv_guard,
+    csv_unguard,
     detect_judgment_format,
     detect_scale,
     judgments_by_qid,
     read_judgments,
     scale_rule,
+    shared_text,
     write_judgments,
 )
 
 # Hostile texts and ids: commas, quotes, tabs, newlines (texts only: ids refuse control
-# characters), %, Chinese, Quepid's formula guard.
+# characters), %, Chinese, Quepid's formula guard. From row 5 (FORMULAS): cells a spreadsheet
+# would take for a formula, in every column (a docid comes from whatever engine answered);
+# a leading tab or carriage return (some spreadsheets strip them, then see a formula); a text
+# that already starts with spaces before such a character; an apostrophe.
 HOSTILE = [
     ('red, "dress"\tsize\n中文 100%', 'doc,"1" %20', "2"),
     ("-minus first", "d 2", "0"),
     (" -spaced minus", "文档三", "3"),
     ("=1+1", "@at", "1"),
     ("plain", "%", "3"),
+    ("q", '=HYPERLINK("http://x","y")', "1"),
+    ("+q", "+d2", "0"),
+    ("\tq", "-d3", "2"),
+    ("\rq", "@d4", "3"),
+    (" -q", " -d5", "1"),
+    ("'q", "'d6", "1"),
+    ("q7", "d7", "-1"),
+    ("mid\rtext", "d8", "0"),  # a carriage return is quoted wherever it is
 ]
+FORMULAS = HOSTILE[5:]
 
 
 def _pairs(path: Path) -> list[tuple[str, str, str]]:
@@ -51,6 +68,45 @@ def test_csv_is_rfc4180_with_quepids_header_and_formula_guard(tmp_path: Path) ->
     assert text.startswith('query,docid,rating\n"red, ""dress""\tsize\n中文 100%","doc,""1"" %20",2\n')
     assert "\n -minus first,d 2,0\n" in text
     assert "\n  -spaced minus,文档三,3\n" in text
+
+
+def test_csv_guards_every_cell_and_reads_every_one_back(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    text = write_judgments(path, FORMULAS, "csv")
+    assert text == (
+        "query,docid,rating\n"
+        'q," =HYPERLINK(""http://x"",""y"")",1\n'
+        " +q, +d2,0\n"
+        " \tq, -d3,2\n"
+        '" \rq", @d4,3\n'
+        "  -q,  -d5,1\n"
+        "'q,'d6,1\n"
+        "q7,d7, -1\n"
+        '"mid\rtext",d8,0\n'
+    )
+    cells = [cell for row in csv.reader(io.StringIO(text, newline="")) for cell in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    assert [(j.query, j.docid, j.rating) for j in read_judgments(path).judgments] == [
+        (q, d, Decimal(r)) for q, d, r in FORMULAS
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["-x", " -x", "  -x", " x", "x", " ", "'", "'=x", "=", " =", "\t", " \t=x", "\r\n", "@", "a-b", ""],
+)
+def test_the_guard_is_undone_exactly(text: str) -> None:
+    guarded = csv_guard(text)
+    assert guarded[:1] not in ("=", "+", "-", "@", "\t", "\r")
+    assert csv_unguard(guarded) == text
+    assert guarded == text or guarded == " " + text  # at most one space, only when needed
+
+
+def test_shared_text_names_the_first_two_ids_of_one_text() -> None:
+    # what every writer of a list keyed by text refuses: the first repeat, in the map's order
+    assert shared_text({"a": "x", "b": "y", "c": "y", "d": "x"}) == ("b", "c", "y")
+    assert shared_text({"a": "x", "b": " x", "c": "X"}) is None  # texts are matched exactly on reading
+    assert shared_text({}) is None
 
 
 def test_a_csv_as_quepids_ratings_export_writes_it(tmp_path: Path) -> None:
@@ -154,7 +210,7 @@ def test_rre_as_quepid_exports_and_imports_it(tmp_path: Path) -> None:
         ("query,docid,rating\nq,,1\n", 2, "docid"),
         ("query,docid,rating\n,d,1\n", 2, "query"),
         ("query,docid,rating\nq,d\x01,1\n", 2, "docid"),
-        ("query,docid,rating\nq,d,1\nq,d,2\n", 3, "docid"),
+        ("query,docid,rating\nq,d,1\nq,d,2\n", 3, "rating"),  # rated twice, differently
         ("name,id,grade\nq,d,1\n", 1, "header"),
     ],
 )

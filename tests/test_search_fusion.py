@@ -205,9 +205,9 @@ def test_rrf_by_hand() -> None:
     assert [k for k, _ in got] == ["b", "a", "d", "c"]
     assert dict(got)["a"] == pytest.approx(0.5 / 61 + 0.5 / 62)
     assert dict(got)["c"] == pytest.approx(0.5 / 63)
-    got = dict(fuse(FIRST, SECOND, weight=0.2, combination="rrf", rrf_k=0))
-    assert got["a"] == pytest.approx(0.8 / 1 + 0.2 / 2)
-    assert got["d"] == pytest.approx(0.2 / 3)
+    got = dict(fuse(FIRST, SECOND, weight=0.2, combination="rrf", rrf_k=1))
+    assert got["a"] == pytest.approx(0.8 / 2 + 0.2 / 3)
+    assert got["d"] == pytest.approx(0.2 / 4)
 
 
 def test_z_score_missing_key_counts_0_as_in_opensearch() -> None:
@@ -259,6 +259,8 @@ def test_empty_lists_and_repeated_keys() -> None:
         ({"combination": "median"}, "params.combination"),
         ({"retriever": "splade"}, "params.retriever"),
         ({"rrf_k": -1}, "params.rrf_k"),
+        ({"rrf_k": 0}, "params.rrf_k"),
+        ({"rrf_k": math.inf}, "params.rrf_k"),
         ({"fusion_depth": 0}, "params.fusion_depth"),
         ({"ann": "yes"}, "params.ann"),
         ({"normalization": "z_score", "combination": "geometric"}, "params.normalization"),
@@ -269,3 +271,107 @@ def test_bad_knobs_name_their_field(params: dict[str, object], field: str) -> No
     with pytest.raises(SearchError) as caught:
         check_fusion_params(params, "c.toml")  # type: ignore[arg-type]
     assert caught.value.field == field and caught.value.path == "c.toml"
+
+
+# ---------------------------------------------------------------------------- extreme scores
+
+
+@pytest.mark.parametrize(
+    ("scores", "method", "expected"),
+    [
+        # squares of 1e160 overflow a double: the old l2 gave 0.0 to every hit
+        ([1e160, 1e160], "l2", [1 / math.sqrt(2), 1 / math.sqrt(2)]),
+        ([3e160, 4e160], "l2", [0.6, 0.8]),
+        ([-3e160, 4e160], "l2", [-0.6, 0.8]),
+        # the square of the smallest double is 0: the old l2 gave 0.0
+        ([5e-324], "l2", [1.0]),
+        ([5e-324, 5e-324], "l2", [1 / math.sqrt(2), 1 / math.sqrt(2)]),
+        # max - min of +-1e308 overflows: the old min_max gave NaN
+        ([1e308, -1e308, 0.0], "min_max", [1.0, F, 0.5]),
+        ([-1e308, 1e308], "min_max", [F, 1.0]),
+        ([5e-324, 0.0, 1e-323], "min_max", [0.5, F, 1.0]),  # 1, 0 and 2 times the smallest
+        # (x - mean)**2 of +-1e308 overflows: the old z_score raised OverflowError; mean 0, sd 1e308
+        ([1e308, -1e308, 0.0], "z_score", [1.0, F, F]),
+        # a, a, -a: mean a/3, sd 2a/sqrt(3): the two a's at sqrt(3)/3 (the old fsum overflowed)
+        ([1e308, 1e308, -1e308], "z_score", [math.sqrt(3) / 3, math.sqrt(3) / 3, F]),
+        ([1e308, 1e308], "z_score", [1.0, 1.0]),  # no spread
+        ([1e308, 1e308], "min_max", [1.0, 1.0]),
+    ],
+)
+def test_normalize_extreme_finite_scores_by_hand(
+    scores: list[float], method: str, expected: list[float]
+) -> None:
+    got = normalize(scores, method)
+    assert all(math.isfinite(v) for v in got)
+    assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("method", "ends"),
+    [
+        ("min_max", (1.0, F)),
+        ("l2", (1 / math.sqrt(2), -1 / math.sqrt(2))),  # the norm is 1e308 sqrt 2
+        ("z_score", (2.0, F)),  # mean 0, sd sqrt(2e616 / 8) = 1e308 / 2
+    ],
+)
+def test_normalize_mixed_magnitudes_is_finite_and_keeps_the_order(
+    method: str, ends: tuple[float, float]
+) -> None:
+    scores = [1e308, 1e160, 1.0, 5e-324, 0.0, -5e-324, -1.0, -1e160, -1e308]  # descending
+    got = normalize(scores, method)
+    assert len(got) == len(scores) and all(math.isfinite(v) for v in got)
+    assert got == sorted(got, reverse=True)  # never out of the scores' order (ties: the floor)
+    assert (got[0], got[-1]) == pytest.approx(ends)
+
+
+def test_scaling_leaves_ordinary_scores_bit_for_bit() -> None:
+    """The scale is a power of two, so a list the unscaled arithmetic handled gives the same
+    doubles: the values the formulas give computed directly."""
+    scores = [5.0, 2.0, 1.0, 0.3]
+    low, high = 0.3, 5.0
+    assert normalize(scores, "min_max") == [max((s - low) / (high - low), F) for s in scores]
+    norm = math.sqrt(math.fsum(s * s for s in scores))
+    assert normalize(scores, "l2") == [s / norm for s in scores]
+    mean = math.fsum(scores) / 4
+    sd = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / 3)
+    assert normalize(scores, "z_score") == [max((s - mean) / sd, F) for s in scores]
+
+
+# first: a 1e308, c 0, b -1e308; second: c 4e160, b 3e160
+EXTREME_FIRST = [("a", 1e308), ("c", 0.0), ("b", -1e308)]
+EXTREME_SECOND = [("c", 4e160), ("b", 3e160)]
+
+
+@pytest.mark.parametrize(
+    ("normalization", "order", "scores"),
+    [
+        # first a 1, c .5, b .001; second c 1, b .001: a .5, c .75, b .001
+        ("min_max", "cab", {"a": 0.5, "c": 0.75, "b": F}),
+        # first a 1/sqrt 2, c 0, b -1/sqrt 2; second c .8, b .6
+        ("l2", "cab", {"a": 0.5 / math.sqrt(2), "c": 0.4, "b": (0.6 - 1 / math.sqrt(2)) / 2}),
+        # first (mean 0, sd 1e308) a 1, c and b .001; second (mean 3.5e160, sd .5e160 sqrt 2)
+        # c 1/sqrt 2, b .001; a is missing from the second (0)
+        ("z_score", "acb", {"a": 0.5, "c": (F + 1 / math.sqrt(2)) / 2, "b": F}),
+    ],
+)
+def test_fuse_extreme_finite_scores_by_hand(normalization: str, order: str, scores: dict[str, float]) -> None:
+    got = fuse(EXTREME_FIRST, EXTREME_SECOND, weight=0.5, normalization=normalization)
+    assert all(math.isfinite(s) for _, s in got)
+    assert "".join(k for k, _ in got) == order
+    assert dict(got) == pytest.approx(scores)
+
+
+@pytest.mark.parametrize("rrf_k", [0, -1, -60.5, math.inf, math.nan, True, "60"])
+def test_fuse_refuses_the_rrf_k_configurations_refuse(rrf_k: object) -> None:
+    # -1 divided by zero at rank 1; -60.5 gave negative scores; 0 is below OpenSearch's 1
+    with pytest.raises(ValueError, match="rrf_k") as caught:
+        fuse(FIRST, SECOND, weight=0.5, combination="rrf", rrf_k=rrf_k)  # type: ignore[arg-type]
+    assert isinstance(caught.value, SearchError) and caught.value.field == "params.rrf_k"
+    with pytest.raises(SearchError) as again:
+        check_fusion_params({"rrf_k": rrf_k}, "c.toml")  # type: ignore[dict-item]
+    assert again.value.field == "params.rrf_k"
+
+
+def test_fuse_takes_any_rrf_k_above_0() -> None:
+    got = dict(fuse(FIRST, SECOND, weight=0.5, combination="rrf", rrf_k=0.5))
+    assert got["a"] == pytest.approx(0.5 / 1.5 + 0.5 / 2.5)

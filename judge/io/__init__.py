@@ -119,9 +119,12 @@ from judge.io._judgment_formats import (  # noqa: E402
     Judgment,
     JudgmentFile,
     JudgmentFormat,
+    csv_guard,
+    csv_unguard,
     detect_judgment_format,
     judgments_by_qid,
     read_judgments,
+    shared_text,
     write_judgments,
 )
 from judge.io._judgment_scales import (  # noqa: E402
@@ -131,6 +134,7 @@ from judge.io._judgment_scales import (  # noqa: E402
     detect_scale,
     scale_rule,
 )
+from judge.io._rated_pairs import RatedPairs  # noqa: E402
 
 __all__ += [
     "CSV_HEADER",
@@ -140,11 +144,15 @@ __all__ += [
     "Judgment",
     "JudgmentFile",
     "JudgmentFormat",
+    "RatedPairs",
     "ScaleRule",
+    "csv_guard",
+    "csv_unguard",
     "detect_judgment_format",
     "detect_scale",
     "judgments_by_qid",
     "read_judgments",
     "scale_rule",
+    "shared_text",
     "write_judgments",
 ]

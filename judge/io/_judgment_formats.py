@@ -2,13 +2,16 @@
 Quepid and OpenSearch's Search Relevance Workbench (SRW) both read and write, SRW's imported
 judgment list (JSON), RRE's ratings JSON as Quepid exports it, and TREC qrels.
 
-* **CSV** (``csv``): RFC 4180 as Python's :mod:`csv` writes it (a field with a comma, a
-  quote or a line break is quoted, a quote doubled); UTF-8, a byte-order mark skipped. The
-  first row is the header ``query,docid,rating`` (Quepid writes it; a first row whose rating
-  is a number is read as data). The first column is the query *text*. Quepid writes a query
-  without ratings as ``text,,`` (skipped here) and puts a space before a query text that
-  begins with ``-``, ``=``, ``+`` or ``@`` (spreadsheet formula guard): we write the same
-  guard and take one such space off when reading, so ``-x`` travels as `` -x``.
+* **CSV** (``csv``): RFC 4180 (a field with a comma, a quote, a line feed or a carriage
+  return is quoted, a quote doubled), read with Python's :mod:`csv`; UTF-8, a byte-order
+  mark skipped. The first row is the header ``query,docid,rating`` (Quepid writes it; a
+  first row whose rating is a number is read as data). The first column is the query
+  *text*. Quepid writes a query without ratings as ``text,,`` (skipped here) and puts a
+  space before a query text that begins with ``-``, ``=``, ``+`` or ``@`` (spreadsheet
+  formula guard). We write that guard in every cell (query text, docid and rating alike:
+  a docid comes from whatever engine answered), for a tab and a carriage return too, and
+  take it off the query and the docid when reading (:func:`csv_guard`, :func:`csv_unguard`),
+  so ``-x`` travels as `` -x``.
 * **SRW** (``srw``): ``{"name", "description", "type": "IMPORT_JUDGMENT", "judgmentRatings":
   [{"query": TEXT, "ratings": [{"docId": ID, "rating": "2"}]}]}`` (SRW takes ratings as
   strings; numbers are read too).
@@ -32,13 +35,14 @@ import json.scanner
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
 from judge.io._errors import InputError
 from judge.io._jsonl import MAX_JSON_DEPTH, id_problem
+from judge.io._rated_pairs import RatedPairs
 from judge.io._trec import read_qrels_lines
 
 JudgmentFormat = Literal["trec", "csv", "srw", "rre"]
@@ -54,15 +58,18 @@ __all__ = [
     "Judgment",
     "JudgmentFile",
     "JudgmentFormat",
+    "csv_guard",
+    "csv_unguard",
     "detect_judgment_format",
     "judgments_by_qid",
     "read_judgments",
+    "shared_text",
     "write_judgments",
 ]
 
 _BOM = b"\xef\xbb\xbf"
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-_GUARDED = ("-", "=", "+", "@")
+_GUARDED = ("-", "=", "+", "@", "\t", "\r")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +203,23 @@ def _rating(value: object, *, path: str, line: int, field: str) -> Decimal:
     return out
 
 
-def _unguard(text: str) -> str:
-    """Quepid's formula guard taken off: one space before a text that then starts with
-    ``-``, ``=``, ``+`` or ``@`` (after any further spaces)."""
+def csv_guard(text: str) -> str:
+    """A CSV cell no spreadsheet takes for a formula: one space before a text whose first
+    character after its leading spaces (if any) is ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return (Quepid's guard, widened to the characters OWASP lists); other texts as
+    they are. A text that already starts with spaces before such a character gets one more,
+    so :func:`csv_unguard` gives every text back exactly (`` -x`` is written ``  -x``).
+    Every CSV cell ``judge`` writes goes through it."""
+    return " " + text if text.lstrip(" ")[:1] in _GUARDED else text
+
+
+def csv_unguard(text: str) -> str:
+    """The text :func:`csv_guard` wrote ``text`` for: one space taken off a text that starts
+    with a space and whose first character after its spaces is a guarded one. A Quepid file's
+    guarded query (`` -1 star``) reads as Quepid meant it (``-1 star``)."""
     if text.startswith(" ") and text.lstrip(" ")[:1] in _GUARDED:
         return text[1:]
     return text
-
-
-def _guard(text: str) -> str:
-    return " " + text if text.lstrip(" ")[:1] in _GUARDED else text
 
 
 # ---------------------------------------------------------------------------- CSV
@@ -260,8 +274,8 @@ def _read_csv(p: Path) -> list[Judgment]:
         out.append(
             Judgment(
                 line,
-                _unguard(_text(query, path=where, line=line, field="query", what="query")),
-                _text(docid, path=where, line=line, field="docid", what="docid"),
+                _text(csv_unguard(query), path=where, line=line, field="query", what="query"),
+                _text(csv_unguard(docid), path=where, line=line, field="docid", what="docid"),
                 _rating(rating, path=where, line=line, field="rating"),
             )
         )
@@ -409,7 +423,9 @@ def _read_trec(p: Path) -> list[Judgment]:
 
 def read_judgments(path: str | os.PathLike[str], fmt: JudgmentFormat | None = None) -> JudgmentFile:
     """Read a judgment list (``fmt`` None: detected, :func:`detect_judgment_format`).
-    A query text and docid given twice is an :class:`InputError` naming the second line."""
+    A pair (query text, or id, and docid) given twice is read once when both ratings are
+    the same, and an :class:`InputError` naming both lines when they differ
+    (:class:`judge.io.RatedPairs`, the rule of every labels reader)."""
     p = Path(path)
     if not p.is_file():
         raise InputError("no such file", path=str(p))
@@ -420,19 +436,9 @@ def read_judgments(path: str | os.PathLike[str], fmt: JudgmentFormat | None = No
         out = _read_rre(p)
     else:
         out = JudgmentFile(str(p), use, _read_csv(p) if use == "csv" else _read_trec(p))
-    seen: dict[tuple[str, str], int] = {}
-    for j in out.judgments:
-        first = seen.get((j.query, j.docid))
-        if first is None:
-            seen[(j.query, j.docid)] = j.line
-        else:
-            raise InputError(
-                f"docid {j.docid!r} rated twice for query {j.query[:60]!r} (first at line {first})",
-                path=out.path,
-                line=j.line,
-                field="docid",
-            )
-    return out
+    pairs = RatedPairs(out.path)
+    kept = [j for j in out.judgments if pairs.first(j.query, j.docid, j.rating, line=j.line, field=j.field)]
+    return out if len(kept) == len(out.judgments) else replace(out, judgments=kept)
 
 
 # ---------------------------------------------------------------------------- text -> id
@@ -470,6 +476,19 @@ def judgments_by_qid(
     return out
 
 
+def shared_text(texts: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """The first two query ids of ``texts`` (id -> text, in its order) that have the same
+    text, and the text; None when every text is its own. A list keyed by text (CSV, SRW,
+    RRE) would merge such queries and :func:`judgments_by_qid` could not read it back, so
+    every writer of one refuses them first."""
+    owner: dict[str, str] = {}
+    for qid, text in texts.items():
+        other = owner.setdefault(text, qid)
+        if other != qid:
+            return other, qid, text
+    return None
+
+
 # ---------------------------------------------------------------------------- writing
 Row = tuple[str, str, str]  # (query text or id, docid, rating as written)
 
@@ -481,13 +500,18 @@ def _grouped(rows: Iterable[Row]) -> dict[str, list[tuple[str, str]]]:
     return by_query
 
 
+def _csv_cell(text: str) -> str:
+    """One cell as RFC 4180 has it, guarded (:func:`csv_guard`): quoted, quotes doubled, when
+    it holds a comma, a quote, a line feed or a carriage return. (Python's :mod:`csv` writer
+    leaves a carriage return unquoted when lines end with ``\\n``, and its reader then ends
+    the record there: a query text holding one did not come back.)"""
+    cell = csv_guard(text)
+    return '"' + cell.replace('"', '""') + '"' if any(ch in cell for ch in ',"\r\n') else cell
+
+
 def _csv_text(rows: Iterable[Row]) -> str:
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
-    for query, docid, rating in rows:
-        writer.writerow((_guard(query), docid, rating))
-    return buf.getvalue()
+    lines = [",".join(CSV_HEADER), *(",".join(_csv_cell(cell) for cell in row) for row in rows)]
+    return "\n".join(lines) + "\n"
 
 
 def _srw_text(rows: Iterable[Row], name: str, description: str) -> str:

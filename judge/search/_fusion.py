@@ -35,7 +35,8 @@ Combination of the normalised scores ``a`` (first) and ``b`` (second), ``w`` the
   0 or a negative score (a cosine below 0) that the mean would count as missing, and
   OpenSearch itself refuses ``z_score`` with them, so both pairs are a :class:`SearchError`;
 * ``rrf``: reciprocal rank fusion, ``(1 - w) / (rrf_k + rank_a) + w / (rrf_k + rank_b)``
-  over the lists that hold the key (rank from 1; scores and normalisation unused).
+  over the lists that hold the key (rank from 1; ``rrf_k`` above 0; scores and
+  normalisation unused).
 
 The result is ordered by combined score, then by rank in the list of the larger weight (the
 second at 0.5), then by rank in the other: at weight 0 the first list comes back in its own
@@ -78,8 +79,14 @@ K = TypeVar("K", bound=Hashable)
 
 
 def normalize(scores: Sequence[float], method: str) -> list[float]:
-    """``scores`` normalised by ``method`` (see the module docstring); empty stays empty."""
-    values = [float(s) for s in scores]
+    """``scores`` normalised by ``method`` (see the module docstring); empty stays empty.
+
+    Every formula is invariant under scaling all scores by one positive factor, so they are
+    first divided by the power of two nearest above the largest magnitude (exact: only the
+    exponents change) and the squares, sums and differences never overflow or vanish, for
+    any finite scores (``1e160`` squared, ``1e308 - -1e308``, ``5e-324`` squared); where the
+    unscaled arithmetic stays finite and normal the results are the same bits."""
+    values = _scaled([float(s) for s in scores])
     if not values:
         return []
     if method == "min_max":
@@ -98,6 +105,16 @@ def normalize(scores: Sequence[float], method: str) -> list[float]:
         std = math.sqrt(spread / (len(values) - 1))
         return [max((v - mean) / std, MIN_SCORE) for v in values]
     raise SearchError(f"unknown normalization {method!r} (known: {', '.join(NORMALIZATIONS)})")
+
+
+def _scaled(values: list[float]) -> list[float]:
+    """``values`` divided by ``2**e``, ``e`` the exponent of the largest finite magnitude
+    (every result within (-1, 1)); as they are when none is finite and nonzero."""
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    if largest == 0.0:
+        return values
+    exponent = math.frexp(largest)[1]
+    return [math.ldexp(v, -exponent) for v in values]
 
 
 def _mean(pairs: Sequence[tuple[float, float]], combination: str) -> float:
@@ -128,6 +145,7 @@ def fuse(
     if combination not in COMBINATIONS:
         raise SearchError(f"unknown combination {combination!r}", field="params.combination")
     _check_pair(normalization, combination, None)
+    _check_rrf_k(rrf_k, None)
     sides = [_dedupe(first), _dedupe(second)]
     weights = (1.0 - weight, weight)
     ranks: list[dict[K, int]] = [{k: r for r, (k, _) in enumerate(side, start=1)} for side in sides]
@@ -189,9 +207,7 @@ def check_fusion_params(params: Mapping[str, Value], where: str | None) -> None:
             raise SearchError(
                 f"unknown {name} {p[name]!r} (known: {', '.join(known)})", path=where, field=f"params.{name}"
             )
-    rrf_k = p["rrf_k"]
-    if isinstance(rrf_k, bool) or not isinstance(rrf_k, int | float) or not 0 <= rrf_k < math.inf:
-        raise SearchError(f"must be a number >= 0, got {rrf_k!r}", path=where, field="params.rrf_k")
+    _check_rrf_k(p["rrf_k"], where)
     depth = p["fusion_depth"]
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_FUSION_DEPTH:
         raise SearchError(
@@ -202,6 +218,13 @@ def check_fusion_params(params: Mapping[str, Value], where: str | None) -> None:
     if not isinstance(p["ann"], bool):
         raise SearchError(f"must be true or false, got {p['ann']!r}", path=where, field="params.ann")
     _check_pair(str(p["normalization"]), str(p["combination"]), where)
+
+
+def _check_rrf_k(rrf_k: object, where: str | None) -> None:
+    """RRF's rank constant: a finite number above 0 (OpenSearch's ``rank_constant`` is at least
+    1); at 0 or below a rank's term ``1 / (rrf_k + rank)`` can divide by zero or turn negative."""
+    if isinstance(rrf_k, bool) or not isinstance(rrf_k, int | float) or not 0 < rrf_k < math.inf:
+        raise SearchError(f"must be a number above 0, got {rrf_k!r}", path=where, field="params.rrf_k")
 
 
 def _check_pair(normalization: str, combination: str, where: str | None) -> None:

@@ -25,6 +25,7 @@ from judge.io import (
     judgments_by_qid,
     read_judgments,
     scale_rule,
+    shared_text,
     write_judgments,
 )
 from judge.store._label_model import (
@@ -168,29 +169,38 @@ def labels_to_exchange(
     """Write the resolved labels as a CSV, SRW or RRE judgment list (or TREC qrels, ids by
     :func:`qrels_escape`); returns the number of rows and the text. A label's query text is
     the one it keeps, else ``queries``' (id -> text); a query with neither is an
-    :class:`InputError` naming ``queries_field``. ``scale``: write on this exchange scale
-    (the stated inverse mapping; graded labels to ``binary`` need ``level``); None: each
-    label's own value."""
+    :class:`InputError` naming ``queries_field``, and two queries with one text (which a
+    list keyed by text would merge) one naming ``--format`` (TREC keeps ids). ``scale``:
+    write on this exchange scale (the stated inverse mapping; graded labels to ``binary``
+    need ``level``); None: each label's own value."""
     rule = scale_rule(scale) if scale is not None else None
     values = labels.qrels(rule.store_scale if rule is not None else None, level=level)
     texts: dict[str, str] = {}
     for item in labels:
         if item.label.query is not None:
             texts.setdefault(item.label.qid, item.label.query)
-    rows: list[tuple[str, str, str]] = []
-    for qid, docs in values.items():
-        if fmt == "trec":
-            key = qid
-        else:
-            found = texts.get(qid) or (queries or {}).get(qid)
-            if found is None:
-                raise InputError(
-                    f"query {qid!r} has no text in the label store: give the query set that holds it",
-                    field=queries_field,
-                )
-            key = found
-        for docno, value in docs.items():
-            rows.append((key, docno, rule.from_store(value) if rule is not None else str(value)))
+    keys: dict[str, str] = {}
+    for qid in values:
+        found = qid if fmt == "trec" else texts.get(qid) or (queries or {}).get(qid)
+        if found is None:
+            raise InputError(
+                f"query {qid!r} has no text in the label store: give the query set that holds it",
+                field=queries_field,
+            )
+        keys[qid] = found
+    shared = None if fmt == "trec" else shared_text(keys)
+    if shared is not None:
+        raise InputError(
+            f"queries {shared[0]!r} and {shared[1]!r} share the text {shared[2][:60]!r}: a {fmt} list "
+            "names queries by text and would merge them, so it could not be imported back; export "
+            "as --format trec (query ids), or give one of them another text",
+            field="--format",
+        )
+    rows = [
+        (keys[qid], docno, rule.from_store(value) if rule is not None else str(value))
+        for qid, docs in values.items()
+        for docno, value in docs.items()
+    ]
     stated = rule.name if rule is not None else _own_scale(labels)
     text = write_judgments(
         path,

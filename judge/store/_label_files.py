@@ -13,6 +13,7 @@ from judge.io import (
     MAX_JSON_DEPTH,
     UNLABELLED,
     InputError,
+    RatedPairs,
     deep_field,
     json_problem,
     qrels_escape,
@@ -68,10 +69,12 @@ def read_label_lines(
 
     qrels: each line is a label by ``reviewer`` (required) on ``scale`` (default: binary
     when every grade is 0/1, else graded), ids unescaped (:func:`qrels_unescape`); negative
-    grades are skipped. JSONL: each object as :meth:`Label.as_dict` writes it; each line
-    keeps its own ``reviewer`` and ``collection`` (``reviewer``/``collection`` given here
-    fill lines without one; ``scale`` given here overrides). Bad input raises
-    :class:`InputError` naming file, line and field; nothing is returned then."""
+    grades are skipped; a pair given twice is read once with the same grade and refused
+    with another (:class:`judge.io.RatedPairs`, naming both lines). JSONL: each object as
+    :meth:`Label.as_dict` writes it; each line keeps its own ``reviewer`` and ``collection``
+    (``reviewer``/``collection`` given here fill lines without one; ``scale`` given here
+    overrides). Bad input raises :class:`InputError` naming file, line and field; nothing
+    is returned then."""
     p = Path(path)
     if not p.is_file():
         raise InputError("no such labels file", path=p)
@@ -82,6 +85,8 @@ def read_label_lines(
     if reviewer is None or not reviewer:
         raise InputError("a qrels file needs a reviewer name (--reviewer NAME)", path=p, field="reviewer")
     rows = _read_qrels_lines(p)
+    pairs = RatedPairs(str(p))
+    rows = [r for r in rows if pairs.first(r[1], r[2], r[3], line=r[0], field="grade")]
     use: Scale = scale if scale is not None else _scale_of_labels([g for *_, g in rows if g >= 0])
     out: list[tuple[int, Label]] = []
     for number, qid, docno, grade in rows:

@@ -26,6 +26,7 @@ from judge.io import (
     RejectsReporter,
     read_qrels_lines,
     scale_rule,
+    shared_text,
     write_judgments,
 )
 from judge.store import recover_output
@@ -86,16 +87,13 @@ def pool_exchange_rows(
                     docids[(token, docno)] = passage.id
     for qid, text in (queries or {}).items():
         texts[trec_token(qid)] = text
-    if need_texts:
-        owner: dict[str, str] = {}
-        for token, text in texts.items():
-            other = owner.setdefault(text, token)
-            if other != token:
-                raise InputError(
-                    f"queries {other!r} and {token!r} share the text {text[:60]!r}: a judgment list "
-                    "names queries by text; export as --format trec",
-                    path=report_dir,
-                )
+    shared = shared_text(texts) if need_texts else None
+    if shared is not None:
+        raise InputError(
+            f"queries {shared[0]!r} and {shared[1]!r} share the text {shared[2][:60]!r}: a judgment "
+            "list names queries by text; export as --format trec",
+            path=report_dir,
+        )
     by_llm = _judged_by_llm(folder.pool_judged)
     rows: list[tuple[str, str, int, str]] = []
     qrels = read_qrels_lines(folder.pool_qrels)
