@@ -150,10 +150,16 @@ def test_adapt_decides_the_unlabelled_passages_and_says_so(tmp_path: Path) -> No
             "labels_sha256": block["labels_sha256"],
             "judge_verdict": judge_said,
         }
-    assert block["changed"] == 4 + _labelled_changes(adapted)
-    # labelled passages still take their label; their judge side is the adapted verdict
+    # the rule differs from the judge on those 4 and, held out, on the 8 labelled passages the
+    # judge has wrong (q1d2, q1d3, q2d2, q2d3 yes; q3d0, q3d1, q4d0, q4d1 no)
+    assert _labelled_changes(adapted) == 8 and block["changed"] == 4 + 8
+    # labelled passages take their label; what it replaced is the judge's own verdict, P(yes)
+    # and reason (never the rule's), and the labels' changes count against the judge's own
     v = adapted["q1d2"]
-    assert v["source"] == "human" and v["verdict"] == "no" and v["p_adapted"] is not None
+    assert v["source"] == "human" and v["verdict"] == "no" and v["p_adapted"] < 0.5
+    assert v["replaced"] == plain["q1d2"]["replaced"]
+    assert v["replaced"]["verdict"] == "yes" and v["replaced"]["p_yes"] == pytest.approx(0.8)
+    assert summary["labels"]["changed"] == plain_summary["labels"]["changed"] == 8
     # the figures follow the adapted verdicts: every query [1, 1, 0, 0, 1, 0] (labels, then
     # the adapted d4, d5): AP (1 + 1 + 3/5) / 3 = 0.866667; the judge alone: q1 all yes -> 1
     assert summary["judge"]["map"] == pytest.approx(0.866667)
@@ -171,10 +177,11 @@ def _sha(lines: list[str]) -> str:
 
 
 def _labelled_changes(adapted: dict[str, dict[str, Any]]) -> int:
+    """Labelled passages whose held-out rule decision differs from the judge's own verdict."""
     return sum(
         1
         for v in adapted.values()
-        if v["source"] == "human" and v["adapted"]["judge_verdict"] != v["replaced"]["verdict"]
+        if v["source"] == "human" and (v["p_adapted"] >= 0.5) != (v["replaced"]["verdict"] == "yes")
     )
 
 
@@ -381,18 +388,20 @@ def test_the_encoders_features_decide_where_the_judge_cannot(
     from _fake_encoder import FakeEncoder
 
     monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
-    # the judge says 0.5 +- noise to everything; the relevant passages share their words
-    # (apple orchard), the others theirs (tax form): only the encoder's feedback separates them
+    # the judge ranks every query right (relevant 0.05 above the rest) but leans: yes to all of
+    # q0 and q1, no to all of q2 and q3; the relevant passages share their words (apple
+    # orchard), the others theirs (tax form), which the encoder's feedback reads
     data = tmp_path / "data.jsonl"
     qrels = tmp_path / "labels.qrels"
     lines, labels = [], []
-    noise = [0.52, 0.47, 0.5, 0.55, 0.45, 0.49]
+    lean = [0.7, 0.8, 0.2, 0.3]
     for q in range(4):
         docs = []
         for i in range(6):
             rel = i % 2 == 0
             words = "apple orchard apple harvest" if rel else "tax form filing deadline"
-            docs.append({"id": f"d{i}", "text": f"{words} {q} [p={noise[(i + q) % 6]}]"})
+            p = lean[q] + (0.05 if rel else 0.0) + 0.01 * (i // 2)
+            docs.append({"id": f"d{i}", "text": f"{words} {q} [p={p:.2f}]"})
             if i < 4:
                 labels.append(f"q{q} 0 d{i} {int(rel)}")
         lines.append(json.dumps({"id": f"q{q}", "query": f"question {q}", "retrieval_context": docs}))

@@ -154,9 +154,12 @@ def test_each_run_is_decided_as_adapt_records_decides_it(tmp_path: Path) -> None
         for line in expected:
             for i, want in enumerate(line["verdicts"]):
                 v = got[f"{line['id']}d{i}"]
-                # a labelled passage keeps its label; its judge side is the adapted verdict
-                judge_side = v["replaced"] if v["source"] == "human" else v
-                assert judge_side["verdict"] == want["verdict"]
+                # a labelled passage keeps its label; what it replaced is the judge's own verdict
+                # (never the rule's), an unlabelled one is the rule's
+                human = v["source"] == "human"
+                judge_side = v["replaced"] if human else v
+                own = want["adapted"]["judge_verdict"] if human and want.get("adapted") else want["verdict"]
+                assert judge_side["verdict"] == own
                 assert v["p_adapted"] == pytest.approx(want["p_adapted"])
                 assert v["adapted"] == want["adapted"] and judge_side["p_yes"] == want["p_yes"]
     # by hand: the rule decides every query [1, 1, 0, 0, 1, 0] (labels, then d4 yes, d5 no)
@@ -380,12 +383,18 @@ def test_cli_hands_the_encoders_features_to_every_runs_rule(
     from _fake_encoder import FakeEncoder
 
     monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
-    # the judge says 0.5 +- noise to everything (another noise in run 1); the relevant
-    # passages share their words, the others theirs: only the encoder's feedback separates them
-    noise = [[0.52, 0.47, 0.5, 0.55, 0.45, 0.49], [0.48, 0.53, 0.51, 0.46, 0.54, 0.5]]
+    # the judge ranks every query right (relevant 0.05 above the rest) but leans, another way
+    # in run 1; the relevant passages share their words, the others theirs (the feedback)
+    leans = [[0.7, 0.8, 0.2, 0.3], [0.25, 0.75, 0.3, 0.65]]
     tables: list[Table] = [
-        {f"q{q}": [(n[(i + q) % 6], int(i % 2 == 0), i < 4) for i in range(6)] for q in range(4)}
-        for n in noise
+        {
+            f"q{q}": [
+                (round(lean[q] + 0.05 * (i % 2 == 0) + 0.01 * (i // 2), 2), int(i % 2 == 0), i < 4)
+                for i in range(6)
+            ]
+            for q in range(4)
+        }
+        for lean in leans
     ]
     data, qrels = _write(tmp_path, tables)
     lines = []
