@@ -166,6 +166,70 @@ def test_adapt_decides_the_unlabelled_passages_and_says_so(tmp_path: Path) -> No
     assert summary["labels"]["applied"] == 16
 
 
+# LEANING with every label contradicting the judge (a scale read upside down: 1 where the
+# judge says no, 0 where it says yes), on every query.
+INVERTED: dict[str, list[tuple[float, int, bool]]] = {
+    q: [(p, int(p < 0.5), lab) for p, _, lab in rows] for q, rows in LEANING.items()
+}
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_labels_contradicting_the_judge_everywhere_change_no_verdict_and_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, qrels = _write(tmp_path, INVERTED)
+    assert _score(tmp_path, data, qrels, "plain.jsonl") == 0
+    assert _score(tmp_path, data, qrels, "adapted.jsonl", "--adapt") == 0
+    err = capsys.readouterr().err
+    plain, _ = _outputs(tmp_path, "plain.jsonl")
+    adapted, summary = _outputs(tmp_path, "adapted.jsonl")
+    block = summary["adaptation"]
+    # the rule agrees with those labels on held-out queries (kappa 1 against the judge's -1) but
+    # weighs the judge's log-odds negatively: it would flip every verdict, so it is not applied
+    loqo = block["leave_one_query_out"]
+    assert loqo["adapted"]["kappa"] > loqo["alone"]["kappa"]
+    assert block["weights"]["logit"] < 0
+    assert block["applied"] is False and "negatively" in block["reason"]
+    assert "inverted scale" in block["warning"]
+    assert (block["decided"], block["changed"]) == (0, 0)
+    assert "--adapt" in err and "inverted scale" in err
+    # no unlabelled verdict changes; every labelled passage still takes its label
+    for docno, v in adapted.items():
+        if v["source"] == "human":
+            assert v["replaced"]["verdict"] == plain[docno]["replaced"]["verdict"]
+        else:
+            assert v["verdict"] == plain[docno]["verdict"] and "p_adapted" not in v
+    assert summary["judge"] == _outputs(tmp_path, "plain.jsonl")[1]["judge"]
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_a_comparison_keeps_the_judge_when_the_labels_contradict_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import judge
+    from judge.io import read_qrels
+
+    data, qrels = _write(tmp_path, INVERTED)
+    common: dict[str, Any] = {
+        "backend": "fake",
+        "qrels": qrels,
+        "stability_resamples": 0,
+        "resamples": 100,
+        "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
+    }
+    plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
+    adapted = judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+    block = adapted.conventions["adaptation"]
+    assert block["applied"] is False and "inverted scale" in block["warning"]
+    assert any(w.startswith("--adapt:") and "inverted scale" in w for w in adapted.warnings)
+    # every pooled pair as without --adapt (the labels on theirs, the judge on the rest)
+    assert (
+        read_qrels(tmp_path / "r1" / "pool.qrels").to_dict()
+        == read_qrels(tmp_path / "r0" / "pool.qrels").to_dict()
+    )
+    assert not any(w.startswith("--adapt:") for w in plain.warnings)
+
+
 def _labelled(qid: str, rows: list[tuple[float, int, bool]]) -> list[tuple[str, int]]:
     return [(f"{qid}d{i}", rel) for i, (_, rel, labelled) in enumerate(rows) if labelled]
 

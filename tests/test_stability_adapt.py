@@ -413,3 +413,32 @@ def test_cli_hands_the_encoders_features_to_every_runs_rule(
         got = _run_file(tmp_path / "r" / "runs" / f"run-{i}.jsonl")
         for q in range(4):
             assert got[f"q{q}d4"]["verdict"] == "yes" and got[f"q{q}d5"]["verdict"] == "no"
+
+
+def test_cli_labels_contradicting_the_judge_change_no_run_and_say_why(
+    tmp_path: Path, fake_open: list[ScriptedBackend], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every label contradicts the judge (1 where it says no, 0 where it says yes): the rule
+    # weighs its log-odds negatively and is applied in no run; stderr and the report say why
+    inverted: list[Table] = [
+        {q: [(p, int(float(p) < 0.5), lab) for p, _r, lab in rows] for q, rows in t.items()}
+        for t in (LEANING, LEANING_AGAIN)
+    ]
+    data, qrels = _write(tmp_path, inverted)
+    assert _stability(data, tmp_path / "plain", "--labels", str(qrels), "--quiet") in (0, 1)
+    capsys.readouterr()
+    assert _stability(data, tmp_path / "r", "--labels", str(qrels), "--adapt", "--quiet") in (0, 1)
+    err = capsys.readouterr().err
+    d = json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))
+    assert d["adaptation"]["applied"] == "no run"
+    for row in d["adaptation"]["runs"]:
+        assert "negatively" in row["reason"] and "inverted scale" in row["warning"]
+        assert f"--adapt, run {row['run']}" in err
+    assert "inverted scale" in err
+    plain = json.loads((tmp_path / "plain" / "report.json").read_text(encoding="utf-8"))
+    assert d["figures"] == plain["figures"]
+    for i in range(2):  # every verdict as the judge gave it (the latency aside)
+        a = _run_file(tmp_path / "r" / "runs" / f"run-{i}.jsonl")
+        b = _run_file(tmp_path / "plain" / "runs" / f"run-{i}.jsonl")
+        for docno, v in a.items():
+            assert v | {"latency_s": 0} == b[docno] | {"latency_s": 0}
