@@ -202,14 +202,14 @@ def test_labels_contradicting_the_judge_everywhere_change_no_verdict_and_say_why
     assert summary["judge"] == _outputs(tmp_path, "plain.jsonl")[1]["judge"]
 
 
-@pytest.mark.usefixtures("fake_judge")
-def test_a_comparison_keeps_the_judge_when_the_labels_contradict_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _compare_plain_and_adapted(
+    tmp_path: Path, table: dict[str, list[tuple[float, int, bool]]]
+) -> tuple[Any, Any]:
+    """compare-systems over two copies of ``table``'s run with its labels as qrels: without
+    ``--adapt`` (``r0``) and with it (``r1``)."""
     import judge
-    from judge.io import read_qrels
 
-    data, qrels = _write(tmp_path, INVERTED)
+    data, qrels = _write(tmp_path, table)
     common: dict[str, Any] = {
         "backend": "fake",
         "qrels": qrels,
@@ -218,7 +218,14 @@ def test_a_comparison_keeps_the_judge_when_the_labels_contradict_it(
         "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
     }
     plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
-    adapted = judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+    return plain, judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_a_comparison_keeps_the_judge_when_the_labels_contradict_it(tmp_path: Path) -> None:
+    from judge.io import read_qrels
+
+    plain, adapted = _compare_plain_and_adapted(tmp_path, INVERTED)
     block = adapted.conventions["adaptation"]
     assert block["applied"] is False and "inverted scale" in block["warning"]
     assert any(w.startswith("--adapt:") and "inverted scale" in w for w in adapted.warnings)
@@ -371,19 +378,9 @@ Check = Callable[..., Any]
 
 @pytest.mark.usefixtures("fake_judge")
 def test_compare_systems_adapt_learns_from_the_pools_labels(tmp_path: Path) -> None:
-    import judge
     from judge.io import read_qrels
 
-    data, qrels = _write(tmp_path, LEANING)
-    common: dict[str, Any] = {
-        "backend": "fake",
-        "qrels": qrels,
-        "stability_resamples": 0,
-        "resamples": 100,
-        "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
-    }
-    plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
-    adapted = judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+    plain, adapted = _compare_plain_and_adapted(tmp_path, LEANING)
     assert plain.conventions["adaptation"] is None
     block = adapted.conventions["adaptation"]
     assert block["applied"] is True and (block["labels"], block["queries"]) == (16, 4)
