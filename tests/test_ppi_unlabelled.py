@@ -97,7 +97,11 @@ def test_the_interval_never_narrows_as_drawn_pairs_go_unlabelled(
 ) -> None:
     records = _records()
     drawn = _drawn(records, 60)
-    verdict = {(r["id"], d): int(v["verdict"] == "yes") for r in records for d, v in zip(r["docnos"], r["verdicts"])}
+    verdict = {
+        (r["id"], d): int(v["verdict"] == "yes")
+        for r in records
+        for d, v in zip(r["docnos"], r["verdicts"], strict=True)
+    }
     order = sorted(range(60), key=lambda i: (verdict[drawn[i][:2]] == drawn[i][2]) == disagreeing_first)
     widths: dict[str, list[float]] = {"precision": [], "mean_score": []}
     for gone in range(0, 31):
@@ -135,7 +139,11 @@ def _score(tmp_path: Path, labelled: int) -> dict[str, Any]:
     data.write_text(
         "".join(
             json.dumps(
-                {"id": r["id"], "query": f"query {r['id']}", "retrieval_context": [{"id": d, "text": d} for d in "ab"]}
+                {
+                    "id": r["id"],
+                    "query": f"query {r['id']}",
+                    "retrieval_context": [{"id": d, "text": d} for d in "ab"],
+                }
             )
             + "\n"
             for r in records

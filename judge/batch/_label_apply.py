@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._driver import QueryWork
-from judge.batch._records import finish_record, verdicts_of
+from judge.batch._records import finish_record, label_changed, verdicts_of
 from judge.judging import (
     AUDIT_EVERY,
     JudgeConfig,
@@ -34,7 +34,6 @@ from judge.judging import (
     judge_verdict_of,
     judged_list,
     measure_conventions,
-    model_verdict_of,
     review_queue,
     template_for,
     threshold_of,
@@ -167,10 +166,9 @@ def relabel_record(
         verdicts.append(new)
         applied += 1
         touched = True
-        own = model_verdict_of(base)  # the judge's own, never an --adapt rule's (as ``replaced``)
-        asked = own.judged or own.attempts > 0
-        if asked and (new.verdict != own.verdict or new.grade != own.grade):
-            changed += 1  # a label that decided a passage nobody asked the judge about changes nothing
+        # against ``replaced``, the judge's own verdict (never an --adapt rule's); a label that
+        # decided a passage nobody asked the judge about changes nothing
+        changed += label_changed(new.model_dump(include={"verdict", "grade", "attempts", "replaced"}))
     if not touched:
         return dict(record), 0, 0
     return record_with_verdicts(record, verdicts, k, measures), applied, changed

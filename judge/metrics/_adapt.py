@@ -366,7 +366,7 @@ def _loqo_predictions(
         train = kidx[~test]
         if label_cols:
             held = raw.copy()
-            held[np.ix_(rows_of[int(qi)], label_cols)] = 0.0
+            held[np.ix_(rows_of[int(qi)], np.asarray(label_cols, dtype=np.int64))] = 0.0
             x = _standardise(held, np.ones(raw.shape[0], dtype=bool))[0]
         if np.unique(lab[train]).size < 2:
             w0, b0 = np.zeros(x.shape[1]), 30.0 if lab[train][0] == 1 else -30.0
