@@ -169,3 +169,70 @@ def test_centre_by_query_by_hand() -> None:
     assert centre_by_query([], []).size == 0
     with pytest.raises(ValueError, match="query ids"):
         centre_by_query([1.0, 2.0], ["a"])
+
+
+def _kappa(a: list[int], b: list[int]) -> float:
+    x, y = np.array(a, dtype=float), np.array(b, dtype=float)
+    po = float(np.mean(x == y))
+    pe = float(x.mean() * y.mean() + (1 - x.mean()) * (1 - y.mean()))
+    return (po - pe) / (1 - pe)
+
+
+def _feedback_run() -> tuple[list[float], list[str], list[int | None], list[int], list[float]]:
+    """Ten queries of six passages (even positions relevant). The judge is right at 0.5 except
+    where (query + position) % 7 == 0 (8 of 60). Queries 0-5 are labelled on d0-d3 and their
+    relevance feedback reads it perfectly, uncentred as Rocchio gives it (1 for a relevant
+    passage, 0 for the others); queries 6-9 nobody labelled: feedback 0."""
+    p: list[float] = []
+    groups: list[str] = []
+    labels: list[int | None] = []
+    truth: list[int] = []
+    feedback: list[float] = []
+    for k in range(10):
+        for i in range(6):
+            rel = int(i % 2 == 0)
+            value = 0.65 + 0.02 * ((k + i) % 5) if rel else 0.25 + 0.02 * ((k * i) % 5)
+            p.append(round(1 - value if (k + i) % 7 == 0 else value, 3))
+            groups.append(f"q{k}")
+            truth.append(rel)
+            labels.append(rel if k < 6 and i < 4 else None)
+            feedback.append(float(rel) if k < 6 else 0.0)
+    return p, groups, labels, truth, feedback
+
+
+def test_the_check_scores_a_held_out_query_as_a_query_nobody_labelled() -> None:
+    """The rule decides queries nobody labelled with no feedback; its leave-one-query-out check
+    must score the held-out query so too. Scored with its own labels' feedback, the check
+    shows kappa 1 and applies a rule that says no to every passage of the unlabelled queries
+    (0 read as the level of a non-relevant passage), where the judge alone has kappa 0.75."""
+    p, groups, labels, truth, feedback = _feedback_run()
+    fit = fit_adaptation(p, groups, labels, 0.5, extra={"feedback": feedback}, resamples=0)
+    unlabelled = [j for j, g in enumerate(groups) if int(g[1:]) >= 6]
+    judge = [int(p[j] >= 0.5) for j in unlabelled]
+    decided = [int(fit.decisions[j] or 0) if fit.applied else judge[n] for n, j in enumerate(unlabelled)]
+    want = [truth[j] for j in unlabelled]
+    assert _kappa(want, judge) == pytest.approx(0.75)
+    # without its feedback the held-out query is decided by the log-odds: no better than the judge
+    assert fit.loqo["adapted"]["kappa"] == pytest.approx(fit.loqo["alone"]["kappa"]) and not fit.applied
+    assert _kappa(want, decided) >= _kappa(want, judge)
+
+
+def test_a_held_out_querys_own_feedback_never_enters_its_check() -> None:
+    p, groups, labels, _, feedback = _feedback_run()
+    base = fit_adaptation(p, groups, labels, 0.5, extra={"feedback": feedback}, resamples=0)
+    other = list(feedback)
+    other[:6] = [5.0, -3.0, 0.5, 2.0, 0.0, 1.0]  # query 0's feedback, whatever it is
+    again = fit_adaptation(p, groups, labels, 0.5, extra={"feedback": other}, resamples=0)
+    # query 0's labelled pairs are scored as if it had no label: the same held-out values
+    assert again.p_adapted[:4] == pytest.approx(base.p_adapted[:4], abs=1e-12)
+
+
+def test_feedback_is_neutral_where_a_query_has_no_label() -> None:
+    # the level of the labelled queries' feedback is no signal (centred on its query): shifting it
+    # leaves every decision, the unlabelled queries' among them, where it was
+    p, groups, labels, _, feedback = _feedback_run()
+    base = fit_adaptation(p, groups, labels, 0.5, extra={"feedback": feedback}, resamples=0)
+    shifted = [f + 3.0 if int(g[1:]) < 6 else f for f, g in zip(feedback, groups, strict=True)]
+    again = fit_adaptation(p, groups, labels, 0.5, extra={"feedback": shifted}, resamples=0)
+    assert again.p_adapted == pytest.approx(base.p_adapted, abs=1e-9)
+    assert again.weights == pytest.approx(base.weights) and again.applied == base.applied

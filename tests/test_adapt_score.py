@@ -150,14 +150,91 @@ def test_adapt_decides_the_unlabelled_passages_and_says_so(tmp_path: Path) -> No
             "labels_sha256": block["labels_sha256"],
             "judge_verdict": judge_said,
         }
-    assert block["changed"] == 4 + _labelled_changes(adapted)
-    # labelled passages still take their label; their judge side is the adapted verdict
+    # the rule differs from the judge on those 4 and, held out, on the 8 labelled passages the
+    # judge has wrong (q1d2, q1d3, q2d2, q2d3 yes; q3d0, q3d1, q4d0, q4d1 no)
+    assert _labelled_changes(adapted) == 8 and block["changed"] == 4 + 8
+    # labelled passages take their label; what it replaced is the judge's own verdict, P(yes)
+    # and reason (never the rule's), and the labels' changes count against the judge's own
     v = adapted["q1d2"]
-    assert v["source"] == "human" and v["verdict"] == "no" and v["p_adapted"] is not None
+    assert v["source"] == "human" and v["verdict"] == "no" and v["p_adapted"] < 0.5
+    assert v["replaced"] == plain["q1d2"]["replaced"]
+    assert v["replaced"]["verdict"] == "yes" and v["replaced"]["p_yes"] == pytest.approx(0.8)
+    assert summary["labels"]["changed"] == plain_summary["labels"]["changed"] == 8
     # the figures follow the adapted verdicts: every query [1, 1, 0, 0, 1, 0] (labels, then
     # the adapted d4, d5): AP (1 + 1 + 3/5) / 3 = 0.866667; the judge alone: q1 all yes -> 1
     assert summary["judge"]["map"] == pytest.approx(0.866667)
     assert summary["labels"]["applied"] == 16
+
+
+# LEANING with every label contradicting the judge (a scale read upside down: 1 where the
+# judge says no, 0 where it says yes), on every query.
+INVERTED: dict[str, list[tuple[float, int, bool]]] = {
+    q: [(p, int(p < 0.5), lab) for p, _, lab in rows] for q, rows in LEANING.items()
+}
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_labels_contradicting_the_judge_everywhere_change_no_verdict_and_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, qrels = _write(tmp_path, INVERTED)
+    assert _score(tmp_path, data, qrels, "plain.jsonl") == 0
+    assert _score(tmp_path, data, qrels, "adapted.jsonl", "--adapt") == 0
+    err = capsys.readouterr().err
+    plain, _ = _outputs(tmp_path, "plain.jsonl")
+    adapted, summary = _outputs(tmp_path, "adapted.jsonl")
+    block = summary["adaptation"]
+    # the rule agrees with those labels on held-out queries (kappa 1 against the judge's -1) but
+    # weighs the judge's log-odds negatively: it would flip every verdict, so it is not applied
+    loqo = block["leave_one_query_out"]
+    assert loqo["adapted"]["kappa"] > loqo["alone"]["kappa"]
+    assert block["weights"]["logit"] < 0
+    assert block["applied"] is False and "negatively" in block["reason"]
+    assert "inverted scale" in block["warning"]
+    assert (block["decided"], block["changed"]) == (0, 0)
+    assert "--adapt" in err and "inverted scale" in err
+    # no unlabelled verdict changes; every labelled passage still takes its label
+    for docno, v in adapted.items():
+        if v["source"] == "human":
+            assert v["replaced"]["verdict"] == plain[docno]["replaced"]["verdict"]
+        else:
+            assert v["verdict"] == plain[docno]["verdict"] and "p_adapted" not in v
+    assert summary["judge"] == _outputs(tmp_path, "plain.jsonl")[1]["judge"]
+
+
+def _compare_plain_and_adapted(
+    tmp_path: Path, table: dict[str, list[tuple[float, int, bool]]]
+) -> tuple[Any, Any]:
+    """compare-systems over two copies of ``table``'s run with its labels as qrels: without
+    ``--adapt`` (``r0``) and with it (``r1``)."""
+    import judge
+
+    data, qrels = _write(tmp_path, table)
+    common: dict[str, Any] = {
+        "backend": "fake",
+        "qrels": qrels,
+        "stability_resamples": 0,
+        "resamples": 100,
+        "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
+    }
+    plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
+    return plain, judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+
+
+@pytest.mark.usefixtures("fake_judge")
+def test_a_comparison_keeps_the_judge_when_the_labels_contradict_it(tmp_path: Path) -> None:
+    from judge.io import read_qrels
+
+    plain, adapted = _compare_plain_and_adapted(tmp_path, INVERTED)
+    block = adapted.conventions["adaptation"]
+    assert block["applied"] is False and "inverted scale" in block["warning"]
+    assert any(w.startswith("--adapt:") and "inverted scale" in w for w in adapted.warnings)
+    # every pooled pair as without --adapt (the labels on theirs, the judge on the rest)
+    assert (
+        read_qrels(tmp_path / "r1" / "pool.qrels").to_dict()
+        == read_qrels(tmp_path / "r0" / "pool.qrels").to_dict()
+    )
+    assert not any(w.startswith("--adapt:") for w in plain.warnings)
 
 
 def _labelled(qid: str, rows: list[tuple[float, int, bool]]) -> list[tuple[str, int]]:
@@ -171,10 +248,11 @@ def _sha(lines: list[str]) -> str:
 
 
 def _labelled_changes(adapted: dict[str, dict[str, Any]]) -> int:
+    """Labelled passages whose held-out rule decision differs from the judge's own verdict."""
     return sum(
         1
         for v in adapted.values()
-        if v["source"] == "human" and v["adapted"]["judge_verdict"] != v["replaced"]["verdict"]
+        if v["source"] == "human" and (v["p_adapted"] >= 0.5) != (v["replaced"]["verdict"] == "yes")
     )
 
 
@@ -300,19 +378,9 @@ Check = Callable[..., Any]
 
 @pytest.mark.usefixtures("fake_judge")
 def test_compare_systems_adapt_learns_from_the_pools_labels(tmp_path: Path) -> None:
-    import judge
     from judge.io import read_qrels
 
-    data, qrels = _write(tmp_path, LEANING)
-    common: dict[str, Any] = {
-        "backend": "fake",
-        "qrels": qrels,
-        "stability_resamples": 0,
-        "resamples": 100,
-        "config": judge.JudgeConfig(language="en", probability=True, explain=False, p_yes_threshold=0.5),
-    }
-    plain = judge.compare_systems({"a": data, "b": data}, tmp_path / "r0", **common)
-    adapted = judge.compare_systems({"a": data, "b": data}, tmp_path / "r1", adapt=True, **common)
+    plain, adapted = _compare_plain_and_adapted(tmp_path, LEANING)
     assert plain.conventions["adaptation"] is None
     block = adapted.conventions["adaptation"]
     assert block["applied"] is True and (block["labels"], block["queries"]) == (16, 4)
@@ -381,18 +449,20 @@ def test_the_encoders_features_decide_where_the_judge_cannot(
     from _fake_encoder import FakeEncoder
 
     monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
-    # the judge says 0.5 +- noise to everything; the relevant passages share their words
-    # (apple orchard), the others theirs (tax form): only the encoder's feedback separates them
+    # the judge ranks every query right (relevant 0.05 above the rest) but leans: yes to all of
+    # q0 and q1, no to all of q2 and q3; the relevant passages share their words (apple
+    # orchard), the others theirs (tax form), which the encoder's feedback reads
     data = tmp_path / "data.jsonl"
     qrels = tmp_path / "labels.qrels"
     lines, labels = [], []
-    noise = [0.52, 0.47, 0.5, 0.55, 0.45, 0.49]
+    lean = [0.7, 0.8, 0.2, 0.3]
     for q in range(4):
         docs = []
         for i in range(6):
             rel = i % 2 == 0
             words = "apple orchard apple harvest" if rel else "tax form filing deadline"
-            docs.append({"id": f"d{i}", "text": f"{words} {q} [p={noise[(i + q) % 6]}]"})
+            p = lean[q] + (0.05 if rel else 0.0) + 0.01 * (i // 2)
+            docs.append({"id": f"d{i}", "text": f"{words} {q} [p={p:.2f}]"})
             if i < 4:
                 labels.append(f"q{q} 0 d{i} {int(rel)}")
         lines.append(json.dumps({"id": f"q{q}", "query": f"question {q}", "retrieval_context": docs}))

@@ -150,16 +150,30 @@ def test_unlabelled_drawn_pairs_withhold_the_interval_unless_allowed() -> None:
     allowed = ppi_block(_records_50(), SampleLabelOptions(sample, allow_unlabelled=True), [2])
     for block in (strict, allowed):
         assert block["labels"] == 40 and block["unlabelled"] == 2
+        assert block["precision"]["2"]["labels"] == block["mean_score"]["labels"] == 40
         assert block["unlabelled_pairs"] == [["q21", "a"], ["q21", "b"]]
-        # every label and every unlabelled pair agrees with the judge: the judge's 0.98, exactly
+        # every label agrees with the judge, so the unlabelled pairs are filled in agreeing too:
+        # the judge's 0.98, exactly
         assert block["precision"]["2"]["estimate"] == pytest.approx(0.98)
     assert strict["precision"]["2"]["low"] is None and strict["mean_score"]["high"] is None
     assert "no interval" in strict["interval_note"]
-    # allowed: 42 effects all 0, so the variance is 0 and the interval is the point
-    assert allowed["precision"]["2"]["low"] == pytest.approx(0.98)
-    assert "intervals are given" in allowed["interval_note"]
+    # allowed: the bound over whatever labels q21's a and b have. Each could be a no (P@2 of
+    # q21 1 -> 0.5, effect -0.5 / 25 = -0.02) or agree (0); n = 42 drawn of N = 50: the estimate
+    # ranges over 0.98 + 50 * [-0.04, 0] / 42; the standard error is the largest: squares 2 *
+    # 0.02^2, the smallest squared mean 0, var 0.0008 / 41, se = 50 sqrt(0.16 var / 42), t(41)
+    from scipy.stats import t as student
+
+    se = 50 * (0.16 * 0.0008 / 41 / 42) ** 0.5
+    z = float(student.ppf(0.975, 41))
+    for fig in (allowed["precision"]["2"], allowed["mean_score"]):
+        assert fig["low"] == pytest.approx(0.98 - 50 * 0.04 / 42 - z * se, abs=2e-6)
+        assert fig["high"] == pytest.approx(min(1.0, 0.98 + z * se), abs=2e-6)
+    assert "conservative bound" in allowed["interval_note"]
+    assert "missing" in allowed["method"]["unlabelled"]
     clean = ppi_block(_records_50(), SampleLabelOptions(SampleLabels("s.qrels", tuple(labelled))), [2])
-    assert clean["unlabelled"] == 0 and clean["interval_note"] is None
+    assert (
+        clean["unlabelled"] == 0 and clean["interval_note"] is None and clean["method"]["unlabelled"] is None
+    )
     assert clean["precision"]["2"]["low"] == pytest.approx(0.98)
     assert clean["ndcg"]["2"]["estimate"] is None and clean["withheld"]["measures"] == ["ndcg", "map"]
     # a measurement (scripts/agreement_on_choice.py) computes them: every label agrees, so the
@@ -386,8 +400,9 @@ def test_sample_mode_records_probabilities_and_feeds_the_estimate(
     assert "Horvitz-Thompson" in ppi["method"]["sampling"]
     assert ppi["labels"] == 3 and ppi["unlabelled"] == 1 and ppi["unlabelled_pairs"] == [["q1", "d"]]
     assert "no interval" in ppi["interval_note"] and "--allow-unlabelled" in ppi["interval_note"]
-    # Horvitz-Thompson with probability 1: each label's effect counted once, the unlabelled pair
-    # counted as agreeing (effect 0): 0.75 + 0 (a) - 0.25 (b) + 0 (c) + 0 (d) = 0.5
+    # Horvitz-Thompson with probability 1: each label's effect counted once; the unlabelled pair
+    # (a no) is filled in agreeing, as no labelled pair shares its verdict (effect 0):
+    # 0.75 + 0 (a) - 0.25 (b) + 0 (c) + 0 (d) = 0.5
     p2 = ppi["precision"]["2"]
     assert p2["estimate"] == pytest.approx(0.5) and p2["low"] is None
 

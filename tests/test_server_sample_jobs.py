@@ -66,7 +66,7 @@ def test_two_sampled_jobs_each_take_their_own_sample_file(client: Any) -> None:
         ppi = (job.get("summary") or client.get(f"/v1/jobs/{job['id']}").json()["summary"])["ppi"]
         assert ppi["labels"] == 1 and ppi["unlabelled"] == 23 and ppi["population"] == 24
         assert ppi["precision"]["3"]["low"] is None and "no interval" in ppi["interval_note"]
-    # allow_unlabelled accepts counting them as agreeing with the judge (the job's options say so)
+    # allow_unlabelled gives the conservative bound over their missing labels (the job's options say so)
     job = _job(client, recs["a"], sample_labels=files["a"], allow_unlabelled=True)
     ppi = (job.get("summary") or client.get(f"/v1/jobs/{job['id']}").json()["summary"])["ppi"]
     assert ppi["allow_unlabelled"] is True and "intervals are given" in ppi["interval_note"]

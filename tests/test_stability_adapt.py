@@ -154,9 +154,12 @@ def test_each_run_is_decided_as_adapt_records_decides_it(tmp_path: Path) -> None
         for line in expected:
             for i, want in enumerate(line["verdicts"]):
                 v = got[f"{line['id']}d{i}"]
-                # a labelled passage keeps its label; its judge side is the adapted verdict
-                judge_side = v["replaced"] if v["source"] == "human" else v
-                assert judge_side["verdict"] == want["verdict"]
+                # a labelled passage keeps its label; what it replaced is the judge's own verdict
+                # (never the rule's), an unlabelled one is the rule's
+                human = v["source"] == "human"
+                judge_side = v["replaced"] if human else v
+                own = want["adapted"]["judge_verdict"] if human and want.get("adapted") else want["verdict"]
+                assert judge_side["verdict"] == own
                 assert v["p_adapted"] == pytest.approx(want["p_adapted"])
                 assert v["adapted"] == want["adapted"] and judge_side["p_yes"] == want["p_yes"]
     # by hand: the rule decides every query [1, 1, 0, 0, 1, 0] (labels, then d4 yes, d5 no)
@@ -380,12 +383,18 @@ def test_cli_hands_the_encoders_features_to_every_runs_rule(
     from _fake_encoder import FakeEncoder
 
     monkeypatch.setattr("judge.systems._adapt_features.default_encoder", FakeEncoder)
-    # the judge says 0.5 +- noise to everything (another noise in run 1); the relevant
-    # passages share their words, the others theirs: only the encoder's feedback separates them
-    noise = [[0.52, 0.47, 0.5, 0.55, 0.45, 0.49], [0.48, 0.53, 0.51, 0.46, 0.54, 0.5]]
+    # the judge ranks every query right (relevant 0.05 above the rest) but leans, another way
+    # in run 1; the relevant passages share their words, the others theirs (the feedback)
+    leans = [[0.7, 0.8, 0.2, 0.3], [0.25, 0.75, 0.3, 0.65]]
     tables: list[Table] = [
-        {f"q{q}": [(n[(i + q) % 6], int(i % 2 == 0), i < 4) for i in range(6)] for q in range(4)}
-        for n in noise
+        {
+            f"q{q}": [
+                (round(lean[q] + 0.05 * (i % 2 == 0) + 0.01 * (i // 2), 2), int(i % 2 == 0), i < 4)
+                for i in range(6)
+            ]
+            for q in range(4)
+        }
+        for lean in leans
     ]
     data, qrels = _write(tmp_path, tables)
     lines = []
@@ -404,3 +413,32 @@ def test_cli_hands_the_encoders_features_to_every_runs_rule(
         got = _run_file(tmp_path / "r" / "runs" / f"run-{i}.jsonl")
         for q in range(4):
             assert got[f"q{q}d4"]["verdict"] == "yes" and got[f"q{q}d5"]["verdict"] == "no"
+
+
+def test_cli_labels_contradicting_the_judge_change_no_run_and_say_why(
+    tmp_path: Path, fake_open: list[ScriptedBackend], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every label contradicts the judge (1 where it says no, 0 where it says yes): the rule
+    # weighs its log-odds negatively and is applied in no run; stderr and the report say why
+    inverted: list[Table] = [
+        {q: [(p, int(float(p) < 0.5), lab) for p, _r, lab in rows] for q, rows in t.items()}
+        for t in (LEANING, LEANING_AGAIN)
+    ]
+    data, qrels = _write(tmp_path, inverted)
+    assert _stability(data, tmp_path / "plain", "--labels", str(qrels), "--quiet") in (0, 1)
+    capsys.readouterr()
+    assert _stability(data, tmp_path / "r", "--labels", str(qrels), "--adapt", "--quiet") in (0, 1)
+    err = capsys.readouterr().err
+    d = json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))
+    assert d["adaptation"]["applied"] == "no run"
+    for row in d["adaptation"]["runs"]:
+        assert "negatively" in row["reason"] and "inverted scale" in row["warning"]
+        assert f"--adapt, run {row['run']}" in err
+    assert "inverted scale" in err
+    plain = json.loads((tmp_path / "plain" / "report.json").read_text(encoding="utf-8"))
+    assert d["figures"] == plain["figures"]
+    for i in range(2):  # every verdict as the judge gave it (the latency aside)
+        a = _run_file(tmp_path / "r" / "runs" / f"run-{i}.jsonl")
+        b = _run_file(tmp_path / "plain" / "runs" / f"run-{i}.jsonl")
+        for docno, v in a.items():
+            assert v | {"latency_s": 0} == b[docno] | {"latency_s": 0}

@@ -18,6 +18,7 @@ from judge.batch._label_apply import (
     job_agreement,
     job_review_queue,
     label_for_passage,
+    labelled_verdict,
     map_impacts,
     relabel_record,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "job_review_queue",
     "label_changed",
     "label_for_passage",
+    "labelled_verdict",
     "make_progress",
     "map_impacts",
     "model_verdict_of",

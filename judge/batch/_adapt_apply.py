@@ -29,7 +29,7 @@ from typing import Any
 
 from judge.batch._label_apply import record_with_verdicts
 from judge.batch._records import verdicts_of
-from judge.judging import AdaptedBy, JudgeConfig, PassageVerdict, judge_verdict_of, threshold_of
+from judge.judging import AdaptedBy, JudgeConfig, PassageVerdict, model_verdict_of, threshold_of
 from judge.metrics import fit_adaptation
 from judge.store import LabelSet
 
@@ -71,14 +71,6 @@ def check_adapt(config: JudgeConfig, *, labels: LabelSet | None, examples_active
             "rule would have nothing to learn from",
             field="--adapt",
         )
-
-
-def model_verdict_of(verdict: PassageVerdict) -> PassageVerdict:
-    """The model's own verdict behind a (possibly) human-decided and adapted one."""
-    base = judge_verdict_of(verdict)
-    if base.adapted is None:
-        return base
-    return base.model_copy(update={"verdict": base.adapted.judge_verdict, "p_adapted": None, "adapted": None})
 
 
 def labels_sha256(pairs: Sequence[AdaptPair]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._driver import QueryWork
-from judge.batch._records import finish_record, verdicts_of
+from judge.batch._records import finish_record, label_changed, verdicts_of
 from judge.judging import (
     AUDIT_EVERY,
     JudgeConfig,
@@ -39,7 +39,7 @@ from judge.judging import (
     threshold_of,
 )
 from judge.metrics import Scale, ScaleMapping, judge_measure, parse_named_measures, resolve_mapping
-from judge.store import DEFAULT_COLLECTION, Label, LabelSet
+from judge.store import DEFAULT_COLLECTION, Label, LabelSet, ResolvedLabel
 
 if TYPE_CHECKING:  # scipy-backed; imported when agreement is asked for
     from judge.metrics import AgreementItem, AgreementReport
@@ -52,6 +52,7 @@ __all__ = [
     "job_agreement",
     "job_review_queue",
     "label_for_passage",
+    "labelled_verdict",
     "labels_decide",
     "map_impacts",
     "relabel_record",
@@ -115,6 +116,28 @@ def _result_of(
     )
 
 
+def labelled_verdict(
+    verdict: PassageVerdict,
+    hit: ResolvedLabel,
+    mappings: Mapping[Scale, ScaleMapping],
+    *,
+    mode: str,
+    grade_threshold: int,
+) -> PassageVerdict:
+    """``verdict`` decided by the label ``hit`` (put on the job's scale by its stated mapping,
+    reviewer and comment kept; :func:`judge.judging.apply_label`: ``replaced`` holds the
+    judge's own verdict): the one way a batch run, a stability run and ``--examples`` apply
+    a label."""
+    return apply_label(
+        verdict,
+        mappings[hit.label.scale].apply(hit.value),
+        mode=mode,
+        reviewer=hit.label.reviewer,
+        grade_threshold=grade_threshold,
+        comment=hit.label.comment,
+    )
+
+
 def relabel_record(
     record: Mapping[str, Any],
     labels: LabelSet,
@@ -139,21 +162,13 @@ def relabel_record(
         if hit is None:
             verdicts.append(base)
             continue
-        value = mappings[hit.label.scale].apply(hit.value)
-        new = apply_label(
-            base,
-            value,
-            mode=mode,
-            reviewer=hit.label.reviewer,
-            grade_threshold=threshold,
-            comment=hit.label.comment,
-        )
+        new = labelled_verdict(base, hit, mappings, mode=mode, grade_threshold=threshold)
         verdicts.append(new)
         applied += 1
         touched = True
-        asked = base.judged or base.attempts > 0
-        if asked and (new.verdict != base.verdict or new.grade != base.grade):
-            changed += 1  # a label that decided a passage nobody asked the judge about changes nothing
+        # against ``replaced``, the judge's own verdict (never an --adapt rule's); a label that
+        # decided a passage nobody asked the judge about changes nothing
+        changed += label_changed(new.model_dump(include={"verdict", "grade", "attempts", "replaced"}))
     if not touched:
         return dict(record), 0, 0
     return record_with_verdicts(record, verdicts, k, measures), applied, changed
@@ -253,13 +268,8 @@ def labels_decide(
                 attempts=0,
                 truncated=job.passage.truncated,
             )
-            known[job.index] = apply_label(
-                asked,
-                mappings[hit.label.scale].apply(hit.value),
-                mode=bound.mode,
-                reviewer=hit.label.reviewer,
-                grade_threshold=bound.grade_threshold,
-                comment=hit.label.comment,
+            known[job.index] = labelled_verdict(
+                asked, hit, mappings, mode=bound.mode, grade_threshold=bound.grade_threshold
             )
         language = bound.language if config.language == "auto" else work.language
         yield replace(work, jobs=jobs, known=known, language=language)

@@ -5,7 +5,9 @@ the pairs they name, correct the judge's mean figures (:func:`judge.metrics.ppi_
 A person's grade becomes a verdict by the stated mapping: ``grade >= level`` is ``yes``
 (the gain is the same 1/0 in binary mode, the grade in graded mode). A label on a pair the
 judge left unjudged is not used (the population is the judged pairs, as for the judge's
-own figures) and is counted in ``labels_unjudged``.
+own figures) and is counted in ``labels_unjudged``. Drawn pairs the file names as left
+unlabelled are missing labels, never labels (:func:`judge.metrics.ppi_figure`'s ``missing``):
+every count and the 40-label minimum are the labelled pairs'.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ METHOD = {
     ),
 }
 
+#: How drawn pairs left unlabelled enter the figures (the summary's ``method.unlabelled``).
+UNLABELLED_METHOD = (
+    "treated as missing, never as labels: the counts and the 40-label minimum are the labelled pairs'; "
+    "the estimate fills each unlabelled pair with the labels of the labelled pairs the judge gave the "
+    "same verdict (missing at random); the interval is a conservative bound that holds whatever labels "
+    "they have (its ends the least and largest estimate over every labelling of them, widened by the "
+    "largest standard error any could give), so more unlabelled pairs never make it narrower"
+)
+
 
 #: Measures whose corrected figure is not shown (``estimate`` null, ``withheld`` says why).
 WITHHELD_MEASURES = ("ndcg", "map")
@@ -78,8 +89,9 @@ WITHHELD = (
 @dataclass(frozen=True)
 class SampleLabelOptions:
     """Sample labels and how they are read: ``grade >= level`` is relevant (``yes``);
-    intervals at ``confidence``; ``allow_unlabelled``: drawn pairs the file names as left
-    unlabelled count as agreeing with the judge and the intervals are given (else none)."""
+    intervals at ``confidence``; ``allow_unlabelled``: with drawn pairs the file names as left
+    unlabelled, the intervals are given as the conservative bound over every label they
+    could have (:data:`UNLABELLED_METHOD`; else none)."""
 
     labels: SampleLabels
     level: int = 1
@@ -148,9 +160,9 @@ def ppi_block(
     Corrected nDCG and AP are withheld (:data:`WITHHELD`: ``estimate`` null, the judge's
     figure kept); ``withhold=False`` computes them anyway, for a measurement of them
     (``scripts/agreement_on_choice.py``), never for a report. Drawn pairs the file names as
-    left unlabelled (grade -1) are listed in ``unlabelled_pairs``; they count as agreeing
-    with the judge (a label equal to its verdict), and every interval is withheld
-    (``interval_note`` says why) unless ``options.allow_unlabelled``."""
+    left unlabelled (grade -1) are listed in ``unlabelled_pairs``; they are missing labels
+    (:data:`UNLABELLED_METHOD`), and every interval is withheld (``interval_note`` says why)
+    unless ``options.allow_unlabelled``."""
     sample = options.labels
     sample.check_pairs(record_pairs(records))
     lists, where = _lists(records)
@@ -173,28 +185,34 @@ def ppi_block(
             inclusion.append(label.inclusion)
     labelled = len(pairs)
     named: list[list[str]] = []
-    for label in sample.unlabelled:  # drawn, nobody labelled: taken as agreeing with the judge
+    missing: list[tuple[int, int]] = []
+    missing_inclusion: list[float] = []
+    for label in sample.unlabelled:  # drawn, nobody labelled: a missing label, never a label
         qi, pos = where[(label.qid, label.docno)]
         if lists[qi].relevant[pos] < 0:
             unjudged += 1
             continue
         named.append([label.qid, label.docno])
-        pairs.append((qi, pos))
-        relevant.append(int(lists[qi].relevant[pos]))
-        gains.append(int(lists[qi].gains[pos]))
+        missing.append((qi, pos))
         if label.inclusion is not None:
-            inclusion.append(label.inclusion)
+            missing_inclusion.append(label.inclusion)
     population = sum(jl.judged for jl in lists)
+    # every label a missing pair could have: each grade up to the highest seen (3 at least)
+    top = max([3, options.level, *(lab.grade for lab in sample.labels)])
+    yes_of = [int(g >= options.level) for g in range(top + 1)]
+    candidates = list(dict.fromkeys((y, g if graded else y) for g, y in enumerate(yes_of)))
     note = None
     if named:
         note = (
-            f"{len(named)} drawn pair(s) left unlabelled (unlabelled_pairs) are counted as agreeing with "
-            "the judge; "
+            f"{len(named)} drawn pair(s) left unlabelled (unlabelled_pairs) are missing labels: the "
+            f"counts are the {labelled} labelled pairs'; "
             + (
-                "--allow-unlabelled accepts that, so the intervals are given"
+                "--allow-unlabelled accepts them, so the intervals are given as a conservative bound that "
+                "holds whatever labels they have (method.unlabelled)"
                 if options.allow_unlabelled
-                else "that is not a random sample's estimate, so no interval is given: label them "
-                "(then export the sample again), or pass --allow-unlabelled (allow_unlabelled) to accept it"
+                else "the estimate assumes they are missing at random, so no interval is given: label them "
+                "(then export the sample again), or pass --allow-unlabelled (allow_unlabelled) for the "
+                "conservative bound that holds whatever labels they have"
             )
         )
 
@@ -207,7 +225,7 @@ def ppi_block(
                 "low": None,
                 "high": None,
                 "judge": None if judge_value is None else round(judge_value, 6),
-                "labels": len(pairs),
+                "labels": labelled,
                 "coverage_ok": False,
                 "withheld": WITHHELD,
             }
@@ -220,6 +238,9 @@ def ppi_block(
             population=None if sample.weighted else population,
             inclusion=inclusion if sample.weighted else None,
             confidence=options.confidence,
+            missing=missing,
+            missing_inclusion=missing_inclusion if sample.weighted else None,
+            candidates=candidates,
         )
         out = f.as_dict()
         if named and not options.allow_unlabelled:
@@ -243,6 +264,7 @@ def ppi_block(
         "method": {
             "linear": METHOD["linear"],
             "sampling": METHOD["weighted" if sample.weighted else "uniform"],
+            "unlabelled": UNLABELLED_METHOD if named else None,
         },
         "precision": {str(c): figure(f"P_{c}") for c in k},
         "ndcg": {str(c): figure(f"ndcg_cut_{c}") for c in k},

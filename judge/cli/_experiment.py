@@ -153,8 +153,8 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     )
     report = comparison.report
     print(comparison.json_text() if args.json else comparison.markdown(), end="")
-    for warning in report.warnings:  # where the docs measured --examples to hurt: on stderr too
-        if warning.startswith("--examples:"):
+    for warning in report.warnings:  # --examples measured to hurt, --adapt refused: on stderr too
+        if warning.startswith(("--examples:", "--adapt:")):
             print(f"judge experiment: warning: {warning}", file=sys.stderr)
     e = report.experiment
     if not args.quiet and e is not None:

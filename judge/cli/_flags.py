@@ -424,8 +424,9 @@ def add_sample_label_flags(p: argparse.ArgumentParser, *, confidence: bool = Fal
     p.add_argument(
         "--allow-unlabelled",
         action="store_true",
-        help="--sample-labels: count the drawn pairs the file names as left unlabelled (grade -1) as "
-        "agreeing with the judge and give the intervals (default: the estimate without an interval)",
+        help="--sample-labels: give the intervals though drawn pairs the file names as left unlabelled "
+        "(grade -1) miss their labels, as a conservative bound that holds whatever labels they have "
+        "(the counts are the labelled pairs'; default: the estimate without an interval)",
     )
     if confidence:
         p.add_argument(

@@ -529,7 +529,8 @@ def _export_sample(args: argparse.Namespace) -> int:
     if export.unlabelled:
         print(
             "judge labels: --sample-labels gives no interval while drawn pairs are unlabelled: label them "
-            "and export again, or pass --allow-unlabelled to count them as agreeing with the judge",
+            "and export again, or pass --allow-unlabelled for a conservative interval that holds whatever "
+            "labels they have",
             file=sys.stderr,
         )
     return 0

@@ -240,6 +240,9 @@ def _exports(args: argparse.Namespace, outcome: Any) -> None:
 def _report(args: argparse.Namespace, outcome: Any) -> None:
     summary = outcome.summary
     print(json.dumps(summary, ensure_ascii=False, indent=2))
+    refused = (summary.get("adaptation") or {}).get("warning")
+    if refused:  # the rule inverted the judge and was not applied: said even with --quiet
+        print(f"judge score: warning: --adapt: {summary['adaptation']['reason']}. {refused}", file=sys.stderr)
     if args.quiet:
         return
     judge = summary["judge"]

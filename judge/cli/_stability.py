@@ -299,6 +299,12 @@ def run_stability_command(args: argparse.Namespace) -> int:
     report = result
     paths = write_report(report, out_dir)
     print("\n".join(summary_lines(report)))
+    for run in (report.data.get("adaptation") or {}).get("runs", []):
+        if run.get("warning"):  # the rule inverted the judge and was not applied
+            print(
+                f"judge stability: warning: --adapt, run {run['run']}: {run['reason']}. {run['warning']}",
+                file=sys.stderr,
+            )
     print(f"judge stability: report in {paths['markdown']} and {paths['json']}", file=sys.stderr)
     if not report.passed:
         print(_breach_line(report), file=sys.stderr)

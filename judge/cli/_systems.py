@@ -120,8 +120,8 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     )
     report = comparison.report
     print(comparison.json_text() if args.json else comparison.markdown(), end="")
-    for warning in report.warnings:  # where the docs measured --examples to hurt: on stderr too
-        if warning.startswith("--examples:"):
+    for warning in report.warnings:  # --examples measured to hurt, --adapt refused: on stderr too
+        if warning.startswith(("--examples:", "--adapt:")):
             print(f"judge compare-systems: warning: {warning}", file=sys.stderr)
     if not args.quiet:
         pool = report.pool

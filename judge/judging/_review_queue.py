@@ -5,8 +5,9 @@ the verdict: binary ``label`` 1/0 is ``yes``/``no``; graded, the grade is the la
 verdict is ``yes`` iff grade >= ``grade_threshold``. P(yes) becomes 1.0/0.0 (so expected
 metrics treat the passage as certain), ``expected_grade`` the grade, ``confidence`` 1.0;
 ``source`` is ``human``, ``reviewer`` names the reviewer and ``replaced`` keeps the judge's
-verdict. :func:`judge_verdict_of` undoes it (overrides are re-applied from the judge's
-verdict, never stacked).
+verdict: the model's own, before any ``--adapt`` rule decided it (:func:`model_verdict_of`),
+with its P(yes) and reason. :func:`judge_verdict_of` undoes the override (overrides are
+re-applied from the judge's verdict, never stacked).
 
 **Review queue** (:func:`review_queue`): the unreviewed verdicts in order of how much a
 label is expected to change the figures, ``priority = flip_probability * weight``, largest
@@ -49,6 +50,7 @@ __all__ = [
     "candidates_from_records",
     "flip_probability",
     "judge_verdict_of",
+    "model_verdict_of",
     "rank_discount",
     "review_queue",
     "threshold_of",
@@ -67,8 +69,11 @@ def apply_label(
     comment: str = "",
 ) -> PassageVerdict:
     """``verdict`` decided by a reviewer's ``label`` (on the job's scale: 0/1 binary, 0-3
-    graded); an earlier override is replaced, the judge's verdict is kept in ``replaced``."""
+    graded); an earlier override is replaced, the judge's own verdict (never an ``--adapt``
+    rule's: :func:`model_verdict_of`) is kept in ``replaced``. The rule's ``p_adapted`` and
+    ``adapted`` stay on the passage for inspection."""
     base = judge_verdict_of(verdict)
+    own = model_verdict_of(base)
     if mode == "graded":
         if not 0 <= label <= 3:
             raise ValueError(f"a graded label must be 0..3, not {label}")
@@ -82,13 +87,13 @@ def apply_label(
         grade = None
         expected = None
     replaced = ReplacedVerdict(
-        verdict=base.verdict,
-        grade=base.grade,
-        p_yes=base.p_yes,
-        expected_grade=base.expected_grade,
-        confidence=base.confidence,
-        probs=base.probs,
-        reason=base.reason,
+        verdict=own.verdict,
+        grade=own.grade,
+        p_yes=own.p_yes,
+        expected_grade=own.expected_grade,
+        confidence=own.confidence,
+        probs=own.probs,
+        reason=own.reason,
     )
     return base.model_copy(
         update={
@@ -126,6 +131,16 @@ def judge_verdict_of(verdict: PassageVerdict) -> PassageVerdict:
             "replaced": None,
         }
     )
+
+
+def model_verdict_of(verdict: PassageVerdict) -> PassageVerdict:
+    """The model's own verdict behind a (possibly) human-decided and ``--adapt``-decided one:
+    the override undone, then the rule's verdict (``adapted.judge_verdict`` is the model's),
+    without ``p_adapted`` and ``adapted``."""
+    base = judge_verdict_of(verdict)
+    if base.adapted is None:
+        return base
+    return base.model_copy(update={"verdict": base.adapted.judge_verdict, "p_adapted": None, "adapted": None})
 
 
 def rank_discount(rank: int) -> float:

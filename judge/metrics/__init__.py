@@ -323,6 +323,7 @@ _ADAPT_NAMES = (
     "MIN_ADAPT_LABELS",
     "MIN_ADAPT_QUERIES",
     "MIN_QUERY_PASSAGES",
+    "RELEVANCE_FEEDBACK",
     "Adaptation",
     "adaptation_features",
     "centre_by_query",
@@ -335,6 +336,7 @@ if TYPE_CHECKING:
     from judge.metrics._adapt import MIN_ADAPT_LABELS as MIN_ADAPT_LABELS
     from judge.metrics._adapt import MIN_ADAPT_QUERIES as MIN_ADAPT_QUERIES
     from judge.metrics._adapt import MIN_QUERY_PASSAGES as MIN_QUERY_PASSAGES
+    from judge.metrics._adapt import RELEVANCE_FEEDBACK as RELEVANCE_FEEDBACK
     from judge.metrics._adapt import Adaptation as Adaptation
     from judge.metrics._adapt import adaptation_features as adaptation_features
     from judge.metrics._adapt import centre_by_query as centre_by_query

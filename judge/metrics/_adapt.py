@@ -12,7 +12,11 @@ a pair and decides every pair of the run with them:
 * optional extra columns the caller computes (``extra``), such as the encoder's query-passage
   similarity centred on its query (:func:`centre_by_query`) and its relevance feedback
   (:func:`relevance_feedback`): each column is standardised over the run's judged pairs
-  before the fit, so one ridge weighs them alike.
+  before the fit, so one ridge weighs them alike. A column that reads its query's labels
+  (``label_features``, by default :data:`RELEVANCE_FEEDBACK`) must be 0 on a query without
+  labels; it is centred on its query before the fit, so that 0, what an unlabelled query
+  has, is neutral by construction (every labelled query's values average 0 too, and the
+  intercept learns nothing from their level).
 
 The rule is an L2-regularised logistic regression (``ridge``, the intercept unpenalised)
 fitted by Newton's method on the labelled pairs; ``p_adapted`` is its probability and the
@@ -21,21 +25,28 @@ adapted verdict is yes iff ``p_adapted >= 0.5``.
 Honest by construction:
 
 * **Leave one query out (LOQO)**: each labelled query's pairs are predicted by the rule
-  fitted on the *other* queries' labels; the pooled predictions give κ (the judge alone at
-  its threshold, adapted at 0.5) and ROC AUC (P(yes) against ``p_adapted``), each with a
-  percentile bootstrap interval over the labelled queries (seeded), and the paired gain.
+  fitted on the *other* queries' labels, from features built exactly as where the rule is
+  applied to a query nobody labelled: its label-reading columns are 0 (no label of the
+  held-out query enters its own feedback) and standardised with that; the pooled
+  predictions give κ (the judge alone at its threshold, adapted at 0.5) and ROC AUC
+  (P(yes) against ``p_adapted``), each with a percentile bootstrap interval over the
+  labelled queries (seeded), and the paired gain.
 * A **labelled pair never judges itself**: its ``p_adapted`` is its LOQO prediction (its
   own label, and its query's, never in the weights; an ``extra`` column that reads labels,
   such as relevance feedback, is the caller's to compute without the pair's own label).
 * The rule is **applied** only when the LOQO κ adapted is above the judge alone's; otherwise
   (or with too few labels) ``applied`` is False, ``reason`` says why, and the caller keeps
   the judge's verdicts.
+* A rule that **weighs the judge's log-odds negatively** (``logit`` or ``centred``) is never
+  applied, whatever its κ: it would turn the judge's verdicts around. Labels that contradict
+  the judge everywhere (a scale read upside down: 0 for the most relevant) teach such a rule
+  and pass the LOQO check, since it agrees with them; ``warning`` names that likely cause.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +60,7 @@ __all__ = [
     "MIN_ADAPT_LABELS",
     "MIN_ADAPT_QUERIES",
     "MIN_QUERY_PASSAGES",
+    "RELEVANCE_FEEDBACK",
     "Adaptation",
     "adaptation_features",
     "centre_by_query",
@@ -68,6 +80,11 @@ MIN_ADAPT_QUERIES = 3
 MIN_QUERY_PASSAGES = 4
 """A query with fewer judged pairs has no ``centred`` feature (0: the collection's rule)."""
 DEFAULT_RIDGE = 1.0
+RELEVANCE_FEEDBACK = "feedback"
+"""The relevance feedback's name in the rule (:func:`relevance_feedback`): a column that reads
+its query's labels (see ``label_features`` of :func:`fit_adaptation`)."""
+JUDGE_COLUMNS = ("logit", "centred")
+"""The columns that are the judge's own log-odds: a negative weight on either inverts it."""
 P_CLIP = 1e-15  # P(yes) of a confident model comes within 1e-9 of 1: keep those apart
 
 FloatArray = npt.NDArray[np.float64]
@@ -188,7 +205,8 @@ class Adaptation:
     the adapted yes (1) / no (0) at 0.5; ``weights`` by feature name on the standardised
     columns (fitted on every label) and ``intercept``; ``loqo`` the held-out figures:
     ``{"alone": {...}, "adapted": {...}, "gain": {...}}`` each with ``kappa``, ``auc`` and
-    their ``*_ci`` intervals; ``applied`` and ``reason``."""
+    their ``*_ci`` intervals; ``applied`` and ``reason``; ``warning`` (None unless the rule
+    was refused for inverting the judge: what to check)."""
 
     method: str
     features: tuple[str, ...]
@@ -203,6 +221,7 @@ class Adaptation:
     applied: bool
     reason: str
     scales: dict[str, float] = field(default_factory=dict)
+    warning: str | None = None
 
     def block(self) -> dict[str, Any]:
         """The summary's ``adaptation`` block (no per-pair values)."""
@@ -217,6 +236,7 @@ class Adaptation:
             "leave_one_query_out": self.loqo,
             "applied": self.applied,
             "reason": self.reason,
+            "warning": self.warning,
         }
 
 
@@ -326,24 +346,64 @@ def _standardise(cols: FloatArray, judged: npt.NDArray[np.bool_]) -> tuple[Float
 
 
 def _loqo_predictions(
-    x: FloatArray,
+    raw: FloatArray,
     lab: npt.NDArray[np.int64],
     kidx: npt.NDArray[np.int64],
     q_of: npt.NDArray[np.int64],
+    rows_of: list[npt.NDArray[np.int64]],
+    label_cols: list[int],
     ridge: float,
 ) -> FloatArray:
     """Each labelled pair's probability from the rule fitted on the other queries' labels
-    (one kind of label only there: that kind, with certainty)."""
+    (one kind of label only there: that kind, with certainty). The features are built as if
+    the held-out query had no label: its label-reading columns (``label_cols`` of the raw
+    columns ``raw``) are 0 on every one of its pairs (``rows_of[q]``) and every column is
+    standardised with that, as where the rule decides a query nobody labelled."""
     out = np.zeros(kidx.size)
+    x = _standardise(raw, np.ones(raw.shape[0], dtype=bool))[0]
     for qi in np.unique(q_of):
         test = q_of == qi
         train = kidx[~test]
+        if label_cols:
+            held = raw.copy()
+            held[np.ix_(rows_of[int(qi)], np.asarray(label_cols, dtype=np.int64))] = 0.0
+            x = _standardise(held, np.ones(raw.shape[0], dtype=bool))[0]
         if np.unique(lab[train]).size < 2:
             w0, b0 = np.zeros(x.shape[1]), 30.0 if lab[train][0] == 1 else -30.0
         else:
             w0, b0 = fit_logistic(x[train], lab[train], ridge=ridge)
         out[test] = _sigmoid(x[kidx[test]] @ w0 + b0)
     return out
+
+
+def _decide(weights: Mapping[str, float], loqo: Mapping[str, Any]) -> tuple[bool, str, str | None]:
+    """``(applied, reason, warning)`` of a fitted rule: never one that weighs the judge's
+    log-odds negatively (it inverts the judge: ``warning`` names the likely cause), else
+    applied iff its leave-one-query-out κ is above the judge alone's."""
+    k_alone, k_adapted = loqo["alone"]["kappa"], loqo["adapted"]["kappa"]
+    inverted = {nm: weights[nm] for nm in JUDGE_COLUMNS if weights.get(nm, 0.0) < 0.0}
+    if inverted:
+        said = ", ".join(f"{nm} {v:.3g}" for nm, v in inverted.items())
+        return (
+            False,
+            f"not applied: the rule weighs the judge's log-odds negatively ({said}), so it would "
+            "turn the judge's verdicts around; the judge's verdicts are kept",
+            "the labels contradict the judge: the more the judge leans to yes, the more they say no. "
+            "The likely cause is labels on an inverted scale (0 for the most relevant, or a grade read "
+            "upside down); check the labels and their mapping (--labels-level, --labels-yes-grade)",
+        )
+    if k_adapted is None or (k_alone is not None and k_adapted <= k_alone):
+        return (
+            False,
+            f"not applied: leave-one-query-out kappa adapted {k_adapted} is not above the judge "
+            f"alone's {k_alone}; the judge's verdicts are kept",
+            None,
+        )
+    return (
+        True,
+        f"applied: leave-one-query-out kappa adapted {k_adapted} above the judge alone's {k_alone}",
+        None,
+    )
 
 
 def fit_adaptation(
@@ -353,6 +413,7 @@ def fit_adaptation(
     threshold: float | Sequence[float],
     *,
     extra: Mapping[str, Sequence[float]] | None = None,
+    label_features: Collection[str] = (RELEVANCE_FEEDBACK,),
     ridge: float = DEFAULT_RIDGE,
     min_passages: int = MIN_QUERY_PASSAGES,
     min_labels: int = MIN_ADAPT_LABELS,
@@ -365,7 +426,9 @@ def fit_adaptation(
     (see the module doc). ``p_yes``: the judge's P(yes) (None: unjudged, left out and left
     None); ``groups``: each pair's query; ``threshold``: the judge's P(yes) threshold (one,
     or one per pair);
-    ``extra``: further feature columns by name (one value per pair)."""
+    ``extra``: further feature columns by name (one value per pair); those named in
+    ``label_features`` read their query's labels (0 on a query without any): centred on
+    their query, and 0 on a held-out query in the leave-one-query-out check."""
     n = len(p_yes)
     if len(groups) != n or len(labels) != n:
         raise ValueError(f"{n} P(yes) values, {len(groups)} query ids and {len(labels)} labels")
@@ -383,9 +446,12 @@ def fit_adaptation(
         col = np.array([values[i] for i in idx], dtype=np.float64)
         if not np.all(np.isfinite(col)):
             raise ValueError(f"feature {name!r} has a value that is not finite")
+        if name in label_features:  # neutral by construction: 0 is its query's mean, as unlabelled
+            col = centre_by_query(col, g, min_passages=1)
         cols.append(col[:, None])
         names.append(name)
-    x, scale = _standardise(np.column_stack(cols), np.ones(len(idx), dtype=bool))
+    raw = np.column_stack(cols)
+    x, scale = _standardise(raw, np.ones(len(idx), dtype=bool))
     given = [labels[i] for i in idx]
     lab = np.array([-1 if v is None else int(v) for v in given], dtype=np.int64)
     if np.any((lab != -1) & (lab != 0) & (lab != 1)):
@@ -412,6 +478,7 @@ def fit_adaptation(
             applied=applied,
             reason=reason,
             scales={nm: round(float(s), 6) for nm, s in zip(names, scale, strict=True)},
+            warning=kw.get("warning"),
         )
 
     if yk.size < min_labels:
@@ -426,7 +493,9 @@ def fit_adaptation(
     # every label's LOQO prediction: the rule fitted on the other queries' labels
     kidx = np.flatnonzero(known)
     q_of = np.array([labelled_queries.index(str(q)) for q in qkeys[kidx]], dtype=np.int64)
-    loqo_p = _loqo_predictions(x, lab, kidx, q_of, ridge)
+    rows_of = [np.flatnonzero(qkeys == q) for q in labelled_queries]
+    label_cols = [c for c, nm in enumerate(names) if nm in label_features]
+    loqo_p = _loqo_predictions(raw, lab, kidx, q_of, rows_of, label_cols, ridge)
     alone_s = p[kidx]
     alone_d = (alone_s >= t[kidx]).astype(np.int64)
     loqo = _loqo_figures(yk, alone_d, alone_s, loqo_p, q_of, resamples=resamples, seed=seed)
@@ -438,22 +507,15 @@ def fit_adaptation(
     for j, i in enumerate(idx):
         p_adapted[i] = float(p_all[j])
         decisions[i] = int(p_all[j] >= 0.5)
-    k_alone, k_adapted = loqo["alone"]["kappa"], loqo["adapted"]["kappa"]
-    if k_adapted is None or (k_alone is not None and k_adapted <= k_alone):
-        applied = False
-        reason = (
-            f"not applied: leave-one-query-out kappa adapted {k_adapted} is not above the judge "
-            f"alone's {k_alone}; the judge's verdicts are kept"
-        )
-    else:
-        applied = True
-        reason = f"applied: leave-one-query-out kappa adapted {k_adapted} above the judge alone's {k_alone}"
+    weights = {nm: float(v) for nm, v in zip(names, w, strict=True)}
+    applied, reason, warning = _decide(weights, loqo)
     return result(
         applied,
         reason,
         p_adapted=p_adapted,
         decisions=decisions,
-        weights={nm: float(v) for nm, v in zip(names, w, strict=True)},
+        weights=weights,
         intercept=b,
         loqo=loqo,
+        warning=warning,
     )

@@ -45,6 +45,19 @@ linearisation. The coverage of both is measured (``scripts/eval_ppi.py``) and wr
 :data:`MEASURED_COVERAGE`; a measure whose measured coverage falls short of
 :data:`COVERAGE_GOAL`, and every measure with fewer than :data:`MIN_LABELS` labels, gets the
 estimate but no interval (``coverage_ok`` false).
+
+**Drawn pairs left unlabelled** (``missing`` in :func:`ppi_figure`) are missing labels, not
+labels: the label count and the :data:`MIN_LABELS` minimum are the labelled pairs'. For a
+linear measure each missing pair's effect lies between the least and the largest effect any
+label could have on it, so the interval is a conservative bound: the estimate ranges over
+every labelling of the missing pairs, and the standard error is the largest any labelling
+could give (for a uniform sample, the sum of squared effects at its largest less the smallest
+squared mean). A labelled pair that goes missing can only widen each of the three, so more
+missing labels never make an interval narrower; with none missing it is the ordinary one.
+The point estimate fills each missing pair with the labels of the labelled pairs the judge
+gave the same verdict (missing at random within the verdict, weighted as the sample is;
+agreeing with the judge where no labelled pair shares its verdict), which lies inside the
+bound. A nonlinear measure uses the labelled pairs alone, with no interval.
 """
 
 from __future__ import annotations
@@ -316,18 +329,28 @@ def ppi_figure(
     population: int | None = None,
     inclusion: Sequence[float] | None = None,
     confidence: float = 0.95,
+    missing: Sequence[tuple[int, int]] = (),
+    missing_inclusion: Sequence[float] | None = None,
+    candidates: Sequence[tuple[int, int]] = ((0, 0), (1, 1)),
 ) -> PpiFigure:
     """``measure``'s prediction-powered figure over ``lists`` from the labels of ``pairs``
     (see :func:`label_effects` and :func:`rectified_mean`; binary AP and nDCG expand around
     the calibrated point of :func:`calibrated_effects`). The interval is given only for a
     measure whose coverage is established with this many labels (:func:`interval_valid`); a
-    measure within [0, 1]
-    has its estimate and interval clipped to it."""
+    measure within [0, 1] has its estimate and interval clipped to it.
+
+    ``missing``: drawn pairs left unlabelled (``missing_inclusion`` their probabilities of a
+    Poisson sample), each of which could take any label of ``candidates`` ((relevant, gain)
+    pairs): a linear measure's interval is then the conservative bound of the module doc,
+    a nonlinear one's the labelled pairs' estimate without an interval. ``labels`` counts
+    the labelled pairs only."""
     judge_value, effects = label_effects(lists, measure, pairs, relevant, gains)
     linear = is_linear(measure)
     ok = interval_valid(measure, len(pairs))
     if judge_value is None:
         return PpiFigure(None, None, None, None, len(pairs), linear, ok)
+    if missing and population is None and missing_inclusion is None:
+        raise ValueError("give the missing pairs' inclusion probabilities (a Poisson sample)")
     point = judge_value
     binary = all(np.array_equal(jl.relevant, jl.gains) for jl in lists)
     if not linear and binary and measure.name in CALIBRATED_MEASURES:
@@ -336,7 +359,25 @@ def ppi_figure(
         point = calibrated
     elif not linear:
         ok = False  # graded nonlinear: the plain linearisation, coverage not measured
-    result = rectified_mean(point, effects, population=population, inclusion=inclusion, confidence=confidence)
+    if missing and linear:
+        result = _bounded(
+            lists,
+            measure,
+            point,
+            effects,
+            (pairs, relevant, gains, inclusion),
+            (missing, missing_inclusion, candidates),
+            population=population,
+            confidence=confidence,
+        )
+    else:
+        if missing:  # nonlinear: the labelled pairs alone, their probabilities scaled by the response rate
+            ok = False
+            rate = len(pairs) / (len(pairs) + len(missing))
+            inclusion = None if inclusion is None else [p * rate for p in inclusion]
+        result = rectified_mean(
+            point, effects, population=population, inclusion=inclusion, confidence=confidence
+        )
     estimate, low, high = result.estimate, result.low, result.high
     if measure.name in UNIT_RANGE:
         estimate = min(1.0, max(0.0, estimate))
@@ -345,6 +386,75 @@ def ppi_figure(
     if not ok:
         low = high = None
     return PpiFigure(estimate, low, high, judge_value, len(pairs), linear, ok)
+
+
+def _bounded(
+    lists: Sequence[JudgedList],
+    measure: Measure,
+    judge_value: float,
+    effects: npt.NDArray[np.float64],
+    labelled: tuple[Sequence[tuple[int, int]], Sequence[int], Sequence[int], Sequence[float] | None],
+    missing: tuple[Sequence[tuple[int, int]], Sequence[float] | None, Sequence[tuple[int, int]]],
+    *,
+    population: int | None,
+    confidence: float,
+) -> PpiInterval:
+    """A linear measure's estimate and conservative interval with drawn pairs missing their
+    labels (the module doc): the interval's ends are the least and largest estimate over every
+    labelling of the missing pairs, widened by the largest standard error any could give."""
+    pairs, relevant, gains, inclusion = labelled
+    gone, gone_inclusion, candidates = missing
+    weighted = population is None
+    w = np.ones(len(pairs)) if inclusion is None else 1.0 / np.asarray(inclusion, dtype=np.float64)
+    verdict_of = [int(lists[qi].relevant[pos]) for qi, pos in pairs]
+    lo = np.zeros(len(gone))
+    hi = np.zeros(len(gone))
+    fill = np.zeros(len(gone))
+    for j, (qi, pos) in enumerate(gone):
+        if lists[qi].relevant[pos] < 0:
+            raise ValueError(f"missing pair {j} (list {qi}, position {pos}) is unjudged")
+        verdict = int(lists[qi].relevant[pos])
+        donors = [k for k, v in enumerate(verdict_of) if v == verdict]
+        options = list(dict.fromkeys([*candidates, *((relevant[k], gains[k]) for k in donors)]))
+        _, moved = label_effects(
+            lists, measure, [(qi, pos)] * len(options), [r for r, _ in options], [g for _, g in options]
+        )
+        effect = dict(zip(options, moved.tolist(), strict=True))
+        lo[j], hi[j] = min(0.0, *effect.values()), max(0.0, *effect.values())
+        if donors:  # missing at random within the verdict: the same verdict's labels, as weighted
+            fill[j] = math.fsum(w[k] * effect[(relevant[k], gains[k])] for k in donors) / math.fsum(
+                w[k] for k in donors
+            )
+    widest = np.maximum(lo**2, hi**2)
+    if weighted:
+        pi = np.asarray(gone_inclusion, dtype=np.float64)
+        if pi.shape != lo.shape or not np.all((pi > 0.0) & (pi <= 1.0)):
+            raise ValueError("every missing pair needs an inclusion probability in (0, 1]")
+        base = rectified_mean(judge_value, effects, inclusion=inclusion or [], confidence=confidence)
+        shift = base.estimate - judge_value
+        estimate = judge_value + shift + math.fsum(fill / pi)
+        least = judge_value + shift + math.fsum(lo / pi)
+        most = judge_value + shift + math.fsum(hi / pi)
+        labelled_var = 0.0 if base.se is None else base.se**2
+        se = math.sqrt(labelled_var + math.fsum((1.0 - pi) * widest / pi**2))
+        z = _z(confidence)
+    else:
+        assert population is not None
+        n = len(pairs) + len(gone)
+        if n > population:
+            raise ValueError(f"{n} drawn pairs for a population of {population} pairs")
+        total = math.fsum(effects)
+        estimate = judge_value + population * (total + math.fsum(fill)) / n
+        mean_lo, mean_hi = (total + math.fsum(lo)) / n, (total + math.fsum(hi)) / n
+        least, most = judge_value + population * mean_lo, judge_value + population * mean_hi
+        if n < 2:
+            return PpiInterval(estimate, None, None, None)
+        smallest_mean_sq = 0.0 if mean_lo <= 0.0 <= mean_hi else min(mean_lo**2, mean_hi**2)
+        squares = math.fsum(effects**2) + math.fsum(widest)
+        var = max(0.0, (squares - n * smallest_mean_sq) / (n - 1))
+        se = population * math.sqrt(max(0.0, 1.0 - n / population) * var / n)
+        z = _z(confidence, n - 1)
+    return PpiInterval(estimate, least - z * se, most + z * se, se)
 
 
 def inclusion_probabilities(weights: npt.ArrayLike, expected: float) -> npt.NDArray[np.float64]:

@@ -75,8 +75,8 @@ QrelsScale = Annotated[ExchangeScale | None, AfterValidator(_needs_qrels)]
 SampleLevel = Annotated[RequestInt | None, AfterValidator(_needs_sample_labels)]
 """``--sample-level``: a sample label's grade >= it is relevant (only with ``sample_labels``)."""
 AllowUnlabelled = Annotated[bool | None, AfterValidator(_needs_sample_labels)]
-"""``--allow-unlabelled``: a sample's unlabelled drawn pairs agree with the judge (only with
-``sample_labels``)."""
+"""``--allow-unlabelled``: intervals though a sample's drawn pairs miss labels, as a
+conservative bound over whatever labels they have (only with ``sample_labels``)."""
 """``{name: field}``: read a record's ``name`` from ``field`` (as ``judge score --map``)."""
 
 

@@ -24,9 +24,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from judge.batch import FeatureFn, adapt_records, build_record
+from judge.batch import FeatureFn, adapt_records, build_record, labelled_verdict
 from judge.io import DatasetRecord, InputError
-from judge.judging import JudgeConfig, JudgeResult, PassageVerdict, apply_label
+from judge.judging import JudgeConfig, JudgeResult, PassageVerdict
 from judge.metrics import Scale, ScaleError, ScaleMapping
 
 if TYPE_CHECKING:
@@ -95,15 +95,9 @@ class Decisions:
             if hit is None:
                 out.append(v)
                 continue
-            value = self.mappings[hit.label.scale].apply(hit.value)
             out.append(
-                apply_label(
-                    v,
-                    value,
-                    mode=self.config.mode,
-                    reviewer=hit.label.reviewer,
-                    grade_threshold=self.config.grade_threshold,
-                    comment=hit.label.comment,
+                labelled_verdict(
+                    v, hit, self.mappings, mode=self.config.mode, grade_threshold=self.config.grade_threshold
                 )
             )
         return out
@@ -176,6 +170,7 @@ def _run_row(index: int, block: Mapping[str, Any]) -> dict[str, Any]:
         "run": index,
         "applied": bool(block["applied"]),
         "reason": block["reason"],
+        "warning": block.get("warning"),
         "labels_sha256": block["labels_sha256"],
         "method": block["method"],
         "features": list(block["features"]),

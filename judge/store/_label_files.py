@@ -238,7 +238,7 @@ def sample_label_lines(store: LabelStore, *, job: str, collection: str = DEFAULT
         f"# judge sample of {qrels_escape(job)}: {len(body)} drawn pair(s), {len(unlabelled)} left unlabelled"
         + (
             " (label -1: label them, or --allow-unlabelled, the service's option allow_unlabelled, "
-            "counts them as agreeing with the judge)"
+            "gives an interval that holds whatever labels they have)"
             if unlabelled
             else ""
         )

@@ -26,7 +26,7 @@ import numpy as np
 
 from judge.batch import AdaptPair, FeatureFn
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, InputError, iter_dataset
-from judge.metrics import MIN_QUERY_PASSAGES, centre_by_query, relevance_feedback
+from judge.metrics import MIN_QUERY_PASSAGES, RELEVANCE_FEEDBACK, centre_by_query, relevance_feedback
 
 __all__ = [
     "FEEDBACK",
@@ -37,8 +37,9 @@ __all__ = [
     "encoder_features",
 ]
 
-FEEDBACK = "feedback"
-"""The relevance feedback's name in the rule and the summary."""
+FEEDBACK = RELEVANCE_FEEDBACK
+"""The relevance feedback's name in the rule and the summary (a column the rule knows reads
+its query's labels: centred on its query, and left out of a held-out query's own check)."""
 SIMILARITY = "similarity"
 """The query-centred query-passage cosine's name in the rule and the summary."""
 

@@ -47,8 +47,8 @@ class PooledKeywords(TypedDict, total=False):
     expensive one where the cheap P(yes) is within ``margin`` of the threshold);
     ``sample_labels``: a file of randomly drawn human labels (``--sample-labels``), read at
     ``sample_level`` (grade >= L is relevant; refused without ``sample_labels``): each
-    system's prediction-powered figures; ``allow_unlabelled``: drawn pairs the file names as
-    left unlabelled count as agreeing with the judge and the intervals are given.
+    system's prediction-powered figures; ``allow_unlabelled``: intervals though drawn pairs
+    the file names as left unlabelled miss their labels (a conservative bound over them).
     ``examples=N`` (0-16): each pooled passage is shown up to N labelled passages of its
     query from ``qrels`` as worked examples, ``examples_from="nearest"``: also of the most
     similar labelled queries (the run spec's one ``examples`` field). ``adapt=True``: the

@@ -130,8 +130,9 @@ def _table(r: SystemsReport) -> tuple[list[str], list[list[str]], str] | None:
     sentence = (
         f"Each system's judge figure (label-free conventions: the judged list) and the figure "
         f"corrected by the sample labels on its pairs, with its {first['confidence']:.0%} interval; "
-        f"{first['mapping']}. {first['method']['sampling'].capitalize()}. No interval below 40 labels "
-        "(docs/concepts/prediction-powered.md). Corrected nDCG and AP are not shown: measured, they are "
+        f"{first['mapping']}. {first['method']['sampling'].capitalize()}. No interval below 40 labels, "
+        "drawn pairs left unlabelled not counted (docs/concepts/prediction-powered.md). Corrected nDCG and "
+        "AP are not shown: measured, they are "
         "worse than the judge's own figures (about twice the judge's error at 10-15% labelled); the judge's "
         "nDCG and AP are in the tables above. "
         + "".join(f"{note[0].upper()}{note[1:]}. " for note in notes)

@@ -395,6 +395,9 @@ def score_and_report(
     caution = ((verdicts.summary or {}).get("examples") or {}).get("warning")
     if caution:  # --examples where the docs measured them to hurt (the judge's summary says so)
         warnings.append(f"--examples: {caution}")
+    refused = ((verdicts.summary or {}).get("adaptation") or {}).get("warning")
+    if refused:  # --adapt's rule inverted the judge and was not applied: on stderr too
+        warnings.append(f"--adapt: {refused}")
     summaries: dict[str, SystemSummary] = {}
     for system in inputs.systems:
         ev = evaluations[system.name]
