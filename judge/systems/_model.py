@@ -107,7 +107,9 @@ class SystemComparison(_Model):
     of the pool in which the sign of ``diff`` holds; None without probabilities).
     ``p_method``: ``exact`` (every sign assignment; seed and resamples unused) or ``monte
     carlo``, with the standard errors of ``p_value`` and ``p_holm`` (``p_value_se``,
-    ``p_holm_se``: 0 when exact); :meth:`significance` is the decision on ``p_holm``."""
+    ``p_holm_se``: 0 when exact); :meth:`significance` is the decision on ``p_holm`` at a
+    level, ``decision`` the report's own (``significant``, ``not significant`` or
+    ``undecided``, at 1 - confidence) for readers that do not run Python (the service's pages)."""
 
     baseline: str
     system: str
@@ -127,6 +129,7 @@ class SystemComparison(_Model):
     p_method: str = "exact"
     p_value_se: float = 0.0
     p_holm_se: float | None = None
+    decision: str | None = None
     wins: int
     ties: int
     losses: int

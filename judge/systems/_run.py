@@ -27,7 +27,7 @@ from judge.judging import (
     resolve_config,
     template_for,
 )
-from judge.metrics import MC_MARGIN, PERMUTATION_CONVENTION, Evaluation
+from judge.metrics import MC_MARGIN, PERMUTATION_CONVENTION, Evaluation, significance
 from judge.store import atomic_write_text
 from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
@@ -470,6 +470,9 @@ def score_and_report(
             p_method=p.comparison.p_permutation_method,
             p_value_se=p.comparison.p_permutation_se,
             p_holm_se=p.comparison.p_permutation_holm_se,
+            decision=significance(
+                p.comparison.p_permutation_holm, p.comparison.p_permutation_holm_se, 1 - options.confidence
+            ),
             wins=p.wins,
             ties=p.ties,
             losses=p.losses,
