@@ -148,3 +148,31 @@ def test_a_monte_carlo_p_within_its_error_of_alpha_is_undecided() -> None:
     assert "randomization test p=0.0098 (Monte Carlo, se 0.0006)" in text
     exact = c.model_copy(update={"p_method": "exact", "p_value_se": 0.0, "p_holm_se": 0.0})
     assert _verdict_sentence(exact, 0.05, 5).startswith("new is better than base on map")
+
+
+def test_the_experiment_answer_and_the_nightly_drop_say_undecided_too() -> None:
+    from types import SimpleNamespace
+
+    from judge.systems._engine_nightly import _measure_rows
+    from judge.systems._sweep import _versus_baseline
+
+    near = SystemComparison(
+        baseline="base", system="new", measure="ndcg_cut_10", n=40, baseline_mean=0.34, system_mean=0.30,
+        diff=-0.04, p_value=0.048, p_holm=0.048, t_test_p=0.01, t_test_p_holm=0.01, ci_low=-0.07,
+        ci_high=-0.01, p_method="monte carlo", p_value_se=0.002, p_holm_se=0.002,
+        wins=15, ties=0, losses=25, order_stability=None,
+    )  # fmt: skip
+    exact = near.model_copy(update={"p_method": "exact", "p_value_se": 0.0, "p_holm_se": 0.0})
+    report = SimpleNamespace(conventions={"baseline": "base", "confidence": 0.95}, comparisons=[near])
+    assert _versus_baseline(report, "new", "ndcg_cut_10") == (  # type: ignore[arg-type]
+        "worse by -0.0400 than base, undecided: p within Monte Carlo error of 0.05; raise --resamples "
+        "(Holm p 0.0480 ± 0.0020)"
+    )
+    report.comparisons = [exact]
+    assert _versus_baseline(report, "new", "ndcg_cut_10") == (  # type: ignore[arg-type]
+        "worse by -0.0400 than base, significant (Holm p 0.0480)"
+    )
+    rows = _measure_rows(SimpleNamespace(report=SimpleNamespace(comparisons=[near])), 0.05)  # type: ignore[arg-type]
+    assert (rows["ndcg_cut_10"]["dropped"], rows["ndcg_cut_10"]["undecided"]) == (False, True)
+    rows = _measure_rows(SimpleNamespace(report=SimpleNamespace(comparisons=[exact])), 0.05)  # type: ignore[arg-type]
+    assert (rows["ndcg_cut_10"]["dropped"], rows["ndcg_cut_10"]["undecided"]) == (True, False)
