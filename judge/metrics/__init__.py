@@ -106,6 +106,7 @@ from judge.metrics._scales import (
 )
 from judge.metrics._significance import (
     EXACT_LIMIT,
+    INTERVAL_EXACT_LIMIT,
     MC_MARGIN,
     PERMUTATION_CONVENTION,
     UNDECIDED,
@@ -138,6 +139,7 @@ __all__ = [
     "COVERAGE_GOAL",
     "DIVERSITY_CONVENTIONS",
     "EXACT_LIMIT",
+    "INTERVAL_EXACT_LIMIT",
     "LABEL_FREE",
     "LINEAR_MEASURES",
     "LOW_QUALITY_MAX",

@@ -27,7 +27,13 @@ from judge.judging import (
     resolve_config,
     template_for,
 )
-from judge.metrics import MC_MARGIN, PERMUTATION_CONVENTION, Evaluation, significance
+from judge.metrics import (
+    INTERVAL_EXACT_LIMIT,
+    MC_MARGIN,
+    PERMUTATION_CONVENTION,
+    Evaluation,
+    significance,
+)
 from judge.store import atomic_write_text
 from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
@@ -550,7 +556,8 @@ def score_and_report(
         "t_test": "scipy.stats.ttest_rel (two-sided)",
         "confidence": options.confidence,
         "randomization_interval": f"{options.confidence:g} interval of the randomization test itself: "
-        "the shifts of the mean difference it does not reject (same sign flips and seed); "
+        "the shifts of the mean difference it does not reject (every sign assignment up to "
+        f"{INTERVAL_EXACT_LIMIT} queries, else the test's seeded sign flips); "
         "excludes 0 exactly when "
         f"p < {1 - options.confidence:.2g}; null bound = unbounded (too few queries)",
         "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline); "
