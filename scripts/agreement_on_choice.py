@@ -65,7 +65,15 @@ from scipy.stats import kendalltau
 from judge.batch import SampleLabelOptions, ppi_block
 from judge.io import SampleLabel, SampleLabels, join_run_qrels, read_qrels, read_run
 from judge.judging import JudgeConfig
-from judge.metrics import cohen_kappa, compare_scores, evaluate, holm_adjust, parse_measure_args, roc_auc
+from judge.metrics import (
+    cohen_kappa,
+    compare_scores,
+    evaluate,
+    holm_adjust,
+    parse_measure_args,
+    roc_auc,
+    significance,
+)
 from judge.systems import aexperiment
 
 MEASURE = "ndcg_cut_10"
@@ -83,7 +91,8 @@ def label_scores(qrels_path: Path, trec_path: Path) -> dict[str, float]:
 def tie_group(
     per_query: dict[str, dict[str, float]], best: str, seed: int
 ) -> tuple[list[str], dict[str, float]]:
-    """Configurations not significantly different from ``best`` (Holm p >= 0.05)."""
+    """Configurations not significantly different from ``best`` (Holm p >= 0.05; a Monte
+    Carlo Holm p within twice its error of 0.05 is undecided and kept in the group)."""
     others = [n for n in per_query if n != best]
     qids = sorted(set.intersection(*(set(v) for v in per_query.values())))
     comps = [
@@ -99,7 +108,8 @@ def tie_group(
     ]
     adjusted = holm_adjust(comps) if comps else []
     p = {c.system: float(c.p_permutation_holm if c.p_permutation_holm is not None else 1.0) for c in adjusted}
-    return [best, *(n for n in others if p[n] >= 0.05)], p
+    decided = {c.system: significance(c.p_permutation_holm, c.p_permutation_holm_se, 0.05) for c in adjusted}
+    return [best, *(n for n in others if decided[n] != "significant")], p
 
 
 def main() -> int:

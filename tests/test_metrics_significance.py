@@ -26,17 +26,18 @@ def test_permutation_p_on_a_tiny_hand_example() -> None:
     b = np.array([1.0, 2.0, 3.0])
     result = permutation_test(a, b, resamples=20_000, seed=7)
     assert result.statistic == pytest.approx(2.0)
-    assert result.p_value == pytest.approx(0.25, abs=0.012)  # 4 binomial sd at R=20000
+    assert (result.p_value, result.se, result.method) == (0.25, 0.0, "exact")  # every pattern counted
 
 
 def test_permutation_p_formula_counts_ties_and_adds_one() -> None:
-    # every flip of a zero difference is as extreme as the observed 0: b = R, p = (R+1)/(R+1)
+    # every flip of a zero difference is as extreme as the observed 0: p = 1
     assert permutation_test([0.3, 0.5], [0.3, 0.5], resamples=10, seed=1).p_value == 1.0
     # one query: every flip gives |mean| = 5 = observed
     assert permutation_test([1.0], [6.0], resamples=99, seed=1).p_value == 1.0
-    # p is never below 1/(R+1)
+    # past the exact limit (40 non-zero differences) Monte Carlo: p is never below 1/(R+1)
     big = permutation_test(np.zeros(40), np.ones(40), resamples=999, seed=3)
-    assert big.p_value == pytest.approx(1 / 1000)
+    assert big.p_value == pytest.approx(1 / 1000) and big.method == "monte carlo"
+    assert big.se == pytest.approx(math.sqrt(0.001 * 0.999 / 999))
 
 
 def test_same_seed_same_p_values() -> None:

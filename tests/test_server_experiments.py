@@ -210,6 +210,29 @@ def test_a_service_experiment_gives_the_cli_report(
     assert markdown.status_code == 200 and cli_report["experiment"]["best"] in markdown.text
 
 
+def test_a_service_experiments_tests_do_not_depend_on_its_seed_or_resamples(
+    data: Bundled, tmp_path: Path, cli_report: dict[str, Any]
+) -> None:
+    """16 queries: every randomization test is exact, so the service at 10,000 resamples and
+    seed 2 gives the CLI's p-values (2,000 resamples, seed 0) and the same answer."""
+    with TestClient(_app(tmp_path, data)) as client:
+        posted = client.post("/v1/experiments", json=_body(options={"resamples": 10_000, "seed": 2}))
+        assert posted.status_code == 202, posted.text
+        job_id = posted.json()["id"]
+        assert wait_job(client, job_id, timeout=300)["status"] == "done"
+        report = client.get(f"/v1/experiments/{job_id}/report").json()
+
+    def tests(r: dict[str, Any]) -> dict[tuple[str, str], tuple[Any, ...]]:
+        return {
+            (c["system"], c["measure"]): (c["p_value"], c["p_holm"], c["p_method"], c["p_holm_se"])
+            for c in r["comparisons"]
+        }
+
+    assert tests(report) == tests(cli_report)
+    assert {m for _, _, m, _ in tests(report).values()} == {"exact"}
+    assert report["experiment"]["best_vs_baseline"] == cli_report["experiment"]["best_vs_baseline"]
+
+
 def _call(url: str, method: str = "GET", body: bytes | None = None) -> tuple[int, Any]:
     req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
     try:

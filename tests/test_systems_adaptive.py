@@ -45,6 +45,14 @@ def test_sign_flips_give_the_reports_permutation_p_values() -> None:
     got = flips.p_values(d)
     want = [permutation_test(np.zeros(17), d[:, k], resamples=2000, seed=7).p_value for k in range(6)]
     assert got.tolist() == pytest.approx(want, abs=0)
+    # 33 queries: a column with 33 non-zero differences is Monte Carlo (the test's random
+    # flips), one with 3 is exact; both as the report's test gives them
+    wide = rng.normal(0.05, 0.2, size=(33, 2))
+    wide[3:, 1] = 0.0
+    got = SignFlips(33, 700, seed=4).p_values(wide)
+    tests = [permutation_test(np.zeros(33), wide[:, k], resamples=700, seed=4) for k in range(2)]
+    assert [t.method for t in tests] == ["monte carlo", "exact"]
+    assert got.tolist() == [t.p_value for t in tests]
 
 
 def test_holm_columns_adjust_each_draw_like_holm() -> None:

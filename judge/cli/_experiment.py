@@ -24,6 +24,7 @@ from judge.cli._pooled_flags import (
     run_pooled,
 )
 from judge.io import InputError
+from judge.metrics import EXACT_LIMIT
 
 
 def register(subparsers: Any) -> None:
@@ -79,7 +80,8 @@ def register(subparsers: Any) -> None:
         p,
         default_measures="ndcg_cut_10, map, P_5, recall_10, recip_rank",
         stability_resamples=0,
-        seed_help="seed of the TPE sampler and of every test and resample (default 0)",
+        seed_help="seed of the TPE sampler and of every resample (default 0); the randomization test "
+        f"uses it only past {EXACT_LIMIT} non-zero per-query differences (up to there it is exact)",
     )
     p.add_argument(
         "--search-concurrency", type=int, default=None, metavar="N", help="queries in flight per engine"
@@ -209,6 +211,8 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
     entry = outcome.entry
     for measure, row in entry["measures"].items():
         mark = "  DROP" if row["dropped"] else ""
+        if row.get("undecided"):
+            mark = "  UNDECIDED (p within Monte Carlo error of the level; raise resamples)"
         print(
             f"{measure}: baseline {row['baseline']:.4f} current {row['current']:.4f} "
             f"diff {row['diff']:+.4f} (Holm p {row['p_holm']:.4g}){mark}"

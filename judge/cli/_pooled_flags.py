@@ -25,6 +25,7 @@ from judge.cli._flags import (
     sample_label_options,
 )
 from judge.io import InputError
+from judge.metrics import EXACT_LIMIT
 
 if TYPE_CHECKING:
     from judge.backends import ResilientBackend
@@ -97,7 +98,14 @@ def add_pooled_flags(
         default=0,
         help=seed_help,
     )
-    p.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        help="resamples of the bootstrap intervals, and of the randomization test only past "
+        f"{EXACT_LIMIT} non-zero per-query differences (up to there it counts every sign assignment exactly; "
+        "default 10000)",
+    )
     p.add_argument(
         "--stability-resamples",
         type=int,

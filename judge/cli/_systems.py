@@ -21,6 +21,7 @@ from judge.cli._pooled_flags import (
     pooled_run,
     run_pooled,
 )
+from judge.metrics import EXACT_LIMIT
 
 
 def register(subparsers: Any) -> None:
@@ -51,7 +52,8 @@ def register(subparsers: Any) -> None:
         p,
         default_measures="map, ndcg_cut_10, P_5, recall_10, recip_rank",
         stability_resamples=1000,
-        seed_help="random seed of every test and resample (default 0)",
+        seed_help="random seed of every resample (default 0); the randomization test uses it only past "
+        f"{EXACT_LIMIT} non-zero per-query differences (up to there it is exact)",
     )
     add_engine_flags(p)
     add_dataset_flags(

@@ -23,6 +23,8 @@ from judge.io import (
     read_subtopic_qrels,
 )
 from judge.metrics import (
+    EXACT_LIMIT,
+    PERMUTATION_CONVENTION,
     Comparison,
     Evaluation,
     JudgedQuery,
@@ -71,8 +73,20 @@ def register(subparsers: Any) -> None:
     compare.add_argument("qrels", metavar="QRELS", help=_QRELS_HELP)
     compare.add_argument("runs", metavar="RUN", nargs="+", help="run files; the first is the baseline")
     _common_options(compare, default_measures=_DEFAULT_COMPARE_MEASURES)
-    compare.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    compare.add_argument("--resamples", type=int, default=10_000, help="resamples per test (default 10000)")
+    compare.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help=f"random seed (default 0) of the bootstrap CI, and of the randomization test past {EXACT_LIMIT} "
+        "non-zero differences (up to there it counts every sign assignment)",
+    )
+    compare.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        help=f"resamples of the bootstrap CI, and of the randomization test past {EXACT_LIMIT} non-zero "
+        "differences (default 10000)",
+    )
     compare.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
     compare.add_argument("--json", action="store_true", help="print the comparisons as JSON")
     compare.set_defaults(func=run_compare)
@@ -229,7 +243,7 @@ def run_compare(args: argparse.Namespace) -> int:
         "runs": {name: run.run_id for name, run in zip(names, runs, strict=True)},
         "seed": args.seed,
         "resamples": args.resamples,
-        "permutation_test": "two-sided paired randomization (sign flipping), p=(b+1)/(R+1)",
+        "permutation_test": PERMUTATION_CONVENTION,
         "t_test": "scipy.stats.ttest_rel (two-sided)",
         "bootstrap": f"percentile, {args.confidence:g} CI of the mean difference (system - baseline)",
         "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (runs x measures)",
@@ -255,7 +269,7 @@ def _format_comparisons(comparisons: Sequence[Comparison], settings: dict[str, o
         f"{settings['multiple_comparisons']}; relevance level {settings['relevance_level']}",
     ]
     header = ("system", "measure", "n", "mean_base", "mean_sys", "diff", "ci_low", "ci_high", "p_perm",
-              "p_perm_holm", "t", "p_t", "p_t_holm")  # fmt: skip
+              "p_perm_holm", "t", "p_t", "p_t_holm", "p_perm_method")  # fmt: skip
     rows = [header]
     for c in comparisons:
         rows.append(
@@ -273,6 +287,9 @@ def _format_comparisons(comparisons: Sequence[Comparison], settings: dict[str, o
                 _fmt(c.t_statistic),
                 _fmt(c.p_t_test),
                 _fmt(c.p_t_test_holm),
+                c.p_permutation_method
+                if c.p_permutation_method == "exact"
+                else f"monte carlo, se {_fmt(c.p_permutation_se)}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -8,9 +8,9 @@ stop when the outcome is certain under a prior over the pairs not judged yet.
 makes it. Its decision is the pair (sign of the mean difference, significant or not), where
 significant means the Holm-adjusted (over every comparison) paired randomization p-value of
 the report is below ``alpha`` (0.05). The p-values are computed exactly as the report
-computes them (:func:`judge.metrics.permutation_test`: the same seed, resamples and sign
-flips), per query scores through the measure registry (the figures of ``judge trec``), so
-with every pair known the decision is the report's own.
+computes them (:func:`judge.metrics.permutation_test`: exact when enumerable, else the same
+seed, resamples and sign flips), per query scores through the measure registry (the figures
+of ``judge trec``), so with every pair known the decision is the report's own.
 
 **Uncertainty.** Every pooled pair not judged yet is relevant with a prior probability: the
 P(yes) of a cheap first judge where one was given (clamped to [0.02, 0.98]), else a
@@ -55,7 +55,7 @@ import numpy.typing as npt
 from judge.backends import Backend
 from judge.io import JudgedRanking
 from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
-from judge.metrics import Measure, evaluate
+from judge.metrics import Measure, evaluate, exact_sign_flip_p
 from judge.systems._inputs import Inputs
 from judge.systems._pool import Pool, PoolRun, judge_pool
 from judge.systems._scoring import judge_grade
@@ -257,24 +257,49 @@ def score_states(
 
 # ---------------------------------------------------------------------------- decisions
 class SignFlips:
-    """The sign flips of :func:`judge.metrics.permutation_test` for ``n`` queries, ``resamples``
-    and ``seed`` (the same random stream), applied to many difference vectors at once."""
+    """The p-values of :func:`judge.metrics.permutation_test` for ``n`` queries, ``resamples``
+    and ``seed``, for many difference vectors at once: exact (every sign assignment) for a
+    vector with at most :data:`judge.metrics.EXACT_LIMIT` non-zero differences, else from the
+    same random sign flips (the same random stream)."""
 
     def __init__(self, n: int, resamples: int, seed: int) -> None:
-        rng = np.random.default_rng(seed)
         self.n = n
         self.resamples = resamples
-        self.signs = np.where(rng.random((resamples, n)) < 0.5, -1.0, 1.0).astype(np.float64)
+        self.seed = seed
+        self._signs: npt.NDArray[np.float64] | None = None
+
+    @property
+    def signs(self) -> npt.NDArray[np.float64]:
+        if self._signs is None:  # drawn on first use: exact tests need none
+            rng = np.random.default_rng(self.seed)
+            self._signs = np.where(rng.random((self.resamples, self.n)) < 0.5, -1.0, 1.0).astype(np.float64)
+        return self._signs
 
     def p_values(self, d: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Two-sided p of each column of ``d`` ([query, draw]), ``(b + 1) / (R + 1)``."""
-        n = d.shape[0]
-        observed = d.mean(axis=0)
-        tolerance = 1e-12 * np.maximum(np.abs(d).mean(axis=0), 1e-300)
-        threshold = np.abs(observed) - tolerance
-        means = (self.signs @ d) / n
-        extreme = np.count_nonzero(np.abs(means) >= threshold[None, :], axis=0)
-        return np.asarray((extreme + 1) / (self.resamples + 1), dtype=np.float64)
+        """Two-sided p of each column of ``d`` ([query, draw]): exact, or ``(b + 1) / (R + 1)``."""
+        out = np.empty(d.shape[1])
+        exact: dict[bytes, float | None] = {}
+        random_columns: list[int] = []
+        for k in range(d.shape[1]):
+            column = np.ascontiguousarray(d[:, k])
+            key = column.tobytes()
+            if key not in exact:
+                exact[key] = exact_sign_flip_p(column)
+            p = exact[key]
+            if p is None:
+                random_columns.append(k)
+            else:
+                out[k] = p
+        if random_columns:
+            sub = d[:, random_columns]
+            n = sub.shape[0]
+            observed = sub.mean(axis=0)
+            tolerance = 1e-12 * np.maximum(np.abs(sub).mean(axis=0), 1e-300)
+            threshold = np.abs(observed) - tolerance
+            means = (self.signs @ sub) / n
+            extreme = np.count_nonzero(np.abs(means) >= threshold[None, :], axis=0)
+            out[random_columns] = (extreme + 1) / (self.resamples + 1)
+        return out
 
 
 def holm_columns(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -27,10 +27,11 @@ config file)::
 
 Each night appends one line (schema ``judge.nightly.search/1``) to the history: timestamp,
 name, git_commit, backend, queries, config (path, hash, engine, params), baseline run,
-per measure the baseline and current means, diff, p and Holm p and whether it dropped
-significantly, calls, passed, status (``baseline``, ``pass`` or ``alert``) and the night's
-report folder; the trend plot (the first measure per night, alerts in red) is redrawn when
-matplotlib is installed.
+per measure the baseline and current means, diff, p and Holm p (its method and Monte Carlo
+error), whether it dropped significantly and whether a drop is undecided (Monte Carlo p
+within its error of the level: no alert, said), calls, passed, status (``baseline``,
+``pass`` or ``alert``) and the night's report folder; the trend plot (the first measure per
+night, alerts in red) is redrawn when matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -250,13 +251,17 @@ class SearchNightlyOutcome:
 def _measure_rows(comparison: ComparisonReport, alpha: float) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for c in comparison.report.comparisons:
-        dropped = c.diff < 0 and c.p_holm is not None and c.p_holm < alpha
+        decision = c.significance(alpha)
+        dropped = c.diff < 0 and decision == "significant"
         rows[c.measure] = {
             "baseline": c.baseline_mean,
             "current": c.system_mean,
             "diff": c.diff,
             "p_value": c.p_value,
             "p_holm": c.p_holm,
+            "p_method": c.p_method,
+            "p_holm_se": c.p_holm_se,
+            "undecided": c.diff < 0 and decision == "undecided",
             "dropped": dropped,
         }
     return rows

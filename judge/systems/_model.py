@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judge.metrics import significance as decide_significance
+
 SCHEMA = "judge.systems/1"
 
 
@@ -102,7 +104,12 @@ class SystemComparison(_Model):
     bootstrap CI of ``diff`` (``ci_low`` / ``ci_high``; another method, which can disagree
     with the test near the boundary), per-query
     wins / ties / losses of ``system``, and ``order_stability`` (share of P(yes) resamples
-    of the pool in which the sign of ``diff`` holds; None without probabilities)."""
+    of the pool in which the sign of ``diff`` holds; None without probabilities).
+    ``p_method``: ``exact`` (every sign assignment; seed and resamples unused) or ``monte
+    carlo``, with the standard errors of ``p_value`` and ``p_holm`` (``p_value_se``,
+    ``p_holm_se``: 0 when exact); :meth:`significance` is the decision on ``p_holm`` at a
+    level, ``decision`` the report's own (``significant``, ``not significant`` or
+    ``undecided``, at 1 - confidence) for readers that do not run Python (the service's pages)."""
 
     baseline: str
     system: str
@@ -119,11 +126,21 @@ class SystemComparison(_Model):
     ci_high: float
     randomization_ci_low: float | None = None
     randomization_ci_high: float | None = None
+    p_method: str = "exact"
+    p_value_se: float = 0.0
+    p_holm_se: float | None = None
+    decision: str | None = None
     wins: int
     ties: int
     losses: int
     order_stability: float | None
     adaptive: AdaptiveDecision | None = None
+
+    def significance(self, alpha: float) -> str:
+        """``significant``, ``not significant`` or ``undecided`` (a Monte Carlo Holm p within
+        its error of ``alpha``): :func:`judge.metrics.significance`, the one rule every
+        report and check decides by."""
+        return decide_significance(self.p_holm, self.p_holm_se, alpha)
 
 
 class ExperimentConfiguration(_Model):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from judge.judging import PassageVerdict
-from judge.metrics import Evaluation, Measure
+from judge.metrics import UNDECIDED, Evaluation, Measure
 from judge.systems._inputs import Inputs, SystemInput
 from judge.systems._model import SystemComparison, SystemsReport
 from judge.systems._pool import Pool, PoolVerdicts
@@ -141,7 +141,17 @@ def _alpha(r: SystemsReport) -> float:
 
 
 def _significant(c: SystemComparison, alpha: float) -> bool:
-    return c.p_holm is not None and c.p_holm < alpha
+    return c.significance(alpha) == "significant"
+
+
+def _p_holm(c: SystemComparison, alpha: float) -> str:
+    """The Holm p as the tables print it: with its Monte Carlo error, and undecided said."""
+    text = _p(c.p_holm) if not c.p_holm_se else f"{_p(c.p_holm)} ± {_p(c.p_holm_se)}"
+    return text + (" (undecided)" if c.significance(alpha) == "undecided" else "")
+
+
+def _p_raw(c: SystemComparison) -> str:
+    return _p(c.p_value) if c.p_method == "exact" else f"{_p(c.p_value)} ± {_p(c.p_value_se)}"
 
 
 def _interval(low: float | None, high: float | None) -> str:
@@ -159,9 +169,13 @@ def _verdict_sentence(c: SystemComparison, alpha: float = 0.05, comparisons: int
     randomization test's p with that test's own interval, then its Holm adjustment (the
     verdict); the bootstrap CI is named as such, and a disagreement with the test is said."""
     level = f"{(1 - alpha) * 100:g}%"
-    significant = _significant(c, alpha)
+    decision = c.significance(alpha)
     verdict = (
-        ("better than" if c.diff > 0 else "worse than") if significant else "not significantly different from"
+        ("better than" if c.diff > 0 else "worse than")
+        if decision == "significant"
+        else "not significantly different from"
+        if decision == "not significant"
+        else "undecided against"
     )
     stable = "" if c.order_stability is None else f"; order stability {c.order_stability:.3f}"
     boot_excludes = c.ci_low > 0 or c.ci_high < 0
@@ -181,9 +195,14 @@ def _verdict_sentence(c: SystemComparison, alpha: float = 0.05, comparisons: int
         if comparisons > 1
         else f"Holm p={_p(c.p_holm)}"
     )
+    if c.p_holm_se:
+        holm += f" ± {_p(c.p_holm_se)} (Monte Carlo)"
+    if decision == "undecided":
+        holm += f"; {UNDECIDED.replace('alpha', f'{alpha:g}')}"
+    method = "exact" if c.p_method == "exact" else f"Monte Carlo, se {_p(c.p_value_se)}"
     return (
         f"{c.system} is {verdict} {c.baseline} on {c.measure} ({holm}): diff {_signed(c.diff)}; "
-        f"randomization test p={_p(c.p_value)}, its {level} interval {_test_interval(c)}; "
+        f"randomization test p={_p(c.p_value)} ({method}), its {level} interval {_test_interval(c)}; "
         f"bootstrap {level} CI {_f(c.ci_low)} to {_f(c.ci_high)}{note}; "
         f"wins {c.wins}, ties {c.ties}, losses {c.losses} over {c.n} queries{stable}"
     )
@@ -319,9 +338,9 @@ def render_markdown(data: ReportData) -> str:
                 _f(c.baseline_mean),
                 _f(c.system_mean),
                 _signed(c.diff),
-                _p(c.p_value),
+                _p_raw(c),
                 _test_interval(c),
-                _p(c.p_holm),
+                _p_holm(c, alpha),
                 f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                 _p(c.t_test_p),
                 f"{c.wins}/{c.ties}/{c.losses}",
@@ -719,9 +738,9 @@ def render_html(data: ReportData) -> str:
                     _f(c.baseline_mean),
                     _f(c.system_mean),
                     f'<span class="{cls}">{_signed(c.diff)}</span>',
-                    _p(c.p_value),
+                    _p_raw(c),
                     _test_interval(c),
-                    f'<span class="{"sig" if sig else ""}">{_p(c.p_holm)}</span>',
+                    f'<span class="{"sig" if sig else ""}">{escape(_p_holm(c, alpha))}</span>',
                     f"{_f(c.ci_low)} to {_f(c.ci_high)}",
                     _p(c.t_test_p),
                     f"{c.wins} / {c.ties} / {c.losses}",

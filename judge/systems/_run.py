@@ -27,7 +27,13 @@ from judge.judging import (
     resolve_config,
     template_for,
 )
-from judge.metrics import Evaluation
+from judge.metrics import (
+    INTERVAL_EXACT_LIMIT,
+    MC_MARGIN,
+    PERMUTATION_CONVENTION,
+    Evaluation,
+    significance,
+)
 from judge.store import atomic_write_text
 from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_adapt_labels
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
@@ -470,6 +476,12 @@ def score_and_report(
             ci_high=p.comparison.ci_high,
             randomization_ci_low=_finite(p.test_interval[0]),
             randomization_ci_high=_finite(p.test_interval[1]),
+            p_method=p.comparison.p_permutation_method,
+            p_value_se=p.comparison.p_permutation_se,
+            p_holm_se=p.comparison.p_permutation_holm_se,
+            decision=significance(
+                p.comparison.p_permutation_holm, p.comparison.p_permutation_holm_se, 1 - options.confidence
+            ),
             wins=p.wins,
             ties=p.ties,
             losses=p.losses,
@@ -543,16 +555,18 @@ def score_and_report(
         "paired_queries": "queries scored for both systems and present in every system",
         "seed": options.seed,
         "resamples": options.resamples,
-        "permutation_test": "two-sided paired randomization (sign flipping), p=(b+1)/(R+1)",
+        "permutation_test": PERMUTATION_CONVENTION,
         "t_test": "scipy.stats.ttest_rel (two-sided)",
         "confidence": options.confidence,
         "randomization_interval": f"{options.confidence:g} interval of the randomization test itself: "
-        "the shifts of the mean difference it does not reject (same sign flips and seed); "
+        "the shifts of the mean difference it does not reject (every sign assignment up to "
+        f"{INTERVAL_EXACT_LIMIT} queries, else the test's seeded sign flips); "
         "excludes 0 exactly when "
         f"p < {1 - options.confidence:.2g}; null bound = unbounded (too few queries)",
         "bootstrap": f"percentile, {options.confidence:g} CI of the mean difference (system - baseline); "
         "another method than the test: near the boundary it may exclude 0 while the test does not reject",
-        "significance": f"Holm-adjusted randomization p < {1 - options.confidence:.2g}",
+        "significance": f"Holm-adjusted randomization p < {1 - options.confidence:.2g}; "
+        f"undecided when a Monte Carlo p is within {MC_MARGIN:g} standard errors of it",
         "multiple_comparisons": f"Holm over {len(comparisons)} comparisons (systems x measures)",
         "wins": "queries where the system scores higher than the baseline (ties: equal)",
         "order_stability": (

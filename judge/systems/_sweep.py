@@ -31,6 +31,7 @@ from typing import Any, Unpack
 from judge.backends import Backend, synchronous
 from judge.io import InputError, Qrels, lock_output
 from judge.judging import JudgeConfig, VerdictStore
+from judge.metrics import UNDECIDED
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
 from judge.store import atomic_write_bytes
 from judge.systems._call_ledger import CallLedger, backend_calls
@@ -286,12 +287,12 @@ def _versus_baseline(report: SystemsReport, best: str | None, objective: str) ->
     alpha = 1 - float(report.conventions.get("confidence") or 0.95)
     for c in report.comparisons:
         if c.system == best and c.measure == objective:
-            sig = c.p_holm is not None and c.p_holm < alpha
+            decision = c.significance(alpha)
             word = "better" if c.diff > 0 else "worse" if c.diff < 0 else "equal"
-            return (
-                f"{word} by {c.diff:+.4f} than {baseline}, "
-                f"{'significant' if sig else 'not significant'} (Holm p {_p(c.p_holm)})"
-            )
+            error = f" ± {_p(c.p_holm_se)}" if c.p_holm_se else ""
+            if decision == "undecided":
+                decision = UNDECIDED.replace("alpha", f"{alpha:g}")
+            return f"{word} by {c.diff:+.4f} than {baseline}, {decision} (Holm p {_p(c.p_holm)}{error})"
     return None
 
 

@@ -35,6 +35,8 @@ def _comparison(r: SystemsReport, name: str, measure: str) -> tuple[str, str]:
     for c in r.comparisons:
         if c.system == name and c.measure == measure:
             p = "—" if c.p_holm is None else f"{c.p_holm:.4f}" if c.p_holm >= 0.0001 else f"{c.p_holm:.1e}"
+            if c.p_holm is not None and c.p_holm_se:
+                p += f" ± {c.p_holm_se:.4f}"
             return f"{c.diff:+.4f}", p
     return "—", "—"
 

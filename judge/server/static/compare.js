@@ -14,7 +14,10 @@ function signed(x) { return x === null || x === undefined ? "–" : (x >= 0 ? "+
 
 function alphaOf(report) { const c = report && report.conventions && report.conventions.confidence; return typeof c === "number" ? 1 - c : 0.05; }
 let ALPHA = 0.05;
-function significant(c) { return c.p_holm !== null && c.p_holm !== undefined && c.p_holm < ALPHA; }
+// The report's own decision (exact test, or Monte Carlo within its error of alpha: undecided);
+// an older report without one: Holm p < alpha.
+function decision(c) { return c.decision || (c.p_holm !== null && c.p_holm !== undefined && c.p_holm < ALPHA ? "significant" : "not significant"); }
+function significant(c) { return decision(c) === "significant"; }
 function interval(lo, hi) { return `${lo === null || lo === undefined ? "-inf" : fmt(lo)} to ${hi === null || hi === undefined ? "+inf" : fmt(hi)}`; }
 // The randomization test's p with that test's own interval; the bootstrap CI named as such,
 // and a disagreement between them said in words.
@@ -24,7 +27,8 @@ function testWords(c) {
   const rejects = c.p_value < ALPHA;
   const note = bootExcludes && !rejects ? " (the bootstrap CI excludes 0 but the randomization test does not reject: the verdict follows the test)"
     : rejects && !bootExcludes ? " (the randomization test rejects but the bootstrap CI includes 0: the verdict follows the test)" : "";
-  return `randomization test p=${pval(c.p_value)}, its ${level} interval ${interval(c.randomization_ci_low, c.randomization_ci_high)}; ` +
+  const method = c.p_method === "monte carlo" ? ` (Monte Carlo, se ${pval(c.p_value_se)})` : c.p_method === "exact" ? " (exact)" : "";
+  return `randomization test p=${pval(c.p_value)}${method}, its ${level} interval ${interval(c.randomization_ci_low, c.randomization_ci_high)}; ` +
     `bootstrap ${level} CI ${fmt(c.ci_low)} to ${fmt(c.ci_high)}${note}`;
 }
 
@@ -43,10 +47,10 @@ function verdictCard(report) {
     if (typeof v === "number" && (best === null || v > report.systems[best].measures[primary])) best = n;
   }
   const items = report.comparisons.filter((c) => c.measure === primary).map((c) => {
-    const word = significant(c) ? (c.diff > 0 ? "better than" : "worse than") : "not significantly different from";
+    const word = significant(c) ? (c.diff > 0 ? "better than" : "worse than") : decision(c) === "undecided" ? "undecided (p within Monte Carlo error of alpha; raise resamples) against" : "not significantly different from";
     const stab = c.order_stability === null ? "" : ` · order stability ${c.order_stability.toFixed(3)}`;
     return el("li", { class: significant(c) ? (c.diff > 0 ? "win" : "loss") : "tie" },
-      el("strong", {}, c.system), ` is ${word} `, el("strong", {}, c.baseline), ` on ${primary} (Holm p=${pval(c.p_holm)}): `,
+      el("strong", {}, c.system), ` is ${word} `, el("strong", {}, c.baseline), ` on ${primary} (Holm p=${pval(c.p_holm)}${c.p_holm_se ? " ± " + pval(c.p_holm_se) : ""}): `,
       `diff ${signed(c.diff)}; ${testWords(c)}; `,
       `wins ${c.wins} / ties ${c.ties} / losses ${c.losses}${stab}`);
   });

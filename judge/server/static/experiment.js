@@ -34,13 +34,13 @@ function configsTable(report, pick) {
   const rows = e.configurations.map((c, i) => {
     const ci = (report.systems[c.name].ci || {})[e.objective];
     const t = cmp.get(c.name);
-    return el("tr", { "data-config": c.name, class: (c.name === e.best ? "best " : "") + (t && t.p_holm !== null && t.p_holm < alpha ? "sig" : "") },
+    return el("tr", { "data-config": c.name, class: (c.name === e.best ? "best " : "") + (t && (t.decision ? t.decision === "significant" : t.p_holm !== null && t.p_holm < alpha) ? "sig" : "") },
       el("td", {}, el("strong", {}, c.name), i === 0 ? el("small", { class: "muted" }, " baseline") : null),
       e.knobs.map((k) => el("td", { class: "num" }, String(c.params[k]))),
       el("td", { class: "num" }, fmt(c.objective)),
       el("td", { class: "num" }, ci ? `${fmt(ci[0], 3)} – ${fmt(ci[1], 3)}` : "–"),
       el("td", { class: "num " + (t ? (t.diff > 0 ? "pos" : t.diff < 0 ? "neg" : "") : "") }, t ? signed(t.diff) : "–"),
-      el("td", { class: "num" }, t ? pval(t.p_holm) : "–"),
+      el("td", { class: "num" }, t ? pval(t.p_holm) + (t.p_holm_se ? " ± " + pval(t.p_holm_se) : "") + (t.decision === "undecided" ? " (undecided)" : "") : "–"),
       el("td", { class: "num" }, Object.entries(c.coverage || {}).map(([k, v]) => `@${k} ${v === null ? "–" : Math.round(v * 100) + "%"}`).join(" ")),
       el("td", {}, el("button", { type: "button", class: "link", onclick: () => pick("a", c.name) }, "A"), " ",
         el("button", { type: "button", class: "link", onclick: () => pick("b", c.name) }, "B")));
