@@ -80,9 +80,10 @@ def check_experiment(registered: RegisteredConfig, options: Mapping[str, Any]) -
         knobs = exp.check()
     except InputError as err:
         field = {"--grid": "grid", "--trials": "trials", "--config": "grid"}.get(err.field or "", "grid")
-        raise InputError(
-            err.message.replace("--grid", "grid").replace("--trials", "trials"), field=field
-        ) from None
+        message = err.message.replace("--grid", "grid").replace("--trials", "trials")
+        if err.field == "--config":  # no grid: the one registered configuration alone
+            message = "an experiment compares two configurations or more: give a knob two values or more"
+        raise InputError(message, field=field) from None
     if exp.trials is None:
         points = [dict(p) for p in itertools.product(*[[(k.name, v) for v in k.values or ()] for k in knobs])]
     else:

@@ -146,12 +146,13 @@ class JobManager:
     async def _run(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
         job_dir = self.job_dir(job_id)
-        kind = job_kind(job["kind"])
-        progress = _Progress(self, job, OutputTail(kind.files(job_dir).records))
         seen_verdicts: Counter[str] = Counter()
         before_summary = job.get("summary") or {}
         tick: asyncio.Task[None] | None = None
         try:
+            # in the try: a kind this server does not run fails the job, and the slot is freed
+            kind = job_kind(job["kind"])
+            progress = _Progress(self, job, OutputTail(kind.files(job_dir).records))
             await progress.start()
             if job["phase"] != "retry":
                 tick = asyncio.create_task(progress.ticker())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,14 @@ class ExperimentOptions:
                 "an experiment needs two configurations or more: several --config, or --grid",
                 field="--config",
             )
+        if knobs and self.trials is None:
+            points = math.prod(len(k.values or ()) for k in knobs)
+            if points + len(self.configs) - 1 < 2:
+                raise InputError(
+                    f"the grid has {points} point and there is no other configuration: an experiment "
+                    "compares two configurations or more; give a knob two values or more",
+                    field="--grid",
+                )
         return knobs
 
 
