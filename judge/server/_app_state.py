@@ -198,7 +198,7 @@ class AppState:
         if isinstance(job, JSONResponse):
             return job
         view = self.manager.view(job)
-        view["rejects"] = check.rejects[:100]
+        view["rejects"] = self.manager.public(intake.job_id, check.rejects[:100])
         return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{intake.job_id}"})
 
 

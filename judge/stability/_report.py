@@ -41,6 +41,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -466,7 +467,7 @@ def write_report(report: StabilityReport, out_dir: str | Path) -> dict[str, Path
         ("map_per_run", PLOT_MAP_PER_RUN, plot_map_per_run),
         ("query_ranges", PLOT_QUERY_RANGES, plot_query_ranges),
     ):
-        png, warning = drawn_or_warning(lambda draw=draw: draw(report), f"plot {name}")
+        png, warning = drawn_or_warning(partial(draw, report), f"plot {name}")
         if png is None:
             (out / name).unlink(missing_ok=True)  # never an earlier run's plot beside this report
             report.data.setdefault("warnings", []).append(warning)
