@@ -55,27 +55,44 @@ def _origins(config: SearchConfig) -> set[str]:
     return found
 
 
-def _replacements(job_dir: Path | None, configs: Iterable[RegisteredConfig]) -> list[tuple[str, str]]:
+def _folders(job_dir: Path | None, extra: Iterable[Path] = ()) -> dict[str, str]:
+    """Each folder as given and resolved, with its separator: taken out of every path."""
+    return {
+        str(p).rstrip("/") + "/": ""
+        for d in (*([job_dir] if job_dir is not None else []), *extra)
+        for p in {d, d.resolve()}
+    }
+
+
+_CONFIG_RULES: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], re.Pattern[str] | None]] = {}
+
+
+def _config_rules(configs: Mapping[str, RegisteredConfig]) -> tuple[dict[str, str], re.Pattern[str] | None]:
+    """What the registered configurations make a response show instead: their files by
+    their names, their folders and indexes' taken out; their engines' URLs (worked out
+    once per set of registered configurations: they are fixed for a server's life)."""
+    key = tuple(sorted((name, str(c.path)) for name, c in configs.items()))
+    found = _CONFIG_RULES.get(key)
+    if found is None:
+        names = {
+            str(p): f"search configuration {c.name!r}"
+            for c in configs.values()
+            for p in {c.path, c.path.resolve()}
+        }
+        folders = _folders(None, [d for c in configs.values() for d in c.folders()])
+        origins = sorted({o for c in configs.values() for o in _origins(c.config)}, key=len, reverse=True)
+        engine = (
+            re.compile("(?:" + "|".join(re.escape(o) for o in origins) + ")" + _URL_REST) if origins else None
+        )
+        found = _CONFIG_RULES[key] = ({**folders, **names}, engine)
+    return found
+
+
+def _replacements(pairs: Mapping[str, str]) -> list[tuple[str, str]]:
     """(server text, what a response shows instead), longest first, each also as a JSON
     string escapes it."""
-    pairs: dict[str, str] = {}
-    folders = [job_dir] if job_dir is not None else []
-    for c in configs:
-        for p in {c.path, c.path.resolve()}:
-            pairs[str(p)] = f"search configuration {c.name!r}"
-        folders += c.folders()
-    for d in folders:
-        for p in {d, d.resolve()}:
-            pairs[str(p).rstrip("/") + "/"] = ""
     escaped = {json.dumps(k)[1:-1]: v for k, v in pairs.items()}
     return sorted({**escaped, **pairs}.items(), key=lambda kv: len(kv[0]), reverse=True)
-
-
-def _url_pattern(configs: Iterable[RegisteredConfig]) -> re.Pattern[str] | None:
-    origins = sorted({o for c in configs for o in _origins(c.config)}, key=len, reverse=True)
-    if not origins:
-        return None
-    return re.compile("(?:" + "|".join(re.escape(o) for o in origins) + ")" + _URL_REST)
 
 
 def public(
@@ -88,9 +105,8 @@ def public(
     """``value`` (a string, or a JSON value: every string in it) as a response may carry it
     (see the module docstring); ``error``: free text, whose other URLs and absolute paths
     are taken out too."""
-    registered = list((configs or {}).values())
-    replacements = _replacements(job_dir, registered)
-    engine = _url_pattern(registered)
+    known, engine = _config_rules(configs or {})
+    replacements = _replacements({**_folders(job_dir), **known})
 
     def text(s: str) -> str:
         for found, shown in replacements:
