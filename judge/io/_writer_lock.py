@@ -157,13 +157,12 @@ def _lock_file_itself(target: Path | None) -> int | None:
     return fd
 
 
-def output_lock_path(target: str | Path, name: str | None = None) -> Path:
+def output_lock_path(target: str | Path) -> Path:
     """The lock file of an output: ``.NAME.lock`` beside the path ``target`` resolves to
     (symlinks followed, relative, ``./`` and ``..`` parts made one absolute path), so two
-    writers naming one output two ways take one lock. ``name``: a lock file inside the
-    resolved ``target`` folder instead (an experiment's ``.experiment.lock``)."""
+    writers naming one output two ways take one lock."""
     resolved = Path(target).resolve()
-    return resolved / name if name is not None else resolved.with_name(f".{resolved.name}.lock")
+    return resolved.with_name(f".{resolved.name}.lock")
 
 
 def lock_output(
