@@ -98,3 +98,40 @@ def test_cli_bad_grid_is_exit_2_naming_the_flag(
     assert code == 2
     assert f"'{flag}'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing searched, nothing written
+
+
+@pytest.mark.parametrize("grid", [["--grid", "boost=1.0"], ["--grid", "boost=1.0", "--grid", "size=3"]])
+def test_a_grid_of_one_configuration_is_exit_2_naming_grid_before_any_search(
+    tmp_path, capsys: pytest.CaptureFixture[str], grid: list[str]
+) -> None:
+    """One point and no other --config is one configuration: nothing to compare. Refused
+    before the engine is asked anything (the loopback engine sees no request) or a run is
+    written, naming --grid; an experiment of two points is not refused by this check."""
+    from _search_stub import SearchStub, serve
+
+    stub = SearchStub({"/idx/_search": {"hits": {"hits": []}}})
+    with serve(stub):
+        config = tmp_path / "c.toml"
+        config.write_text(
+            f'engine = "http"\nurl = "{stub.url}/idx/_search"\nmethod = "POST"\n'
+            'body = \'{"size": {{depth}}, "q": {{query|json}}, "boost": {{boost}}, "n": {{size}}}\'\n'
+            "[params]\nboost = 1.0\nsize = 3\n"
+            '[response]\nids = "hits.hits[*]._id"\ntext = "hits.hits[*]._source.text"\n',
+            encoding="utf-8",
+        )
+        queries = tmp_path / "q.jsonl"
+        queries.write_text('{"id": "q1", "query": "x"}\n', encoding="utf-8")
+        out = tmp_path / "out"
+        args = ["experiment", str(queries), "--config", str(config), "-o", str(out), "--quiet"]
+        qrels = tmp_path / "labels.qrels"
+        qrels.write_text("q1 0 d1 1\n", encoding="utf-8")
+        code = main([*args, *grid, "--backend", f"qrels:{qrels}"])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert "field '--grid'" in err and "two configurations or more" in err
+        assert stub.seen == [] and not out.exists()
+        # a second configuration given beside the one point: two configurations, checked further
+        from judge.systems import ExperimentOptions
+
+        two = ExperimentOptions(configs=(config, config), grid=("boost=1.0",))
+        assert [k.name for k in two.check()] == ["boost"]

@@ -488,7 +488,8 @@ def test_a_build_killed_by_sigkill_leaves_a_folder_the_next_build_removes(
     live.mkdir()
     info = build_index(docs, index, language="en")
     assert info.documents == 2 and (index / "index.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")) == [live.name]
+    # kept: the live build's folder, and the lock file every build takes beside the index
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")) == [".idx.lock", live.name]
 
 
 # ---------------------------------------------------------------------------- outputs

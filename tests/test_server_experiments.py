@@ -147,6 +147,9 @@ def test_the_listing_shows_names_and_knobs_and_no_location(data: Bundled, tmp_pa
         ({"grid": {"index": [1, 2]}}, "grid.index"),
         ({"grid": {"k1": [0.6, 1.2], "b": [-1.0]}}, "grid"),
         ({"grid": {"k1": {"low": 0.5, "high": 1.5}}}, "grid.k1"),
+        ({"grid": {"k1": [0.6]}}, "grid"),  # one configuration: nothing to compare
+        ({"grid": {"k1": [0.6], "b": [0.3]}}, "grid"),
+        ({"grid": {}}, "grid"),
         ({"grid": {"k1": list(range(11)), "b": [0.1 * i for i in range(10)]}}, "grid"),
         ({"queries": '{"id": "q1"}\n'}, "queries.query"),
         ({"queries": [{"id": "q1", "query": "x", "path": "/etc"}]}, "body.queries"),

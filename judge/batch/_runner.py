@@ -706,10 +706,11 @@ async def score_dataset(
 
 
 def _lock(out: Path, command: str) -> WriterLock:
-    """One writer per output: the lock beside it (``.NAME.lock``, as ``judge search`` takes),
-    held until the run ends; another process writing the same output is refused before any
-    call (exit 2 naming ``-o`` and who holds it), where two would write every record twice."""
-    return lock_output(out, out.with_name(f".{out.name}.lock"), command=command, field="-o")
+    """One writer per output: the lock beside it (``.NAME.lock`` of the path it resolves to,
+    as ``judge search`` takes), held until the run ends; another process writing the same
+    output, under this name or another, is refused before any call (exit 2 naming ``-o`` and
+    who holds it), where two would write every record twice."""
+    return lock_output(out, command=command, field="-o")
 
 
 async def retry_unjudged(

@@ -155,8 +155,8 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     )
     report = comparison.report
     print(comparison.json_text() if args.json else comparison.markdown(), end="")
-    for warning in report.warnings:  # --examples measured to hurt, --adapt refused: on stderr too
-        if warning.startswith(("--examples:", "--adapt:")):
+    for warning in report.warnings:  # --examples measured to hurt, --adapt refused, a plot not drawn
+        if warning.startswith(("--examples:", "--adapt:", "the heat map")):
             print(f"judge experiment: warning: {warning}", file=sys.stderr)
     e = report.experiment
     if not args.quiet and e is not None:
@@ -224,4 +224,6 @@ def run_search_nightly_cli(args: argparse.Namespace) -> int:
         + (f"; trend {outcome.trend_plot}" if outcome.trend_plot else ""),
         file=sys.stderr,
     )
+    for warning in outcome.warnings:  # a trend plot that could not be drawn
+        print(f"judge nightly: warning: {warning}", file=sys.stderr)
     return 0 if outcome.passed else 1

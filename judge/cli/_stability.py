@@ -294,6 +294,9 @@ def run_stability_command(args: argparse.Namespace) -> int:
     result = asyncio.run(go())
     if settings is not None:
         print((out_dir / "settings.md").read_text(encoding="utf-8"))
+        for outcome in result:  # a plot of a setting's report that could not be drawn
+            for warning in outcome.report.data.get("warnings", ()) if outcome.report is not None else ():
+                print(f"judge stability: warning: {outcome.setting.name}: {warning}", file=sys.stderr)
         print(f"judge stability: settings table in {out_dir / 'settings.md'}", file=sys.stderr)
         return EXIT_PASS
     report = result
@@ -305,6 +308,8 @@ def run_stability_command(args: argparse.Namespace) -> int:
                 f"judge stability: warning: --adapt, run {run['run']}: {run['reason']}. {run['warning']}",
                 file=sys.stderr,
             )
+    for warning in report.data.get("warnings", ()):  # a plot that could not be drawn
+        print(f"judge stability: warning: {warning}", file=sys.stderr)
     print(f"judge stability: report in {paths['markdown']} and {paths['json']}", file=sys.stderr)
     if not report.passed:
         print(_breach_line(report), file=sys.stderr)
@@ -355,6 +360,8 @@ def run_nightly_command(args: argparse.Namespace) -> int:
 
     outcome = asyncio.run(go())
     print("\n".join(summary_lines(outcome.report)))
+    for warning in outcome.warnings:  # a plot that could not be drawn
+        print(f"judge nightly: warning: {warning}", file=sys.stderr)
     print(
         f"judge nightly: report {outcome.report_dir}; history {outcome.history} "
         f"({outcome.entry['status']}); trend {outcome.trend_plot}",

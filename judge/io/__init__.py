@@ -24,7 +24,14 @@ from judge.io._trec import (
     write_run,
 )
 from judge.io._trec_subtopic import SubtopicQrels, join_run_subtopic_qrels, read_subtopic_qrels
-from judge.io._writer_lock import LockBusy, OutputBusy, WriterLock, holder_text, lock_output
+from judge.io._writer_lock import (
+    LockBusy,
+    OutputBusy,
+    WriterLock,
+    holder_text,
+    lock_output,
+    output_lock_path,
+)
 
 __all__ = [
     "CJK_SHARE",
@@ -51,6 +58,7 @@ __all__ = [
     "lock_output",
     "number_problem",
     "open_binary",
+    "output_lock_path",
     "qrels_escape",
     "qrels_unescape",
     "read_qrels",

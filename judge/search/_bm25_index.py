@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from judge.io import id_problem, open_binary
+from judge.io import WriterLock, id_problem, lock_output, open_binary
 from judge.search._search_config import EMBEDDED_PARAMS
 from judge.search._search_errors import SearchError
 from judge.search._tokenize import LANGUAGES, detect_language, tokenizer
@@ -155,6 +155,34 @@ def build_index(docs: str | Path, out: str | Path, *, language: str = "auto") ->
         for token in tokenize(text):
             flat.append(vocab.setdefault(token, len(vocab)))
         offsets.append(len(flat))
+    lock = lock_index(out)  # creates the parent folder; one that cannot be written: exit 2 naming -o
+    try:
+        return _write_index(out, docs, ids, texts, sha, bound, vocab, flat, offsets)
+    finally:
+        lock.release()
+
+
+def lock_index(out: Path) -> WriterLock:
+    """One build of an index folder at a time, BM25 and dense alike: the lock beside the
+    folder it resolves to, held for the build; another build of it, under this name or
+    another (a symlink), is refused naming its holder (exit 2 naming ``-o``)."""
+    return lock_output(out, command="judge index build", field="-o")
+
+
+def _write_index(
+    out: Path,
+    docs: Path,
+    ids: list[str],
+    texts: list[str],
+    sha: str,
+    bound: str,
+    vocab: dict[str, int],
+    flat: list[int],
+    offsets: list[int],
+) -> IndexInfo:
+    """The index's files written into a temporary folder beside ``out``, then swapped in."""
+    if out.exists() and not (out / "index.json").is_file():  # again, under the lock
+        raise _not_an_index(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = _temp_dir(out)

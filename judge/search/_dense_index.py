@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from judge.search._bm25_index import BM25Index, _alive, read_documents
+from judge.search._bm25_index import BM25Index, _alive, lock_index, read_documents
 from judge.search._encoder import DEFAULT_ENCODER, Encoder, as_matrix, check_identity, get_encoder, identity
 from judge.search._search_errors import SearchError
 
@@ -189,6 +189,25 @@ def build_dense(
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
         raise SearchError(f"must be an integer from 1 to 100000, got {chunk!r}", field="chunk")
     path = Path(index_path)
+    BM25Index(path)  # an index, checked before its lock is taken beside it
+    lock = lock_index(path)  # one build of this index at a time, BM25 or dense
+    try:
+        return _build_dense(path, encoder, dtype, chunk, faiss, progress, note)
+    finally:
+        lock.release()
+
+
+def _build_dense(
+    path: Path,
+    encoder: str,
+    dtype: str,
+    chunk: int,
+    faiss: bool,
+    progress: Progress | None,
+    note: Callable[[str], None] | None,
+) -> DenseInfo:
+    """:func:`build_dense` under the index's lock (the index read again: a build that held
+    the lock before may have replaced it)."""
     index = BM25Index(path)
     say = note or (lambda text: print(f"judge index build: {text}", file=sys.stderr))
     _sweep_leftovers(path)

@@ -430,9 +430,8 @@ async def arun_search(
     out = Path(out)
     if out.is_dir():
         raise SearchError("is a directory: give a file such as run.jsonl", path=str(out), field="-o")
-    lock = lock_output(  # creates the folder; one that cannot be written is exit 2 naming -o
-        out, out.with_name(f".{out.name}.lock"), command="judge search", field="-o"
-    )
+    # creates the folder; one that cannot be written is exit 2 naming -o
+    lock = lock_output(out, command="judge search", field="-o")
     try:
         return await _locked_search(items, config, out, options)
     except OSError as exc:

@@ -26,6 +26,7 @@ from judge.server._auth import KeyRing
 from judge.server._db import JobDB, QueueFull, sha256_hex
 from judge.server._job_kind import Runtime
 from judge.server._jobs import JobManager
+from judge.server._kinds import UnknownJobKind
 from judge.server._lock import DatabaseLock
 from judge.server._metrics import ServerMetrics
 from judge.server._review import Review
@@ -197,7 +198,7 @@ class AppState:
         if isinstance(job, JSONResponse):
             return job
         view = self.manager.view(job)
-        view["rejects"] = check.rejects[:100]
+        view["rejects"] = self.manager.public(intake.job_id, check.rejects[:100])
         return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{intake.job_id}"})
 
 
@@ -247,13 +248,19 @@ async def _on_not_compare(_: Request, exc: Exception) -> JSONResponse:
     return json_error(409, f"job {exc.args[0]!r} is not a comparison of systems (POST /v1/compare makes one)")
 
 
+async def _on_unknown_kind(_: Request, exc: Exception) -> JSONResponse:
+    return json_error(409, str(exc))
+
+
 def add_error_handlers(app: FastAPI) -> None:
-    """422 with ``fields``, 404/409 for a missing or wrong job, 503 for storage errors."""
+    """422 with ``fields``, 404/409 for a missing or wrong job (409 too for a job of a kind
+    this server does not run), 503 for storage errors."""
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(OSError, _failures.on_storage_error)
     app.add_exception_handler(sqlite3.Error, _failures.on_storage_error)
     app.add_exception_handler(NotFound, _on_not_found)
     app.add_exception_handler(NotCompare, _on_not_compare)
+    app.add_exception_handler(UnknownJobKind, _on_unknown_kind)
 
 
 __all__ = [

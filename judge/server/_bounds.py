@@ -19,9 +19,8 @@
   ``true``/``false`` is refused (422 naming the field), never read as 1/0, and so is a JSON
   string (``{"examples": "2"}``), never read as 2 (a query string's text is read as a number).
 * **No server path in a response**: what a job wrote names its files by their place on the
-  server; :func:`public_paths` (a JSON value) and :func:`public_text` (a report's text) give
-  them relative to the job's folder (``output.jsonl``, ``systems/A.jsonl``) before a response
-  carries them.
+  server; every route gives them relative to the job's folder (``output.jsonl``,
+  ``systems/A.jsonl``) through the one scrubbing of :mod:`judge.server._public`.
 * **Off the event loop**: a JSON body is parsed in a worker thread (:class:`ParsedBodyRoute`),
   and so are the checks of a job's input.
 """
@@ -30,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -221,36 +220,3 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(rec) + "\n")
-
-
-def _job_prefixes(job_dir: Path, also: Iterable[Path] = ()) -> list[str]:
-    """The job folder's path (and the folders ``also`` names: a registered configuration's,
-    its index's) as a response could carry them (as given and resolved), with the separator:
-    what :func:`public_text` and :func:`public_paths` take away."""
-    found = {str(p) for d in (job_dir, *also) for p in (d, d.resolve())}
-    return sorted((p.rstrip("/") + "/" for p in found), key=len, reverse=True)
-
-
-def public_text(text: str, job_dir: Path, also: Iterable[Path] = ()) -> str:
-    """``text`` (a report: JSON, Markdown, HTML) with the job folder's path (and the folders
-    ``also`` names) taken out of every path in it: files named relative to the job's folder,
-    or by their name, never by the server's absolute path."""
-    for prefix in _job_prefixes(job_dir, also):
-        text = text.replace(prefix, "")
-        text = text.replace(json.dumps(prefix)[1:-1], "")  # as a JSON string escapes it
-    return text
-
-
-def public_paths(value: Any, job_dir: Path, also: Iterable[Path] = ()) -> Any:
-    """A JSON value (a job's view, a summary) with every string under the job's folder (or
-    the folders ``also`` names) made relative to it (see :func:`public_text`)."""
-    prefixes = _job_prefixes(job_dir, also)
-    if isinstance(value, str):
-        for prefix in prefixes:
-            value = value.replace(prefix, "")
-        return value
-    if isinstance(value, Mapping):
-        return {k: public_paths(v, job_dir, also) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [public_paths(v, job_dir, also) for v in value]
-    return value

@@ -80,7 +80,7 @@ def compare_options(
     return options
 
 
-def _refusal(job_dir: Path, options: dict[str, Any], err: InputError) -> JSONResponse:
+def _refusal(state: AppState, job_dir: Path, options: dict[str, Any], err: InputError) -> JSONResponse:
     """What compare-systems refuses outright, as a 422 naming the system or option."""
     rejects = _comparisons.compare_rejects(job_dir)
     where: dict[str, Any] = {"line": err.line}
@@ -97,7 +97,8 @@ def _refusal(job_dir: Path, options: dict[str, Any], err: InputError) -> JSONRes
         where["system"] = names.get(str(err.path))
         where["field"] = err.field
     shutil.rmtree(job_dir, ignore_errors=True)
-    return json_error(422, _job_files.public_message(job_dir, err), **where, rejects=rejects[:100])
+    message, rejects = state.manager.public(job_dir.name, [str(err), rejects[:100]])
+    return json_error(422, message, **where, rejects=rejects)
 
 
 async def _submit_compare(
@@ -116,7 +117,7 @@ async def _submit_compare(
     try:
         check = await asyncio.to_thread(validate_job, "compare", job_dir, options, state.runtime)
     except InputError as err:
-        return _refusal(job_dir, options, err)
+        return _refusal(state, job_dir, options, err)
     return state.accept_job(job_dir, intake, options, check)
 
 
@@ -133,7 +134,7 @@ async def compare_report(
     text = await asyncio.to_thread(_comparisons.report_text, job_dir, format)
     if text is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
-    text = _bounds.public_text(text, job_dir)
+    text = state.manager.public(job_id, text)
     if format in MEDIA_TYPES:
         return Response(text, media_type=MEDIA_TYPES[format])
     return HTMLResponse(
@@ -152,7 +153,7 @@ async def compare_differences(job_id: str, state: State) -> Any:
     )
     if data is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
-    return data
+    return state.manager.public(job_id, data)
 
 
 __all__ = ["REPORT_CSP", "compare_options", "router"]

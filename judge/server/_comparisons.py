@@ -97,11 +97,6 @@ class _Collect:
         pass
 
 
-def public_message(job_dir: Path, err: InputError) -> str:
-    """An input error's text without the server's directories."""
-    return str(err).replace(str(job_dir) + "/", "")
-
-
 def _human(job_dir: Path, options: Mapping[str, Any], queries: Mapping[str, str]) -> Qrels | None:
     """The job's ``qrels`` read as ``--qrels`` reads them (:func:`judge.systems.read_qrels_file`:
     TREC qrels, or a Quepid/SRW judgment list whose query texts are ``queries``' (TREC qid ->

@@ -12,20 +12,21 @@ query set match), the pool's judged records and the verdict cache hold what was 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from judge.io import InputError, read_sample_labels
-from judge.search import read_queries
+from judge.search import SearchFailed, read_queries
 from judge.server._comparisons import _pool_run, human_labels, systems_options
 from judge.server._job_files import SAMPLE_LABELS, Validation
 from judge.server._job_kind import JobFiles, Runtime, job_spec
 from judge.server._search_configs import RegisteredConfig, check_knobs, check_points
 from judge.store import trec_token
-from judge.systems import ExperimentOptions, ReportFolder, run_experiment
+from judge.systems import ExperimentOptions, ReportFolder, parse_grid, run_experiment
 
 QUERIES_NAME = "queries.jsonl"
 
@@ -72,17 +73,13 @@ def experiment_options(registered: RegisteredConfig, options: Mapping[str, Any])
 
 def check_experiment(registered: RegisteredConfig, options: Mapping[str, Any]) -> ExperimentOptions:
     """The grid (or trials) checked as ``judge experiment`` checks ``--grid``, and every point
-    against the registered configuration (InputError naming ``grid``/``trials``)."""
+    against the registered configuration first (InputError naming ``grid``/``grid.KNOB``/
+    ``trials``): a point outside its index is named as such, whatever else is wrong."""
     grid = options.get("grid") or {}
     check_knobs(registered, grid, "grid")
     exp = experiment_options(registered, options)
-    try:
-        knobs = exp.check()
-    except InputError as err:
-        field = {"--grid": "grid", "--trials": "trials", "--config": "grid"}.get(err.field or "", "grid")
-        raise InputError(
-            err.message.replace("--grid", "grid").replace("--trials", "trials"), field=field
-        ) from None
+    with _as_request_fields():
+        knobs = parse_grid(exp.grid, trials=exp.trials is not None)
     if exp.trials is None:
         points = [dict(p) for p in itertools.product(*[[(k.name, v) for v in k.values or ()] for k in knobs])]
     else:
@@ -93,7 +90,22 @@ def check_experiment(registered: RegisteredConfig, options: Mapping[str, Any]) -
             if v is not None
         ]
     check_points(registered, points, "grid")
+    with _as_request_fields():
+        exp.check()  # then the command line's checks: two configurations or more, trials
     return exp
+
+
+@contextlib.contextmanager
+def _as_request_fields() -> Iterator[None]:
+    """An InputError naming ``--grid``/``--trials`` as the request names them."""
+    try:
+        yield
+    except InputError as err:
+        field = {"--grid": "grid", "--trials": "trials", "--config": "grid"}.get(err.field or "", "grid")
+        message = err.message.replace("--grid", "grid").replace("--trials", "trials")
+        if err.field == "--config":  # no grid: the one registered configuration alone
+            message = "an experiment compares two configurations or more: give a knob two values or more"
+        raise InputError(message, field=field) from None
 
 
 def validate_experiment(
@@ -170,16 +182,19 @@ class ExperimentJob:
             executor=rt.executor,
             retry=job["phase"] == "retry",  # POST /v1/jobs/{id}/retry-unjudged: the pool's unjudged again
         )
-        comparison = await run_experiment(
-            job_dir / QUERIES_NAME,
-            job_dir,
-            rt.backend,
-            spec.config,
-            experiment=experiment_options(registered, opts),
-            store=rt.store,
-            options=systems_options(job_dir, opts),
-            pool_run=run,
-        )
+        try:
+            comparison = await run_experiment(
+                job_dir / QUERIES_NAME,
+                job_dir,
+                rt.backend,
+                spec.config,
+                experiment=experiment_options(registered, opts),
+                store=rt.store,
+                options=systems_options(job_dir, opts),
+                pool_run=run,
+            )
+        except SearchFailed as exc:  # the engine failed part way: the failure names the configuration
+            raise SearchFailed(f"search configuration {registered.name!r}: {exc}") from exc
         return experiment_summary(comparison.report.to_json())
 
     def rejects(self, job_dir: Path) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from judge.server._job_routes import events as job_events
 from judge.server._jobs import new_job_id, option_error
 from judge.server._kinds import job_kind, validate_job
 from judge.server._schemas import JUDGE_OPTION_KEYS, CompareOptions
-from judge.server._search_configs import NAME_PATTERN, config_folders
+from judge.server._search_configs import NAME_PATTERN
 from judge.systems import pair_view, pool_judgment_list
 
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["experiments"])
@@ -196,7 +196,7 @@ async def _submit(state: AppState, body: ExperimentRequest, intake: Intake, job_
         check = await asyncio.to_thread(validate_job, "experiment", job_dir, options, state.runtime)
     except InputError as err:
         shutil.rmtree(job_dir, ignore_errors=True)
-        return json_error(422, _job_files.public_message(job_dir, err), field=err.field, line=err.line)
+        return json_error(422, state.manager.public(intake.job_id, str(err)), field=err.field, line=err.line)
     answer = state.accept_job(job_dir, intake, options, check)
     if answer.status_code == 202:
         answer.headers["Location"] = f"/v1/experiments/{intake.job_id}"
@@ -220,23 +220,15 @@ async def list_experiments(
 ) -> dict[str, Any]:
     """The experiments, newest first (each as ``GET /v1/experiments/{id}`` shows it)."""
     found = state.db.list_jobs(status=status, kind="experiment", limit=limit, offset=offset)
-    views = [_public(state, str(j["id"]), state.manager.view(j)) for j in found]
+    views = [state.manager.view(j) for j in found]
     return {"experiments": views, "offset": offset, "limit": limit}
-
-
-def _public(state: AppState, job_id: str, value: Any) -> Any:
-    """``value`` (a view, a pair view) with no server folder in it: the job's files named
-    relative to its folder, the registered configurations' and indexes' by their names."""
-    return _bounds.public_paths(
-        value, state.manager.job_dir(job_id), config_folders(state.runtime.search_configs)
-    )
 
 
 @router.get("/v1/experiments/{job_id}")
 async def get_experiment(job_id: str, state: State) -> dict[str, Any]:
     """Status, counters and, once done, the answer: best, its value against the baseline,
     every configuration's objective, the pool and the judge's calls."""
-    return cast(dict[str, Any], _public(state, job_id, state.manager.view(experiment_job(state, job_id))))
+    return state.manager.view(experiment_job(state, job_id))
 
 
 @router.get("/v1/experiments/{job_id}/events")
@@ -254,7 +246,7 @@ async def cancel_experiment(job_id: str, state: State) -> JSONResponse:
         return json_error(409, f"experiment is {job['status']}; nothing to cancel")
     done = await state.manager.cancel(job_id)
     assert done is not None
-    return JSONResponse(_public(state, job_id, state.manager.view(done)))
+    return JSONResponse(state.manager.view(done))
 
 
 @router.get("/v1/experiments/{job_id}/report", response_model=None)
@@ -269,7 +261,7 @@ async def experiment_report(
     text = await asyncio.to_thread(job_kind(job["kind"]).report, job_dir, format)
     if text is None or job["status"] != "done":
         return json_error(409, f"experiment is {job['status']}; the report is written when it is done")
-    text = _bounds.public_text(text, job_dir, config_folders(state.runtime.search_configs))
+    text = state.manager.public(job_id, text)
     if format in MEDIA_TYPES:
         return Response(text, media_type=MEDIA_TYPES[format])
     return HTMLResponse(
@@ -294,9 +286,9 @@ async def experiment_pair(
     job_dir = state.manager.job_dir(job_id)
     options = systems_options(job_dir, job["options"])
     try:
-        return _public(state, job_id, await asyncio.to_thread(pair_view, job_dir, a, b, options))
+        return state.manager.public(job_id, await asyncio.to_thread(pair_view, job_dir, a, b, options))
     except InputError as err:
-        return json_error(422, err.message, field=err.field)
+        return json_error(422, state.manager.public(job_id, err.message), field=err.field)
 
 
 JUDGMENT_MEDIA = {
@@ -329,7 +321,7 @@ async def experiment_judgments(
         )
     except InputError as err:
         return json_error(
-            422, _job_files.public_message(job_dir, err), field=(err.field or "format").lstrip("-")
+            422, state.manager.public(job_id, str(err)), field=(err.field or "format").lstrip("-")
         )
     return Response(
         listing.text,

@@ -15,7 +15,6 @@ from judge.batch import (
     SampleLabelOptions,
 )
 from judge.io import (
-    InputError,
     read_sample_labels,
 )
 
@@ -118,8 +117,3 @@ def sample_label_options(job_dir: Path, options: Mapping[str, Any]) -> SampleLab
         confidence=float(options.get("confidence") or 0.95),
         allow_unlabelled=bool(options.get("allow_unlabelled")),
     )
-
-
-def public_message(job_dir: Path, err: InputError) -> str:
-    """An input error's text without the server's directories."""
-    return str(err).replace(str(job_dir) + "/", "")

@@ -124,7 +124,9 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
         return refused
     if check.queries == 0:
         shutil.rmtree(job_dir, ignore_errors=True)
-        return json_error(422, "no valid record in the body", rejects=check.rejects[:100])
+        return json_error(
+            422, "no valid record in the body", rejects=state.manager.public(job_id, check.rejects[:100])
+        )
     await asyncio.to_thread(_job_files.save_sample_labels, job_dir, options)
     try:
         await asyncio.to_thread(_score_job.check_job_sample, job_dir, options, input_path)
@@ -132,7 +134,7 @@ async def _submit(state: AppState, request: Request, ctype: str, job_id: str, jo
         shutil.rmtree(job_dir, ignore_errors=True)
         return json_error(
             422,
-            _job_files.public_message(job_dir, err),
+            state.manager.public(job_id, str(err)),
             line=err.line,
             field="options.sample_labels" + (f".{err.field}" if err.field and "." not in err.field else ""),
         )
@@ -149,10 +151,7 @@ async def list_jobs(
 ) -> dict[str, Any]:
     """Jobs, newest first (without their summaries; ``GET /v1/jobs/{id}`` has it)."""
     rows = state.db.list_jobs(status=status, limit=limit, offset=offset)
-    jobs = [
-        _bounds.public_paths(state.manager.view(j) | {"summary": None}, state.manager.job_dir(str(j["id"])))
-        for j in rows
-    ]
+    jobs = [state.manager.view(j) | {"summary": None} for j in rows]
     return {"jobs": jobs, "offset": offset, "limit": limit}
 
 
@@ -162,7 +161,7 @@ async def get_job(job_id: str, state: State) -> dict[str, Any]:
     named relative to the job's folder: ``output.jsonl``, never a path of the server)."""
     job = state.job(job_id)
     view = await asyncio.to_thread(state.review.view, job, state.manager.view(job))
-    return cast(dict[str, Any], _bounds.public_paths(view, state.manager.job_dir(job_id)))
+    return cast(dict[str, Any], state.manager.public(job_id, view))
 
 
 async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIterator[str]:
@@ -174,9 +173,7 @@ async def _progress(state: AppState, job_id: str, request: Request) -> AsyncIter
         job = state.db.get(job_id)
         if job is None:
             return
-        view = _bounds.public_paths(
-            state.manager.view(job) | {"summary": None}, state.manager.job_dir(job_id)
-        )
+        view = state.manager.view(job) | {"summary": None}
         data = json.dumps(view, ensure_ascii=False)
         if data != last:
             last = data
@@ -266,7 +263,7 @@ async def rejects(job_id: str, state: State) -> dict[str, Any]:
     the system)."""
     job = state.job(job_id)
     job_dir = state.manager.job_dir(job_id)
-    found = job_kind(job["kind"]).rejects(job_dir)
+    found = state.manager.public(job_id, job_kind(job["kind"]).rejects(job_dir))
     return {"rejects": found, "count": len(found)}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections import Counter
@@ -32,8 +33,10 @@ from judge.server._job_files import OutputTail
 from judge.server._job_kind import Runtime
 from judge.server._kinds import job_kind
 from judge.server._metrics import ServerMetrics
+from judge.server._public import public
 
 TICK_S = 0.5
+LOGGER = logging.getLogger("judge.server")
 
 
 def new_job_id() -> str:
@@ -146,12 +149,13 @@ class JobManager:
     async def _run(self, job: dict[str, Any]) -> None:
         job_id = job["id"]
         job_dir = self.job_dir(job_id)
-        kind = job_kind(job["kind"])
-        progress = _Progress(self, job, OutputTail(kind.files(job_dir).records))
         seen_verdicts: Counter[str] = Counter()
         before_summary = job.get("summary") or {}
         tick: asyncio.Task[None] | None = None
         try:
+            # in the try: a kind this server does not run fails the job, and the slot is freed
+            kind = job_kind(job["kind"])
+            progress = _Progress(self, job, OutputTail(kind.files(job_dir).records))
             await progress.start()
             if job["phase"] != "retry":
                 tick = asyncio.create_task(progress.ticker())
@@ -163,7 +167,10 @@ class JobManager:
                 self.metrics.finished(job, "cancelled")
             raise
         except Exception as exc:
-            self.db.update(job_id, status="failed", finished=time.time(), error=job_error(exc))
+            message = job_error(exc)  # in words, secrets redacted
+            LOGGER.error("job %s (%s) failed: %s", job_id, job["kind"], message)  # the whole error
+            shown = self.public(job_id, message, error=True)  # what a response may show of it
+            self.db.update(job_id, status="failed", finished=time.time(), error=shown)
             self.metrics.finished(job, "failed")
         else:
             verdicts = Counter({k: int(v) for k, v in (summary.get("verdicts") or {}).items()})
@@ -244,8 +251,15 @@ class JobManager:
         assert job is not None
         return job
 
+    def public(self, job_id: str, value: Any, *, error: bool = False) -> Any:
+        """``value`` as a response about job ``job_id`` may carry it: no server path, no
+        engine URL (:func:`judge.server._public.public`, the one scrubbing of every route)."""
+        return public(value, self.job_dir(job_id), self.runtime.search_configs, error=error)
+
     def view(self, job: Mapping[str, Any]) -> dict[str, Any]:
-        """A job as the API shows it."""
+        """A job as the API shows it (every route's one serialisation of a job: its files
+        named relative to its folder, a registered configuration by its name, no engine URL;
+        its error as :meth:`public` shows free text, also for an error stored before)."""
         status = job["status"]
         eta: float | None
         if status == "done":
@@ -255,7 +269,9 @@ class JobManager:
             eta = None if eta is None else round(eta, 1)
         else:
             eta = None
-        return {
+        job_id = str(job["id"])
+        error = None if job["error"] is None else self.public(job_id, job["error"], error=True)
+        view: dict[str, Any] = {
             "id": job["id"],
             "kind": job["kind"],
             "status": status,
@@ -271,10 +287,13 @@ class JobManager:
             "created": _iso(job["created"]),
             "started": _iso(job["started"]),
             "finished": _iso(job["finished"]),
-            "error": job["error"],
+            "error": error,
             "options": job["options"],
             "summary": job["summary"],
         }
+        shown: dict[str, Any] = self.public(job_id, view)
+        shown["error"] = error  # free text: scrubbed as such above
+        return shown
 
     @staticmethod
     def is_terminal(job: Mapping[str, Any]) -> bool:

@@ -19,9 +19,24 @@ from judge.server._score_job import SCORE
 KINDS: dict[str, JobKind] = {kind.name: kind for kind in (SCORE, COMPARE, EXPERIMENT)}
 
 
+class UnknownJobKind(LookupError):
+    """A job of a kind this server does not run (a job database shared with another version
+    of judge): the job fails naming its kind, and the queue goes on."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"this server does not run jobs of kind {name!r} (it runs {', '.join(sorted(KINDS))}); "
+            "the job database is shared with another version of judge?"
+        )
+        self.kind = name
+
+
 def job_kind(name: str) -> JobKind:
-    """The registered kind ``name`` (KeyError: none; the job database only holds these)."""
-    return KINDS[name]
+    """The registered kind ``name`` (:class:`UnknownJobKind`: none)."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UnknownJobKind(str(name)) from None
 
 
 def validate_job(kind: str, job_dir: Path, options: Mapping[str, Any], rt: Runtime) -> Validation:

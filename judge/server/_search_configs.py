@@ -40,7 +40,7 @@ class RegisteredConfig:
 
     def folders(self) -> list[Path]:
         """The server folders this configuration names (its file's, its embedded index's):
-        what a response must not show (:func:`judge.server._bounds.public_text`)."""
+        what a response must not show (:func:`judge.server._public.public`)."""
         found = [self.path.parent]
         if self.config.index is not None:
             found += [self.config.index, self.config.index.parent]
@@ -50,11 +50,6 @@ class RegisteredConfig:
         """What ``GET /v1/search-configs`` shows: no path, URL, index or credential."""
         knobs = {k: redact(v) if isinstance(v, str) else v for k, v in self.config.params.items()}
         return {"name": self.name, "engine": self.config.engine, "depth": self.config.depth, "knobs": knobs}
-
-
-def config_folders(configs: Mapping[str, RegisteredConfig]) -> list[Path]:
-    """Every folder the registered configurations name (see :meth:`RegisteredConfig.folders`)."""
-    return [d for c in configs.values() for d in c.folders()]
 
 
 def register_configs(items: Sequence[str]) -> dict[str, RegisteredConfig]:
@@ -170,7 +165,6 @@ __all__ = [
     "RegisteredConfig",
     "check_knobs",
     "check_points",
-    "config_folders",
     "location_knobs",
     "register_configs",
 ]

@@ -33,6 +33,8 @@ from judge.stability._nightly import (
     run_nightly,
 )
 from judge.stability._report import (
+    drawn_or_warning,
+    error_bars,
     plot_map_per_run,
     plot_query_ranges,
     render_markdown,
@@ -80,6 +82,8 @@ __all__ = [
     "coefficient_of_variation",
     "compare_settings",
     "deviation_rate",
+    "drawn_or_warning",
+    "error_bars",
     "fleiss_kappa",
     "fleiss_kappa_from_labels",
     "flip_rate",

@@ -66,7 +66,7 @@ from judge.stability._harness import (
     load_records,
     run_stability,
 )
-from judge.stability._report import atomic_write_bytes, new_figure, write_report
+from judge.stability._report import atomic_write_bytes, drawn_or_warning, new_figure, write_report
 
 __all__ = [
     "HISTORY_SCHEMA",
@@ -387,9 +387,13 @@ def plot_trend(entries: list[dict[str, Any]], threshold: float) -> bytes:
     return buf.getvalue()
 
 
-def redraw_trend(history: Path, plot: Path, threshold: float) -> None:
-    """Redraw the trend plot from the whole history (atomic replace)."""
-    atomic_write_bytes(plot, plot_trend(read_history(history), threshold))
+def redraw_trend(history: Path, plot: Path, threshold: float) -> str | None:
+    """Redraw the trend plot from the whole history (atomic replace); a plot that cannot be
+    drawn is a warning (returned; the last night's plot stays), never a failed night."""
+    png, warning = drawn_or_warning(lambda: plot_trend(read_history(history), threshold), "trend plot")
+    if png is not None:
+        atomic_write_bytes(plot, png)
+    return warning
 
 
 @dataclass(frozen=True)
@@ -401,6 +405,7 @@ class NightlyOutcome:
     report_dir: Path
     history: Path
     trend_plot: Path
+    warnings: tuple[str, ...] = ()  # the plots that could not be drawn (the report's and the trend's)
 
     @property
     def passed(self) -> bool:
@@ -446,5 +451,6 @@ async def run_nightly(
         report_dir=out,
     )
     append_history(config.history, entry)
-    redraw_trend(config.history, config.trend_plot, config.options.threshold)
-    return NightlyOutcome(report, entry, out, config.history, config.trend_plot)
+    trend = redraw_trend(config.history, config.trend_plot, config.options.threshold)
+    warnings = (*report.data.get("warnings", ()), *([trend] if trend is not None else []))
+    return NightlyOutcome(report, entry, out, config.history, config.trend_plot, tuple(warnings))

@@ -22,7 +22,9 @@
 * ``unstable_queries`` [{id, query, metric, values, range, ap, ap_range, score,
   score_range}] and ``unstable_passages`` [{query_id, index, passage_id, labels, p_yes,
   minority, text}], least stable first.
-* ``plots`` {map_per_run, query_ranges}: file names beside the report.
+* ``plots`` {map_per_run, query_ranges}: file names beside the report (a plot that could not
+  be drawn is left out, and ``warnings`` says why: a plot never fails a run).
+* ``warnings`` [text] (only when there is one).
 * with labels: ``human_labels`` {source, passages, mapping, convention}; with ``--adapt``
   also ``settings.adapt`` (true) and ``adaptation`` {labels_source, labels_sha256 (null
   when the runs learned from different labelled pairs; then ``labels_note``),
@@ -38,11 +40,13 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from judge.io import InputError
 from judge.stability._harness import StabilityReport
@@ -55,6 +59,8 @@ __all__ = [
     "PLOT_MAP_PER_RUN",
     "PLOT_QUERY_RANGES",
     "atomic_write_bytes",
+    "drawn_or_warning",
+    "error_bars",
     "plot_map_per_run",
     "plot_query_ranges",
     "render_markdown",
@@ -87,6 +93,28 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
     return Figure(figsize=figsize)
 
 
+def drawn_or_warning(draw: Callable[[], bytes | None], what: str) -> tuple[bytes | None, str | None]:
+    """``draw()``'s PNG, or (when matplotlib refuses or fails to draw it) None and a warning
+    naming ``what``: a plot never fails a run; the report is written without it. A missing
+    matplotlib is not caught here (the commands that need their plots refuse before any work)."""
+    try:
+        return draw(), None
+    except ImportError:
+        raise
+    except Exception as exc:
+        return None, f"the {what} could not be drawn ({type(exc).__name__}: {exc}); written without it"
+
+
+def error_bars(
+    y: npt.NDArray[np.float64], low: Sequence[float], high: Sequence[float]
+) -> npt.NDArray[np.float64]:
+    """Error bar lengths below and above ``y`` from an interval's ends: missing ends draw no
+    bar, and a bar is never negative (an interval of equal values can lie a rounding error
+    off its mean, which matplotlib refuses)."""
+    err = np.vstack([y - np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64) - y])
+    return np.clip(np.nan_to_num(err, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
+
+
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
@@ -112,12 +140,10 @@ def plot_map_per_run(report: StabilityReport) -> bytes:
     lows = [r["ci"]["low"] if r["ci"]["low"] is not None else np.nan for r in runs]
     highs = [r["ci"]["high"] if r["ci"]["high"] is not None else np.nan for r in runs]
     y = np.asarray(ys, dtype=np.float64)
-    err = np.vstack([y - np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64) - y])
+    err = error_bars(y, lows, highs)
     fig = new_figure((6.4, 4.0))
     ax = fig.add_subplot()
-    ax.errorbar(
-        xs, y, yerr=np.nan_to_num(err), fmt="o", capsize=4, label=f"{_label(metric)} (95% CI over queries)"
-    )
+    ax.errorbar(xs, y, yerr=err, fmt="o", capsize=4, label=f"{_label(metric)} (95% CI over queries)")
     mean = data["figures"][metric]["mean"]
     if mean is not None:
         half = data["check"]["threshold"] * abs(mean) / 2.0
@@ -319,11 +345,13 @@ def _borderline_and_appendix(d: dict[str, Any], metric: str) -> list[str]:
     if d.get("backend_fingerprint"):
         out += ["", f"Backend fingerprint: `{d['backend_fingerprint']}`"]
     plots = d.get("plots", {})
-    if plots:
+    if plots or d.get("warnings"):
         out += ["", "## Plots", ""]
-        out.append(f"![{_label(metric)} per run]({plots['map_per_run']})")
-        out.append("")
-        out.append(f"![per-query ranges]({plots['query_ranges']})")
+        titles = {"map_per_run": f"{_label(metric)} per run", "query_ranges": "per-query ranges"}
+        shown = [f"![{titles.get(key, key)}]({name})" for key, name in plots.items()]
+        out += [line for image in shown for line in (image, "")][:-1]
+        for warning in d.get("warnings") or []:
+            out += ["", f"Warning: {warning}."]
     out += ["", "## Conventions", ""]
     for key, value in d["conventions"].items():
         if key == "measures" and isinstance(value, dict):
@@ -426,21 +454,28 @@ def metric_name(metric: str) -> str:
 
 
 def write_report(report: StabilityReport, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and the plots into ``out_dir``; returns their paths.
+    """Write ``report.json``, ``report.md`` and the plots into ``out_dir``; returns their paths
+    (a plot that could not be drawn is not among them: ``report.data["warnings"]`` says why).
 
     ``runs/run-<i>.jsonl`` are written by the harness itself as each run completes.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report.data["plots"] = {"map_per_run": PLOT_MAP_PER_RUN, "query_ranges": PLOT_QUERY_RANGES}
-    paths = {
-        "json": out / "report.json",
-        "markdown": out / "report.md",
-        "map_per_run": out / PLOT_MAP_PER_RUN,
-        "query_ranges": out / PLOT_QUERY_RANGES,
-    }
-    atomic_write_bytes(paths["map_per_run"], plot_map_per_run(report))
-    atomic_write_bytes(paths["query_ranges"], plot_query_ranges(report))
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    plots: dict[str, str] = {}
+    for key, name, draw in (
+        ("map_per_run", PLOT_MAP_PER_RUN, plot_map_per_run),
+        ("query_ranges", PLOT_QUERY_RANGES, plot_query_ranges),
+    ):
+        png, warning = drawn_or_warning(partial(draw, report), f"plot {name}")
+        if png is None:
+            (out / name).unlink(missing_ok=True)  # never an earlier run's plot beside this report
+            report.data.setdefault("warnings", []).append(warning)
+            continue
+        atomic_write_bytes(out / name, png)
+        plots[key] = name
+        paths[key] = out / name
+    report.data["plots"] = plots
     atomic_write_text(
         paths["json"], json.dumps(report.data, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
     )

@@ -52,7 +52,7 @@ from judge.backends import Backend
 from judge.io import InputError
 from judge.judging import JudgeConfig, VerdictStore
 from judge.search import arun_search, load_config, read_queries
-from judge.stability import append_history, git_commit, read_history
+from judge.stability import append_history, drawn_or_warning, git_commit, read_history
 from judge.store import atomic_write_bytes
 from judge.systems._comparison import ComparisonReport
 from judge.systems._options import SystemsOptions
@@ -242,6 +242,7 @@ class SearchNightlyOutcome:
     report_dir: Path
     history: Path
     trend_plot: Path | None
+    warnings: tuple[str, ...] = ()  # a trend plot that could not be drawn
 
     @property
     def passed(self) -> bool:
@@ -327,8 +328,9 @@ async def run_search_nightly(
         "report_dir": str(out),
     }
     append_history(cfg.history, entry)
-    plot = redraw_search_trend(cfg, cfg.measures[0])
-    return SearchNightlyOutcome(comparison, entry, out, cfg.history, plot)
+    plot, warning = redraw_search_trend(cfg, cfg.measures[0])
+    warnings = (warning,) if warning is not None else ()
+    return SearchNightlyOutcome(comparison, entry, out, cfg.history, plot, warnings)
 
 
 def plot_search_trend(entries: list[dict[str, Any]], measure: str) -> bytes | None:
@@ -374,18 +376,19 @@ def plot_search_trend(entries: list[dict[str, Any]], measure: str) -> bytes | No
     return buf.getvalue()
 
 
-def redraw_search_trend(cfg: SearchNightlyConfig, measure: str) -> Path | None:
-    """Redraw the trend plot from this job's history lines (None: no matplotlib)."""
+def redraw_search_trend(cfg: SearchNightlyConfig, measure: str) -> tuple[Path | None, str | None]:
+    """Redraw the trend plot from this job's history lines: its path (None: no matplotlib, or
+    not drawn) and a warning when matplotlib could not draw it (the night is not failed)."""
     entries = [
         e
         for e in read_history(cfg.history)
         if e.get("schema") == SEARCH_HISTORY_SCHEMA and e.get("name") == cfg.name
     ]
-    png = plot_search_trend(entries, measure)
+    png, warning = drawn_or_warning(lambda: plot_search_trend(entries, measure), "trend plot")
     if png is None:
-        return None
+        return None, warning
     atomic_write_bytes(cfg.trend_plot, png)
-    return cfg.trend_plot
+    return cfg.trend_plot, None
 
 
 __all__ = [

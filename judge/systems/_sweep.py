@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from judge.io import InputError, Qrels, lock_output
 from judge.judging import JudgeConfig, VerdictStore
 from judge.metrics import UNDECIDED
 from judge.search import SearchConfig, SearchOptions, SearchRun, arun_search, load_config, read_queries
+from judge.stability import drawn_or_warning
 from judge.store import atomic_write_bytes
 from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
@@ -89,6 +91,14 @@ class ExperimentOptions:
                 "an experiment needs two configurations or more: several --config, or --grid",
                 field="--config",
             )
+        if knobs and self.trials is None:
+            points = math.prod(len(k.values or ()) for k in knobs)
+            if points + len(self.configs) - 1 < 2:
+                raise InputError(
+                    f"the grid has {points} point and there is no other configuration: an experiment "
+                    "compares two configurations or more; give a knob two values or more",
+                    field="--grid",
+                )
         return knobs
 
 
@@ -361,14 +371,15 @@ def summarize_experiment(
     )
 
 
-def _with_heatmap(summary: ExperimentSummary, out: Path) -> ExperimentSummary:
-    """Draw ``heatmap.png`` into ``out`` when two knobs vary (else remove an old one)."""
-    png = heatmap_png(summary)
+def _with_heatmap(summary: ExperimentSummary, out: Path) -> tuple[ExperimentSummary, str | None]:
+    """Draw ``heatmap.png`` into ``out`` when two knobs vary (else remove an old one); a heat
+    map matplotlib cannot draw is a warning (returned), never a failed experiment."""
+    png, warning = drawn_or_warning(lambda: heatmap_png(summary), "heat map")
     if png is not None:
         atomic_write_bytes(out / HEATMAP_FILE, png)
-        return summary.model_copy(update={"heatmap": HEATMAP_FILE})
+        return summary.model_copy(update={"heatmap": HEATMAP_FILE}), None
     (out / HEATMAP_FILE).unlink(missing_ok=True)
-    return summary
+    return summary, warning
 
 
 async def run_experiment(
@@ -461,8 +472,9 @@ async def run_experiment(
         calls_this_run=ledger.this_run,
         depth=opts.depth,
     )
-    summary = await asyncio.to_thread(_with_heatmap, summary, out)
-    comparison.with_report(comparison.report.model_copy(update={"experiment": summary}))
+    summary, warning = await asyncio.to_thread(_with_heatmap, summary, out)
+    warnings = [*comparison.report.warnings, *([warning] if warning is not None else [])]
+    comparison.with_report(comparison.report.model_copy(update={"experiment": summary, "warnings": warnings}))
     await asyncio.to_thread(comparison.write)
     lock.release()
     return comparison
