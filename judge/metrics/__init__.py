@@ -20,6 +20,7 @@ from judge.metrics._evaluate import (
     format_trec_eval,
     ordered_measures,
 )
+from judge.metrics._expected_pooled import EXPECTED_FORMS, expected_pooled_values, has_expected_form
 from judge.metrics._expected_ranking import expected_average_precision, expected_ndcg
 from judge.metrics._judged import (
     LABEL_FREE,
@@ -130,6 +131,7 @@ __all__ = [
     "ANSWER_METRICS",
     "COVERAGE_GOAL",
     "DIVERSITY_CONVENTIONS",
+    "EXPECTED_FORMS",
     "LABEL_FREE",
     "LINEAR_MEASURES",
     "LOW_QUALITY_MAX",
@@ -182,10 +184,12 @@ __all__ = [
     "evaluate",
     "expected_average_precision",
     "expected_ndcg",
+    "expected_pooled_values",
     "f1_at_k",
     "format_trec_eval",
     "gain_values",
     "gen_eval",
+    "has_expected_form",
     "hit_rate",
     "holm",
     "holm_adjust",

@@ -29,9 +29,12 @@ from judge.systems._render_common import (
     _verdict_sentence,
     differing_queries,
     example_systems,
+    figure_sentence,
     p_yes_text,
     palette,
     passage_entry,
+    per_query_table,
+    thresholded_table,
 )
 from judge.systems._render_html import difference_chart, means_chart, render_html
 from judge.systems._scoring import system_verdicts
@@ -99,6 +102,8 @@ def render_markdown(data: ReportData) -> str:
         "",
         _scale_sentence(r),
         "",
+        figure_sentence(r),
+        "",
         "## Systems",
         "",
     ]
@@ -120,6 +125,9 @@ def render_markdown(data: ReportData) -> str:
         "found), which rewards finding few; compare systems on the pooled figures.",
         "",
     ]
+    head, rows = thresholded_table(r, measure_names)
+    if rows:
+        lines += ["### Thresholded figures (judge trec on pool.qrels)", "", *_md_table(head, rows), ""]
     lines += ppi_markdown(r)
     lines += [
         "## Comparisons (each system against the baseline)",
@@ -152,6 +160,14 @@ def render_markdown(data: ReportData) -> str:
     else:
         lines.append("No comparison could be made (see warnings).")
     lines.append("")
+    measure, head, rows = per_query_table(r)
+    if rows:
+        lines += [
+            f"## Per-query {measure} (the tested figure: the values the paired tests read)",
+            "",
+            *_md_table(head, rows),
+            "",
+        ]
     if r.not_in_all_systems:
         lines += [
             "## Queries not in every system (left out of the paired tests)",

@@ -305,3 +305,42 @@ def passage_entry(
         "reason": reason,
         "source": "human" if v.backend == "human" else ("judge" if v.template_id else "none"),
     }
+
+
+def figure_sentence(r: SystemsReport) -> str:
+    """Which figure the means, rankings and tests are (``conventions.tested_figure``) and why."""
+    conv = r.conventions
+    used = conv.get("tested_figure")
+    if used is None:  # a report written before the tested figure was chosen
+        return "Tested figure: thresholded (trec_eval over pool.qrels)."
+    what = (
+        "expected (the judge's P(yes) as each pooled passage's relevance; human labels at their grade)"
+        if used == "expected"
+        else "thresholded (trec_eval over pool.qrels: each verdict cut at its threshold)"
+    )
+    beside = " The thresholded figures are beside them." if used == "expected" else ""
+    return f"Tested figure: {what}; {conv.get('tested_figure_reason', '')}.{beside}"
+
+
+def thresholded_table(r: SystemsReport, names: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """The thresholded means beside the tested ones (empty when the thresholded are tested)."""
+    rows = [
+        [name, *(_f(s.thresholded.get(m)) for m in names)]
+        for name, s in r.systems.items()
+        if s.thresholded is not None
+    ]
+    return (["system", *names], rows) if rows else ([], [])
+
+
+def per_query_table(r: SystemsReport) -> tuple[str | None, list[str], list[list[str]]]:
+    """Each system's per-query values of the primary measure (the tested figure: what the
+    paired tests read), one row per query: (measure, header, rows)."""
+    names = [n for n, s in r.systems.items() if s.per_query is not None]
+    if not names:
+        return None, [], []
+    qids: list[str] = []
+    for n in names:
+        qids += [q for q in (r.systems[n].per_query or {}) if q not in qids]
+    measure = r.conventions.get("per_query_measure")
+    rows = [[q, *(_f((r.systems[n].per_query or {}).get(q)) for n in names)] for q in qids]
+    return (str(measure) if measure else None), ["query", *names], rows

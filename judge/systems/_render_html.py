@@ -35,8 +35,11 @@ from judge.systems._render_common import (
     _verdict_sentence,
     differing_queries,
     example_systems,
+    figure_sentence,
     p_yes_text,
     palette,
+    per_query_table,
+    thresholded_table,
 )
 from judge.systems._scoring import Paired, system_verdicts
 from judge.systems._sweep_report import experiment_html, experiment_title
@@ -263,6 +266,29 @@ def _query_block(
     )
 
 
+def _thresholded_html(r: SystemsReport, measure_names: Sequence[str]) -> list[str]:
+    """The thresholded means beside the tested ones (nothing when those are tested)."""
+    head, rows = thresholded_table(r, measure_names)
+    if not rows:
+        return []
+    return [
+        '<h3 id="thresholded">Thresholded figures (judge trec on pool.qrels)</h3>',
+        _html_table([escape(h) for h in head], [[escape(c) for c in row] for row in rows]),
+    ]
+
+
+def _per_query_html(r: SystemsReport) -> list[str]:
+    """Each system's per-query values of the primary measure: what the paired tests read."""
+    measure, head, rows = per_query_table(r)
+    if not rows:
+        return []
+    return [
+        f'<h2 id="per-query-values">Per-query {escape(str(measure))} '
+        "(the tested figure: the values the paired tests read)</h2>",
+        _html_table([escape(h) for h in head], [[escape(c) for c in row] for row in rows]),
+    ]
+
+
 def render_html(data: ReportData) -> str:
     r = data.report
     measure_names = [m.trec_name for m in data.measures]
@@ -293,6 +319,7 @@ def render_html(data: ReportData) -> str:
         f"{p.unjudged} unjudged. LLM calls this run: <b>{p.calls}</b>; pooling saved "
         f"{p.calls_saved} judgments.</p>"
         f'<p class="muted">{escape(_scale_sentence(r))}</p>'
+        f'<p id="tested-figure">{escape(figure_sentence(r))}</p>'
     )
     rows = [
         [
@@ -310,7 +337,7 @@ def render_html(data: ReportData) -> str:
         "<code>map_isolated</code> judges each list alone (AP's denominator: the relevant passages "
         "that list found), which rewards finding few: compare systems on the pooled figures.</p>"
     )
-    parts += ppi_html(r)
+    parts += [*_thresholded_html(r, measure_names), *ppi_html(r)]
     parts.append('<h2 id="means">Means and bootstrap intervals</h2>')
     parts.append(means_chart(data))
     parts.append('<h2 id="comparisons">Comparisons (each system against the baseline)</h2>')
@@ -397,7 +424,7 @@ def render_html(data: ReportData) -> str:
     if r.not_in_all_systems:
         parts.append('<h2 id="missing">Queries not in every system (left out of the paired tests)</h2>')
         parts.append("<p>" + ", ".join(f"<code>{escape(q)}</code>" for q in r.not_in_all_systems) + "</p>")
-    parts.extend(_adaptive_html(r))
+    parts += [*_per_query_html(r), *_adaptive_html(r)]
     if r.warnings:
         parts.append(
             '<h2 id="warnings">Warnings</h2><ul>'
