@@ -233,3 +233,66 @@ def test_the_option_reaches_every_entry_point(tmp_path: Path) -> None:
     cfg.write_text(json.dumps({"search": {"queries": "q.jsonl", "config": "e.toml", "test_figure": "x"}}))
     with pytest.raises(InputError, match="search.test_figure"):
         load_search_nightly(cfg)
+
+
+# ---------------------------------------------------------------------------- every pair, the tie group
+def _evaluation(values: list[float]) -> Any:
+    """An evaluation whose per-query P_1 is ``values`` (query i relevant at rank 1 iff 1)."""
+    rankings = [
+        JudgedRanking(qid=f"q{i:02d}", grades=np.array([int(v)], dtype=np.int64), qrels=np.array([1]))
+        for i, v in enumerate(values)
+    ]
+    return evaluate(parse_measure_args(["P_1"]), rankings)
+
+
+def test_every_pair_is_tested_with_holm_over_all_pairs_and_the_best_has_a_tie_group() -> None:
+    from judge.systems._model import PairDifference
+    from judge.systems._pairwise import pairwise_differences, tie_group
+
+    (p1,) = parse_measure_args(["P_1"])
+    ones, zeros = [1.0] * 20, [0.0] * 20
+    evaluations = {"A": _evaluation(zeros), "B": _evaluation(ones), "C": _evaluation(ones), "D": None}
+    pairs = pairwise_differences(
+        ["A", "B", "C", "D"], evaluations, p1, {"q00"}, seed=0, resamples=2000, confidence=0.95
+    )
+    # D has no evaluation: not tested; q00 is excluded (not in every configuration): n = 19
+    assert [(p.a, p.b, p.n, p.diff) for p in pairs] == [
+        ("A", "B", 19, 1.0),
+        ("A", "C", 19, 1.0),
+        ("B", "C", 19, 0.0),
+    ]
+    assert pairs[2].p_value == 1.0 and pairs[2].p_holm == 1.0  # equal everywhere: p = 1
+    assert pairs[0].p_value < 0.01 and pairs[0].p_holm is not None and pairs[0].p_holm >= pairs[0].p_value
+    # B's tie group: C (p 1), not A (separated)
+    assert tie_group("B", pairs, 0.05) == ["B", "C"]
+    assert tie_group(None, pairs, 0.05) is None
+    # a pair without a Holm p (not adjusted) cannot separate
+    loose = [PairDifference(a="X", b="Y", n=3, diff=0.5, p_value=0.01, p_holm=None)]
+    assert tie_group("Y", loose, 0.05) == ["Y", "X"]
+
+
+def test_until_decided_scores_the_judged_pairs_by_their_probabilities() -> None:
+    from judge.systems._adaptive import Problem, ProblemQuery, score_states
+
+    def problem(expected: bool) -> Problem:
+        q = ProblemQuery(
+            token="q1",
+            docnos=["a", "b"],
+            labels=np.array([1, 0], dtype=np.int64),  # thresholded: P(yes) 0.9 yes, 0.4 no
+            prior=np.full(2, 0.5),
+            ranks=[np.array([0, 1], dtype=np.intp), np.array([1, 0], dtype=np.intp)],
+            best_rank=np.array([1, 1], dtype=np.int64),
+            soft={0: np.array([0.1, 0.9, 0, 0]), 1: np.array([0.6, 0.4, 0, 0])},
+        )
+        return Problem(
+            queries=[q],
+            systems=["base", "other"],
+            measures=tuple(parse_measure_args(["ndcg_cut_2"])),
+            expected=expected,
+        )
+
+    states = [np.array([[1, 0]], dtype=np.int64)]
+    on_expected = score_states(problem(True), states, 1)[:, 0, 0, 0]
+    on_thresholded = score_states(problem(False), states, 1)[:, 0, 0, 0]
+    assert on_expected.tolist() == pytest.approx([1.0, (0.4 + 0.9 / L3) / (0.9 + 0.4 / L3)])
+    assert on_thresholded.tolist() == pytest.approx([1.0, 1 / L3])  # [0, 1] over the ideal [1]

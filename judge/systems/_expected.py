@@ -43,6 +43,7 @@ __all__ = [
     "grade_rows",
     "merge_rows",
     "tested_figure",
+    "verdict_row",
 ]
 
 TestFigure = Literal["expected", "thresholded"]
@@ -78,7 +79,7 @@ def _one_hot(grade: int, width: int) -> npt.NDArray[np.float64]:
     return row
 
 
-def _verdict_row(v: PassageVerdict, mode: str, width: int) -> npt.NDArray[np.float64] | None:
+def verdict_row(v: PassageVerdict, mode: str, width: int) -> npt.NDArray[np.float64] | None:
     """The verdict's distribution over grades (None: no probability, a certainty)."""
     if mode == "graded":
         probs = v.probs or {}
@@ -120,7 +121,7 @@ def grade_rows(
             row = None
             if v is not None and v.judged:
                 judged += 1
-                row = _verdict_row(v, mode, width)
+                row = verdict_row(v, mode, width)
                 weighted += row is not None
             rows[d] = row if row is not None else _one_hot(grade, width)
         out[q.token] = rows

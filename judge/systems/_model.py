@@ -97,6 +97,8 @@ class AdaptiveSummary(_Model):
     undecided: int
     stop: str
     prior: str
+    # the figure the decisions were made on (expected: each judged pair by its probabilities)
+    figure: str | None = None
 
 
 class SystemComparison(_Model):

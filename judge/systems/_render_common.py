@@ -181,6 +181,7 @@ def _adaptive_rows(r: SystemsReport) -> tuple[str, list[list[str]]]:
         f"{a.decided} comparison(s) decided, {a.undecided} undecided (stopped: {a.stop}). A decision is "
         f"which system is better and whether significantly (Holm p < {a.alpha:g}); decided = it holds in at "
         f"least {a.confidence:g} of {a.draws} draws of the unjudged pairs from the prior ({a.prior})."
+        + (f" Decided on the {a.figure} figure, the one the report tests." if a.figure else "")
     )
     rows: list[list[str]] = []
     for c in r.comparisons:

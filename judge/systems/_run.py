@@ -270,6 +270,7 @@ async def run_comparison(
             seed=opts.seed,
             resamples=opts.resamples,
             depth=opts.depth,
+            expected=opts.test_figure == "expected",
         )
         merged = {qid: dict(vs) for qid, vs in cheap_verdicts.items()}
         for qid, vs in adaptive.verdicts.items():
@@ -339,6 +340,7 @@ def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> Adap
         undecided=undecided,
         stop=stop,
         prior=outcome.prior,
+        figure=outcome.figure,
     )
 
 
