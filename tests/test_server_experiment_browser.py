@@ -85,7 +85,8 @@ def test_the_experiment_page_answers_first_and_sets_two_configurations_side_by_s
             assert e["tie_group"][0] == e["best"]
             assert page.get_attribute("#tie-group", "data-members") == " ".join(e["tie_group"])
             assert page.locator("#pairwise tbody tr").count() == len(e["pairwise"]) == 6
-            assert page.get_attribute("#tested-figure", "data-figure") == report["conventions"]["tested_figure"]
+            figure = report["conventions"]["tested_figure"]
+            assert page.get_attribute("#tested-figure", "data-figure") == figure
             # Two configurations side by side, largest disagreement first.
             names = [c["name"] for c in e["configurations"]]
             page.select_option("#pick-a", names[0])

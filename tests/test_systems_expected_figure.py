@@ -231,7 +231,7 @@ def test_the_option_reaches_every_entry_point(tmp_path: Path) -> None:
     )
     assert load_search_nightly(cfg).test_figure == "thresholded"
     cfg.write_text(json.dumps({"search": {"queries": "q.jsonl", "config": "e.toml", "test_figure": "x"}}))
-    with pytest.raises(InputError, match="search.test_figure"):
+    with pytest.raises(InputError, match=r"search\.test_figure"):
         load_search_nightly(cfg)
 
 
@@ -296,3 +296,36 @@ def test_until_decided_scores_the_judged_pairs_by_their_probabilities() -> None:
     on_thresholded = score_states(problem(False), states, 1)[:, 0, 0, 0]
     assert on_expected.tolist() == pytest.approx([1.0, (0.4 + 0.9 / L3) / (0.9 + 0.4 / L3)])
     assert on_thresholded.tolist() == pytest.approx([1.0, 1 / L3])  # [0, 1] over the ideal [1]
+
+
+def test_the_qrels_judge_prints_the_same_figures_on_either_figure(tmp_path: Path) -> None:
+    # The README's example: the qrels judge answers P(yes) 0 or 1, so the expected figures are
+    # the thresholded ones, to the last digit (the README's strong vs weak diff +0.8542).
+    import judge
+
+    root = Path(__file__).resolve().parents[1]
+    systems = {n: root / "datasets" / "systems" / f"{n}.jsonl" for n in ("weak", "strong")}
+    backend = f"qrels:{root / 'datasets' / 'sample.qrels'}"
+    reports = {
+        figure: judge.compare_systems(
+            systems,
+            tmp_path / figure,
+            backend=backend,
+            config=JudgeConfig(probability=True),  # the qrels judge's P(yes): 1 or 0
+            cache=False,
+            test_figure=figure,
+            stability_resamples=0,
+        )
+        for figure in ("expected", "thresholded")
+    }
+    expected, thresholded = reports["expected"], reports["thresholded"]
+    assert expected.conventions["tested_figure"] == "expected"
+    assert thresholded.conventions["tested_figure"] == "thresholded"
+    for name in systems:
+        assert expected.systems[name].measures == thresholded.systems[name].measures
+        assert expected.systems[name].per_query == thresholded.systems[name].per_query
+        beside = expected.systems[name].thresholded
+        assert beside is not None and beside == {m: thresholded.systems[name].measures[m] for m in beside}
+    assert [c.model_dump() for c in expected.comparisons] == [c.model_dump() for c in thresholded.comparisons]
+    (c,) = [c for c in expected.comparisons if c.measure == "map"]
+    assert round(c.diff, 4) == 0.8542

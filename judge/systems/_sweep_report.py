@@ -285,9 +285,11 @@ def experiment_html(r: SystemsReport) -> list[str]:
         "human label (unjudged ones count as not relevant).</p>",
     ]
     if e.pairwise:
-        head, body = pairwise_rows(e)
+        pair_head, pair_rows = pairwise_rows(e)
         parts.append(f'<h3 id="pairwise-all">Every pair of configurations ({escape(e.objective)})</h3>')
-        parts.append(_html_table([escape(h) for h in head], [[escape(c) for c in row] for row in body]))
+        parts.append(
+            _html_table([escape(h) for h in pair_head], [[escape(c) for c in row] for row in pair_rows])
+        )
     found = heatmap_grid(e)
     if found is not None:
         xs, ys, grid = found
