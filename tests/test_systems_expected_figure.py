@@ -329,3 +329,19 @@ def test_the_qrels_judge_prints_the_same_figures_on_either_figure(tmp_path: Path
     assert [c.model_dump() for c in expected.comparisons] == [c.model_dump() for c in thresholded.comparisons]
     (c,) = [c for c in expected.comparisons if c.measure == "map"]
     assert round(c.diff, 4) == 0.8542
+
+
+def test_a_verdict_the_adapted_rule_decided_counts_at_the_rule_s_probability() -> None:
+    from judge.judging import PassageVerdict
+    from judge.systems._expected import verdict_row
+
+    base = {"index": 0, "passage_id": "d", "template_id": "t", "template_hash": "h", "backend": "b"}
+    judged = PassageVerdict(verdict="no", p_yes=0.3, **base)
+    adapted = judged.model_copy(update={"verdict": "yes", "p_adapted": 0.8})
+    assert verdict_row(judged, "binary", 4).tolist() == pytest.approx([0.7, 0.3, 0, 0])
+    assert verdict_row(adapted, "binary", 4).tolist() == pytest.approx([0.2, 0.8, 0, 0])
+    assert verdict_row(judged.model_copy(update={"p_yes": None}), "binary", 4) is None
+    # graded: the four grade probabilities, normalised; without them no distribution
+    graded = PassageVerdict(verdict="yes", grade=2, probs={"0": 0.1, "1": 0.1, "2": 0.6, "3": 0.2}, **base)
+    assert verdict_row(graded, "graded", 4).tolist() == pytest.approx([0.1, 0.1, 0.6, 0.2])
+    assert verdict_row(graded.model_copy(update={"probs": {"0": 0.5, "1": 0.5}}), "graded", 4) is None

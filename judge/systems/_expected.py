@@ -80,7 +80,9 @@ def _one_hot(grade: int, width: int) -> npt.NDArray[np.float64]:
 
 
 def verdict_row(v: PassageVerdict, mode: str, width: int) -> npt.NDArray[np.float64] | None:
-    """The verdict's distribution over grades (None: no probability, a certainty)."""
+    """The verdict's distribution over grades (None: no probability, a certainty): binary,
+    ``[1 - p, p]`` with ``p`` the probability that decided it (``p_adapted`` when ``--adapt``
+    decided it, else P(yes)); graded, its four grade probabilities."""
     if mode == "graded":
         probs = v.probs or {}
         if not all(str(g) in probs for g in range(4)):
@@ -92,9 +94,11 @@ def verdict_row(v: PassageVerdict, mode: str, width: int) -> npt.NDArray[np.floa
         row = np.zeros(width, dtype=np.float64)
         row[:4] = p / total
         return row
-    if v.p_yes is None or not np.isfinite(v.p_yes):
+    # --adapt applied: the rule that decided the verdict gives its probability (p_adapted)
+    p = v.p_adapted if v.p_adapted is not None else v.p_yes
+    if p is None or not np.isfinite(p):
         return None
-    p_yes = min(max(float(v.p_yes), 0.0), 1.0)
+    p_yes = min(max(float(p), 0.0), 1.0)
     row = np.zeros(width, dtype=np.float64)
     row[1] += p_yes  # pool.qrels: yes = 1, no = 0
     row[0] += 1.0 - p_yes
