@@ -188,6 +188,15 @@ def render_markdown(data: ReportData) -> str:
         ),
         "```",
         "",
+        *(
+            [
+                "These reproduce the thresholded figures; the tested (expected) figures weight each "
+                "pooled pair by its P(yes) in pool.judged.jsonl (conventions.expected_figure).",
+                "",
+            ]
+            if r.conventions.get("tested_figure") == "expected"
+            else []
+        ),
         "## Conventions",
         "",
         "```json",
