@@ -177,7 +177,8 @@ def _adaptive_rows(r: SystemsReport) -> tuple[str, list[list[str]]]:
         return "", []
     share = "" if a.fraction is None else f" ({a.fraction:.0%})"
     head = (
-        f"Judged {a.judged_pairs} of the full pool's {a.pool_pairs} pairs{share} in {a.rounds} rounds; "
+        f"Judged {a.judged_pairs} of the full pool's {a.pool_pairs} pairs{share} in {a.rounds} rounds "
+        f"({max(a.pool_pairs - a.judged_pairs, 0)} judgments saved); "
         f"{a.decided} comparison(s) decided, {a.undecided} undecided (stopped: {a.stop}). A decision is "
         f"which system is better and whether significantly (Holm p < {a.alpha:g}); decided = it holds in at "
         f"least {a.confidence:g} of {a.draws} draws of the unjudged pairs from the prior ({a.prior})."
