@@ -87,12 +87,12 @@ def verdict_row(v: PassageVerdict, mode: str, width: int) -> npt.NDArray[np.floa
         probs = v.probs or {}
         if not all(str(g) in probs for g in range(4)):
             return None
-        p = np.array([max(float(probs[str(g)]), 0.0) for g in range(4)], dtype=np.float64)
-        total = float(p.sum())
+        grades = np.array([max(float(probs[str(g)]), 0.0) for g in range(4)], dtype=np.float64)
+        total = float(grades.sum())
         if total <= 0.0 or not np.isfinite(total):
             return None
         row = np.zeros(width, dtype=np.float64)
-        row[:4] = p / total
+        row[:4] = grades / total
         return row
     # --adapt applied: the rule that decided the verdict gives its probability (p_adapted)
     p = v.p_adapted if v.p_adapted is not None else v.p_yes
