@@ -81,6 +81,12 @@ def test_the_experiment_page_answers_first_and_sets_two_configurations_side_by_s
             assert page.locator("#configs tbody tr").count() == 4
             assert page.locator("#heatmap td.hm").count() == 4
             assert page.get_attribute("#heatmap td.hm.best", "data-config") == e["best"]
+            # The best's tie group, every pair of configurations, and which figure was tested.
+            assert e["tie_group"][0] == e["best"]
+            assert page.get_attribute("#tie-group", "data-members") == " ".join(e["tie_group"])
+            assert page.locator("#pairwise tbody tr").count() == len(e["pairwise"]) == 6
+            figure = report["conventions"]["tested_figure"]
+            assert page.get_attribute("#tested-figure", "data-figure") == figure
             # Two configurations side by side, largest disagreement first.
             names = [c["name"] for c in e["configurations"]]
             page.select_option("#pick-a", names[0])

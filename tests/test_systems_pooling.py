@@ -263,7 +263,10 @@ def test_order_stability_from_known_p_yes(tmp_path: Path) -> None:
         measures=["map"],
     )
     (c,) = report.comparisons
-    assert c.diff == 1.0
+    # The tested (expected) map: P(relevant) over the pool's expected relevant count 0.1 + 0.9:
+    # A 0.1 / 1.0, B 0.9 / 1.0; thresholded (a no, b yes): A 0, B 1.
+    assert c.diff == pytest.approx(0.8)
+    assert report.systems["B"].thresholded == {"map": 1.0} and report.systems["A"].thresholded == {"map": 0.0}
     # 2000 Bernoulli(0.81) draws: standard error 0.0088; the seed fixes the figure.
     assert c.order_stability == pytest.approx(0.81, abs=0.035)
     again = _run(
@@ -394,7 +397,10 @@ def test_order_stability_redraws_grades_from_their_probabilities(tmp_path: Path)
     )
     assert read_qrels(tmp_path / "report" / "pool.qrels").to_dict() == {"q1": {"a": 0, "b": 2}}
     (c,) = report.comparisons
-    assert c.diff == 1.0
+    # Expected map: P(grade >= 2) over the pool's expected relevant count 0.2 + 0.8: A 0.2,
+    # B 0.8; thresholded (argmax grades 0 and 2): A 0, B 1.
+    assert c.diff == pytest.approx(0.6)
+    assert report.systems["B"].thresholded == {"map": 1.0}
     assert c.order_stability == pytest.approx(0.64, abs=0.04)  # standard error 0.011
 
 

@@ -43,6 +43,8 @@ def add_pooled_flags(
     batch flags (:func:`~judge.cli._flags.add_batch_flags`), ``--retry-unjudged``,
     ``--top-queries``, ``--json`` and the worked examples
     (:func:`~judge.cli._flags.add_example_flags`: run settings, read by ``run_spec_of``)."""
+    from judge.systems import DEFAULT_TEST_FIGURE, TEST_FIGURES
+
     p.add_argument(
         "--qrels",
         default=None,
@@ -135,6 +137,14 @@ def add_pooled_flags(
         metavar="N",
         help="with --until-decided: pairs judged per round (default max(8, pool/25))",
     )
+    p.add_argument(
+        "--test-figure",
+        choices=TEST_FIGURES,
+        default=DEFAULT_TEST_FIGURE,
+        help="what the comparisons rank and test: expected (the judge's P(yes) as each passage's relevance, "
+        "nothing lost to the threshold; thresholded when the judge gives no P(yes)) or thresholded (the "
+        f"verdicts cut at the threshold); both are reported (default {DEFAULT_TEST_FIGURE})",
+    )
     p.add_argument("--top-queries", type=int, default=10, help="queries shown in report.html (default 10)")
     p.add_argument(
         "--cascade",
@@ -178,6 +188,7 @@ def pooled_keywords(args: argparse.Namespace) -> dict[str, Any]:
         "until_decided": bool(args.until_decided),
         "budget": args.budget,
         "batch": args.batch,
+        "test_figure": args.test_figure,
     }
 
 

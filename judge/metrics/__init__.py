@@ -20,6 +20,7 @@ from judge.metrics._evaluate import (
     format_trec_eval,
     ordered_measures,
 )
+from judge.metrics._expected_pooled import EXPECTED_FORMS, expected_pooled_values, has_expected_form
 from judge.metrics._expected_ranking import expected_average_precision, expected_ndcg
 from judge.metrics._judged import (
     LABEL_FREE,
@@ -139,6 +140,7 @@ __all__ = [
     "COVERAGE_GOAL",
     "DIVERSITY_CONVENTIONS",
     "EXACT_LIMIT",
+    "EXPECTED_FORMS",
     "INTERVAL_EXACT_LIMIT",
     "LABEL_FREE",
     "LINEAR_MEASURES",
@@ -196,10 +198,12 @@ __all__ = [
     "exact_sign_flip_p",
     "expected_average_precision",
     "expected_ndcg",
+    "expected_pooled_values",
     "f1_at_k",
     "format_trec_eval",
     "gain_values",
     "gen_eval",
+    "has_expected_form",
     "hit_rate",
     "holm",
     "holm_adjust",

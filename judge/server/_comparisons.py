@@ -22,6 +22,7 @@ from judge.judging import JudgeConfig
 from judge.server._job_files import Validation, complete_lines, sample_label_options
 from judge.store import trec_token
 from judge.systems import (
+    DEFAULT_TEST_FIGURE,
     ComparisonReport,
     Inputs,
     PoolRun,
@@ -30,6 +31,7 @@ from judge.systems import (
     SystemsReport,
     build_pool,
     check_sample_pairs,
+    check_test_figure,
     map_human,
     pool_dataset_lines,
     pool_scale,
@@ -208,6 +210,7 @@ def systems_options(job_dir: Path, options: Mapping[str, Any]) -> SystemsOptions
         top_queries=int(options.get("top_queries", 10)),
         top_passages=int(options.get("top_passages", 5)),
         until_decided=bool(options.get("until_decided")),
+        test_figure=check_test_figure(options.get("test_figure", DEFAULT_TEST_FIGURE), field="test_figure"),
         budget=options.get("budget"),
         adaptive_batch=options.get("batch"),
         sample_labels=sample_label_options(job_dir, options),

@@ -18,6 +18,7 @@ from pydantic import (
 from judge.batch import RUN_DEFAULTS
 from judge.io import DEFAULT_MAX_PASSAGE_CHARS, ExchangeScale
 from judge.server._bounds import RequestFloat, RequestInt, Seed
+from judge.systems import DEFAULT_TEST_FIGURE, TestFigure
 
 
 def builtin_template_ids() -> set[str]:
@@ -192,7 +193,8 @@ class CompareOptions(JudgeOptions):
     """Options of a comparison of systems (``judge compare-systems``'s flags): pooling depth,
     measures, human labels (``qrels``: the text of what ``--qrels`` reads, TREC qrels or a
     Quepid/SRW judgment list told apart by content, its scale ``qrels_scale``), tests and how
-    much the report shows."""
+    much the report shows; ``test_figure``: what the comparisons rank and test (``expected``,
+    the judge's probability-weighted figures, or ``thresholded``)."""
 
     depth: RequestInt | None = Field(default=None, ge=1, le=100_000)
     measures: list[str] | None = Field(default=None, min_length=1, max_length=50)
@@ -213,6 +215,8 @@ class CompareOptions(JudgeOptions):
     top_queries: RequestInt = Field(default=10, ge=0, le=1000)
     top_passages: RequestInt = Field(default=5, ge=1, le=100)
     until_decided: bool = False
+    # what the comparisons rank and test: the judge's probability-weighted figures or the thresholded
+    test_figure: TestFigure = DEFAULT_TEST_FIGURE
     budget: RequestInt | None = Field(default=None, ge=0, le=100_000_000)
     batch: RequestInt | None = Field(default=None, ge=1, le=1_000_000)
     # --sample-labels: TREC qrels text of pairs drawn at random from the pool (each system's ppi)

@@ -25,6 +25,7 @@ from judge.systems._engine_nightly import (
     run_search_nightly,
 )
 from judge.systems._example_bank import check_pool_examples, pool_example_bank, with_neighbours
+from judge.systems._expected import DEFAULT_TEST_FIGURE, TEST_FIGURES, TestFigure, check_test_figure
 from judge.systems._inputs import Inputs, check_name, parse_system_args, read_systems
 from judge.systems._label_scale import map_human
 from judge.systems._model import (
@@ -75,6 +76,7 @@ __all__ = [
     "DEFAULT_EXPERIMENT_DIR",
     "DEFAULT_MEASURES",
     "DEFAULT_REPORT_DIR",
+    "DEFAULT_TEST_FIGURE",
     "EXPERIMENT_COMMAND",
     "EXPERIMENT_MEASURES",
     "FEEDBACK",
@@ -82,6 +84,7 @@ __all__ = [
     "SCHEMA",
     "SEARCH_HISTORY_SCHEMA",
     "SIMILARITY",
+    "TEST_FIGURES",
     "ComparisonReport",
     "ExperimentConfiguration",
     "ExperimentOptions",
@@ -101,6 +104,7 @@ __all__ = [
     "SystemSummary",
     "SystemsOptions",
     "SystemsReport",
+    "TestFigure",
     "acompare_systems",
     "aexperiment",
     "build_pool",
@@ -108,6 +112,7 @@ __all__ = [
     "check_pool_adapt",
     "check_pool_examples",
     "check_sample_pairs",
+    "check_test_figure",
     "compare_systems",
     "comparison_pair",
     "dataset_features",

@@ -55,7 +55,8 @@ import numpy.typing as npt
 from judge.backends import Backend
 from judge.io import JudgedRanking
 from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
-from judge.metrics import Measure, evaluate, exact_sign_flip_p
+from judge.metrics import Measure, evaluate, exact_sign_flip_p, expected_pooled_values, has_expected_form
+from judge.systems._expected import verdict_row
 from judge.systems._inputs import Inputs
 from judge.systems._pool import Pool, PoolRun, judge_pool
 from judge.systems._scoring import judge_grade
@@ -84,6 +85,9 @@ class ProblemQuery:
     best_rank: npt.NDArray[np.int64]
     cheap: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
     group: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    soft: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
+    """Judged pairs' distributions over grades (docno index -> row), read when the problem
+    decides on the expected figure."""
 
     def unknown(self) -> npt.NDArray[np.intp]:
         return np.flatnonzero(self.labels == UNKNOWN)
@@ -104,6 +108,10 @@ class Problem:
     seed: int = 0
     alpha: float = ALPHA
     group_sd: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    expected: bool = False
+    """Decide on the expected figure (a judged pair counts by its distribution over grades,
+    ``soft``), as the report tests it; False: on the thresholded grades."""
+    width: int = 4
 
     @property
     def groups(self) -> int:
@@ -233,7 +241,34 @@ def _evaluate_states(
         return np.zeros((len(problem.measures), 0))
     ev = evaluate(problem.measures, rankings, relevance_level=problem.level)
     cols = np.stack([ev.query_scores(m) for m in problem.measures], axis=0)
+    if problem.expected:
+        _expected_columns(problem, system, [key for key in index], cols)
     return np.asarray(cols[:, np.array(where, dtype=np.intp)], dtype=np.float64)
+
+
+def _expected_columns(
+    problem: Problem, system: int, keys: Sequence[tuple[int, bytes]], cols: npt.NDArray[np.float64]
+) -> None:
+    """Overwrite ``cols`` ([measure, distinct state]) with the expected figure of each
+    measure that has one: known pairs by their distribution (``soft``, else a certainty at
+    their grade), drawn pairs at their drawn grade, absent pairs left out of the pool."""
+    forms = [i for i, m in enumerate(problem.measures) if has_expected_form(m)]
+    if not forms:
+        return
+    chosen = [problem.measures[i] for i in forms]
+    for at, (qi, raw) in enumerate(keys):
+        q = problem.queries[qi]
+        state = np.frombuffer(raw, dtype=np.int64)
+        present = state != ABSENT
+        rows = np.zeros((state.shape[0], problem.width), dtype=np.float64)
+        graded = np.flatnonzero(state >= 0)
+        rows[graded, state[graded]] = 1.0
+        for j, row in q.soft.items():
+            if state[j] >= 0:
+                rows[j] = row
+        ranks = q.ranks[system]
+        ranked = np.where((ranks >= 0)[:, None], rows[np.maximum(ranks, 0)], 0.0)
+        cols[forms, at] = expected_pooled_values(chosen, ranked, rows[present], level=problem.level)
 
 
 def score_states(
@@ -460,9 +495,11 @@ def simulate(
     batch: int = 10,
     budget: int | None = None,
     seed: int = 0,
+    soft_oracle: Callable[[int, int], npt.NDArray[np.float64] | None] | None = None,
 ) -> tuple[list[Decision], int]:
     """The whole loop with labels from ``oracle(query index, docno index)`` (pure: for tests
-    and the benchmark). Returns the final decisions and how many pairs were judged."""
+    and the benchmark); ``soft_oracle``: the judged pair's distribution over grades (with
+    ``problem.expected``). Returns the final decisions and how many pairs were judged."""
     rng = np.random.default_rng(seed)
     flips = SignFlips(len(problem.queries), problem.resamples, problem.seed)
     judged = 0
@@ -473,6 +510,9 @@ def simulate(
             return state.decisions, judged
         for qi, j in state.next_pairs:
             problem.queries[qi].labels[j] = oracle(qi, j)
+            row = soft_oracle(qi, j) if soft_oracle is not None else None
+            if row is not None:
+                problem.queries[qi].soft[j] = row
             judged += 1
 
 
@@ -509,6 +549,7 @@ class AdaptiveOutcome:
     batch: int
     budget_spent: bool
     prior: str
+    figure: str = "thresholded"
 
 
 def build_problem(
@@ -617,9 +658,12 @@ async def judge_adaptively(
     seed: int,
     resamples: int,
     depth: int | None = None,
+    expected: bool = False,
 ) -> AdaptiveOutcome:
     """Judge the pool round by round until every decision holds (see the module docstring);
-    every round through :func:`judge_pool` (the batch engine: cached, resumable)."""
+    every round through :func:`judge_pool` (the batch engine: cached, resumable).
+    ``expected``: decide on the expected figure (each judged pair by its P(yes) or grade
+    probabilities), the figure the report tests."""
     mode = config.mode
     yes_grade = config.grade_threshold if mode == "graded" else 1
     problem, qids = build_problem(
@@ -633,6 +677,8 @@ async def judge_adaptively(
         prior=options.prior,
         depth=depth,
     )
+    problem.expected = expected
+    problem.width = max([3, *(g for q in pool.queries for g in q.human.values())]) + 1
     pool_pairs = sum(len(q.to_judge) for q in pool.queries)
     batch = options.batch if options.batch is not None else max(8, math.ceil(pool_pairs / 25))
     rng = np.random.default_rng(seed)
@@ -677,6 +723,9 @@ async def judge_adaptively(
             problem.queries[qi].labels[j] = ABSENT if grade is None else grade
             if v is not None:
                 verdicts.setdefault(qid, {})[docno] = v
+                row = verdict_row(v, mode, problem.width) if expected and grade is not None else None
+                if row is not None:
+                    problem.queries[qi].soft[j] = row
             judged += 1
     prior = (
         "P(yes) of the cheap judge where given (clamped to [0.02, 0.98]), else rank-based"
@@ -695,4 +744,5 @@ async def judge_adaptively(
         batch=batch,
         budget_spent=budget_spent,
         prior=prior,
+        figure="expected" if expected and any(q.soft for q in problem.queries) else "thresholded",
     )

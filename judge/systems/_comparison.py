@@ -26,12 +26,13 @@ from judge.io import RejectsReporter
 from judge.judging import JudgeConfig
 from judge.metrics import Evaluation, Measure
 from judge.store import atomic_write_text
+from judge.systems._expected import expected_evaluation, grade_rows
 from judge.systems._inputs import Inputs, read_systems
 from judge.systems._model import SystemsReport
 from judge.systems._options import SystemsOptions, label_grades, query_texts, read_human_labels
 from judge.systems._pool import Pool, PoolVerdicts, build_pool, existing_mode, read_pool_verdicts
 from judge.systems._render import ReportData, render_differences, render_html, render_markdown
-from judge.systems._scoring import Paired, compare_systems_paired, evaluate_files, parse_measures
+from judge.systems._scoring import Paired, compare_systems_paired, evaluate_files, parse_measures, pool_qrels
 
 VIEWS = {"json": "report.json", "md": "report.md", "html": "report.html"}
 
@@ -171,12 +172,20 @@ class ComparisonReport:
             s.name: evaluate_files(where.pool_qrels, where.run(s.name), measures, level)
             for s in inputs.systems
         }
+        verdicts = read_pool_verdicts(where.pool_judged)
+        if report.conventions.get("tested_figure") == "expected":  # the figure the report tested
+            mode = str(report.conventions.get("mode") or "binary")
+            rows = grade_rows(pool, verdicts, pool_qrels(pool, verdicts, mode), mode)
+            evaluations = {
+                s.name: expected_evaluation(evaluations[s.name], s, inputs, rows, level)
+                for s in inputs.systems
+            }
         return cls(
             folder,
             report,
             inputs,
             pool,
-            read_pool_verdicts(where.pool_judged),
+            verdicts,
             evaluations,
             measures=measures,
             top_queries=opts.top_queries,

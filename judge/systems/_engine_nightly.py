@@ -24,6 +24,7 @@ config file)::
     depth = 10                        # pool each run's top N (default: all)
     confidence = 0.95                 # default
     resamples = 10000                 # default
+    test_figure = "expected"          # default; or "thresholded": what the paired test reads
 
 Each night appends one line (schema ``judge.nightly.search/1``) to the history: timestamp,
 name, git_commit, backend, queries, config (path, hash, engine, params), baseline run,
@@ -55,6 +56,7 @@ from judge.search import arun_search, load_config, read_queries
 from judge.stability import append_history, drawn_or_warning, git_commit, read_history
 from judge.store import atomic_write_bytes
 from judge.systems._comparison import ComparisonReport
+from judge.systems._expected import DEFAULT_TEST_FIGURE, TestFigure, check_test_figure
 from judge.systems._options import SystemsOptions
 from judge.systems._pool import PoolRun
 from judge.systems._run import run_comparison
@@ -85,6 +87,7 @@ _SEARCH: dict[str, tuple[type, ...]] = {
     "examples": (int,),
     "examples_from": (str,),
     "adapt": (bool,),
+    "test_figure": (str,),
 }
 
 
@@ -114,6 +117,8 @@ class SearchNightlyConfig:
     examples_from: str | None = None
     # the [search] qrels teach the decision rule (judge experiment --adapt)
     adapt: bool | None = None
+    # what the paired test reads: the judge's probability-weighted figures or the thresholded
+    test_figure: TestFigure = DEFAULT_TEST_FIGURE
     baseline: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -230,6 +235,9 @@ def load_search_nightly(path: str | Path) -> SearchNightlyConfig:
         examples=search.get("examples"),
         examples_from=search.get("examples_from"),
         adapt=search.get("adapt"),
+        test_figure=check_test_figure(
+            search.get("test_figure", DEFAULT_TEST_FIGURE), field="search.test_figure", path=where
+        ),
     )
 
 
@@ -299,6 +307,7 @@ async def run_search_nightly(
         confidence=cfg.confidence,
         resamples=cfg.resamples,
         stability_resamples=0,
+        test_figure=cfg.test_figure,
     )
     systems = {"baseline": cfg.baseline, "current": Path(run.dataset_path)}
     comparison = await run_comparison(
@@ -322,6 +331,7 @@ async def run_search_nightly(
         },
         "baseline_run": str(cfg.baseline),
         "measures": measures,
+        "tested_figure": comparison.report.conventions.get("tested_figure"),
         "calls": comparison.report.pool.calls,
         "passed": not alert,
         "status": "alert" if alert else ("baseline" if new_baseline else "pass"),

@@ -26,13 +26,20 @@ class SystemSummary(_Model):
     """One system: ``queries`` evaluated against the pool (``judge trec``'s ``num_q``);
     ``measures``: each measure's mean under its ``judge trec --json`` name, plus
     ``map_isolated`` (label-free AP as ``judge score`` computes it; None when nothing was
-    judged); ``ci``: a percentile bootstrap interval of each pooled mean."""
+    judged); ``ci``: a percentile bootstrap interval of each pooled mean. The means are the
+    tested figure (``conventions.tested_figure``: ``expected``, the judge's P(yes) as the
+    relevance, or ``thresholded``); ``thresholded``: the thresholded means beside them when
+    the expected ones are tested; ``per_query``: the primary measure's value per query id."""
 
     path: str
     queries: int
     queries_in_file: int
     measures: dict[str, float | int | None]
     ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+    # the thresholded means (trec_eval over pool.qrels) when the tested figure is the expected one
+    thresholded: dict[str, float | int | None] | None = None
+    # query id -> the primary measure's tested value (conventions.per_query): what the tests read
+    per_query: dict[str, float] | None = None
     # prediction-powered figures from --sample-labels (judge.batch.ppi_block's shape); None without
     ppi: dict[str, Any] | None = None
 
@@ -92,6 +99,8 @@ class AdaptiveSummary(_Model):
     undecided: int
     stop: str
     prior: str
+    # the figure the decisions were made on (expected: each judged pair by its probabilities)
+    figure: str | None = None
 
 
 class SystemComparison(_Model):
@@ -167,6 +176,19 @@ class ExperimentConfiguration(_Model):
     trial: int | None = None
 
 
+class PairDifference(_Model):
+    """Two configurations of an experiment on its objective (the tested figure) over the
+    ``n`` queries both scored: ``diff`` = mean of ``b`` - mean of ``a``, the paired
+    randomization test's ``p_value`` and its Holm adjustment over every pair (``p_holm``)."""
+
+    a: str
+    b: str
+    n: int
+    diff: float
+    p_value: float
+    p_holm: float | None
+
+
 class ExperimentSummary(_Model):
     """What ``judge experiment`` adds to the comparison report: the query set, how the
     configurations were chosen (``strategy``: ``configs``, ``grid`` or ``trials``; ``space``:
@@ -181,7 +203,9 @@ class ExperimentSummary(_Model):
     the whole experiment, every run of it in this folder (``calls.json`` keeps the count across
     interruptions and resumes; a verdict from the cache costs none; with reasons a pair costs
     two), ``calls_this_run`` and ``calls_per_pair`` (calls / pairs). ``calls_ratio``: calls /
-    nominal pairs (kept for older readers; it mixes calls with pairs)."""
+    nominal pairs (kept for older readers; it mixes calls with pairs). ``pairwise``: every
+    pair of configurations on the objective (:class:`PairDifference`, Holm over all pairs);
+    ``tie_group``: the best and the configurations its test cannot tell from it."""
 
     query_set: str
     queries: int
@@ -203,6 +227,9 @@ class ExperimentSummary(_Model):
     calls_this_run: int | None = None
     calls_per_pair: float | None = None
     depth: int | None = None
+    # every pair of configurations on the objective, Holm over all pairs; the best's tie group
+    pairwise: list[PairDifference] = Field(default_factory=list)
+    tie_group: list[str] | None = None
 
 
 class SystemsReport(_Model):

@@ -25,6 +25,7 @@ from judge.io import (
 from judge.judging import JudgeConfig
 from judge.metrics import ScaleError
 from judge.store import LabelSet
+from judge.systems._expected import DEFAULT_TEST_FIGURE, TestFigure, check_test_figure
 from judge.systems._inputs import Inputs, read_systems, trec_token
 from judge.systems._label_scale import PoolScale, map_human, resolve_pool_scale
 
@@ -57,7 +58,10 @@ class SystemsOptions:
     ``top_passages``: how much the HTML shows of the queries where the systems differ most.
     ``until_decided``: judge the pool adaptively until every comparison's decision holds
     with ``confidence`` (see :mod:`judge.systems._adaptive`), at most ``budget`` pairs,
-    ``adaptive_batch`` per round, ``adaptive_draws`` Monte Carlo draws.
+    ``adaptive_batch`` per round, ``adaptive_draws`` Monte Carlo draws. ``test_figure``:
+    what the comparisons rank and test, ``expected`` (the judge's probability-weighted
+    figures, thresholded when it gives no P(yes)) or ``thresholded`` (see
+    :mod:`judge.systems._expected`).
     """
 
     depth: int | None = None
@@ -85,6 +89,7 @@ class SystemsOptions:
     adaptive_draws: int = 200
     # a random sample of human labels: each system's prediction-powered figures (report ``ppi``)
     sample_labels: SampleLabelOptions | None = None
+    test_figure: TestFigure = DEFAULT_TEST_FIGURE
 
     @property
     def qrels_by_text(self) -> bool:
@@ -124,6 +129,7 @@ class SystemsOptions:
             raise InputError(f"must be in 1..3, got {self.qrels_yes_grade}", field="--qrels-yes-grade")
         if self.qrels_scale is not None:
             scale_rule(self.qrels_scale, field="--qrels-scale")
+        check_test_figure(self.test_figure)
 
 
 def pool_scale(options: SystemsOptions, config: JudgeConfig, human: Qrels | None) -> PoolScale:

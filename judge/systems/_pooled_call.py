@@ -20,6 +20,7 @@ from judge.backends import Backend
 from judge.batch import SampleLabelOptions
 from judge.io import InputError, read_sample_labels
 from judge.judging import JudgeConfig, Mode, VerdictStore
+from judge.systems._expected import DEFAULT_TEST_FIGURE, check_test_figure
 from judge.systems._options import SystemsOptions
 from judge.systems._pool import PoolRun
 
@@ -53,7 +54,10 @@ class PooledKeywords(TypedDict, total=False):
     query from ``qrels`` as worked examples, ``examples_from="nearest"``: also of the most
     similar labelled queries (the run spec's one ``examples`` field). ``adapt=True``: the
     pool's human labels teach the decision rule that decides the other pooled pairs where it
-    beats the judge alone on held-out queries (the labelled pairs are then judged too)."""
+    beats the judge alone on held-out queries (the labelled pairs are then judged too).
+    ``test_figure``: what the comparisons rank and test, ``"expected"`` (default: the
+    judge's probability-weighted figures; thresholded when it gives no P(yes)) or
+    ``"thresholded"``; the report's ``conventions.tested_figure`` says which was used."""
 
     backend: Any
     mode: Mode | None
@@ -86,6 +90,7 @@ class PooledKeywords(TypedDict, total=False):
     examples: int | None
     examples_from: str | None
     adapt: bool | None
+    test_figure: str
 
 
 POOLED_KEYWORDS = frozenset(PooledKeywords.__annotations__)
@@ -123,6 +128,7 @@ def systems_options_of(
         "budget": kw.get("budget"),
         "adaptive_batch": kw.get("batch"),
         "adaptive_draws": int(kw.get("draws", 200)),
+        "test_figure": check_test_figure(kw.get("test_figure", DEFAULT_TEST_FIGURE), field="test_figure"),
     }
     if kw.get("sample_labels") is not None:
         fields["sample_labels"] = SampleLabelOptions(

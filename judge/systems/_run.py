@@ -39,6 +39,7 @@ from judge.systems._adapt_pool import ADAPT_ORDER_NOTE, check_pool_adapt, pool_a
 from judge.systems._adaptive import ALPHA, AdaptiveOptions, AdaptiveOutcome, judge_adaptively
 from judge.systems._comparison import ComparisonReport, ReportFolder
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
+from judge.systems._expected import expected_evaluation, grade_rows, tested_figure
 from judge.systems._inputs import Inputs, check_name, check_paths, read_systems
 from judge.systems._label_scale import PoolScale
 from judge.systems._model import (
@@ -275,6 +276,7 @@ async def run_comparison(
             seed=opts.seed,
             resamples=opts.resamples,
             depth=opts.depth,
+            expected=opts.test_figure == "expected",
         )
         merged = {qid: dict(vs) for qid, vs in cheap_verdicts.items()}
         for qid, vs in adaptive.verdicts.items():
@@ -344,6 +346,7 @@ def _adaptive_summary(outcome: AdaptiveOutcome, options: SystemsOptions) -> Adap
         undecided=undecided,
         stop=stop,
         prior=outcome.prior,
+        figure=outcome.figure,
     )
 
 
@@ -366,6 +369,30 @@ def _adaptive_decisions(
         )
         for key, d, at in zip(keys, outcome.decisions, outcome.decided_at, strict=True)
     }
+
+
+def primary_measure(names: Sequence[str], objective: str | None) -> str | None:
+    """The measure the per-query views use: an experiment's objective, else ``map`` if
+    compared, else the first (as :attr:`ReportData.primary`)."""
+    if objective in names:
+        return objective
+    return "map" if "map" in names else (names[0] if names else None)
+
+
+def per_query_values(ev: Evaluation | None, measure: str | None, inputs: Inputs) -> dict[str, float] | None:
+    """``{query id: value}`` of ``measure`` in ``ev`` (the tested figure), trec_eval's order."""
+    if ev is None or measure is None or measure not in ev.scores:
+        return None
+    by_token = {t: q for q, t in inputs.tokens.items()}
+    return {by_token.get(t, t): float(v) for t, v in zip(ev.qids, ev.scores[measure].tolist(), strict=True)}
+
+
+def _means(ev: Evaluation | None, measures: Sequence[Any]) -> dict[str, float | int | None]:
+    out: dict[str, float | int | None] = {}
+    for m in measures:
+        value = ev.all.get(m.trec_name) if ev is not None else None
+        out[m.trec_name] = value if isinstance(value, int | float) else None
+    return out
 
 
 def score_and_report(
@@ -392,9 +419,17 @@ def score_and_report(
     qrels = pool_qrels(pool, verdicts, mode)
     qrels_path, run_paths = write_pool_files(out, inputs, qrels)
     names = [s.name for s in inputs.systems]
-    evaluations: dict[str, Evaluation | None] = {
+    thresholded: dict[str, Evaluation | None] = {
         name: evaluate_files(qrels_path, run_paths[name], measures, level) for name in names
     }
+    figure = tested_figure(options.test_figure, rows := grade_rows(pool, verdicts, qrels, mode), measures)
+    # What every mean, interval, ranking and test below reads: the tested figure.
+    evaluations = (
+        {s.name: expected_evaluation(thresholded[s.name], s, inputs, rows, level) for s in inputs.systems}
+        if figure.used == "expected"
+        else thresholded
+    )
+    primary = primary_measure([m.trec_name for m in measures], objective)
     warnings = list(inputs.warnings)
     if inputs.rejected:
         warnings.append(f"{inputs.rejected} input line(s) rejected (see input.rejects.jsonl)")
@@ -429,6 +464,8 @@ def score_and_report(
             queries_in_file=len(system.queries),
             measures=means,
             ci=cis,
+            thresholded=_means(thresholded[system.name], measures) if figure.used == "expected" else None,
+            per_query=per_query_values(ev, primary, inputs),
         )
     if options.sample_labels is not None:
         cutoffs = sorted({m.cutoff for m in measures if m.name in ("P", "ndcg_cut") and m.cutoff} or {5, 10})
@@ -527,6 +564,10 @@ def score_and_report(
             else "generated verdicts"
         ),
         "p_yes_thresholds": thresholds,
+        **figure.conventions(),
+        "per_query_measure": primary,
+        "per_query": f"systems[*].per_query: each query's {primary} (query id -> the tested figure), "
+        "the values the paired tests read; their mean is the system's figure",
         "pooling": "union of every system's passages"
         if options.depth is None
         else f"union of every system's top {options.depth} passages",

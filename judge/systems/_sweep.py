@@ -39,9 +39,11 @@ from judge.store import atomic_write_bytes
 from judge.systems._call_ledger import CallLedger, backend_calls
 from judge.systems._comparison import ComparisonReport
 from judge.systems._example_bank import check_pool_examples, pool_example_bank
+from judge.systems._expected import GradeRows, expected_evaluation, grade_rows, merge_rows, tested_figure
 from judge.systems._inputs import read_systems, trec_token
 from judge.systems._model import ExperimentConfiguration, ExperimentSummary, SystemsReport
 from judge.systems._options import SystemsOptions, read_human_labels
+from judge.systems._pairwise import pairwise_differences, tie_group
 from judge.systems._pool import PoolRun, build_pool, judge_pool, pool_dataset_lines
 from judge.systems._pooled_call import PooledKeywords, pooled_call
 from judge.systems._run import _pooled_config, run_comparison
@@ -177,6 +179,7 @@ class _Judging:
     level: int
     objective: Any
     known: dict[str, dict[str, int]] = field(default_factory=dict)
+    known_rows: GradeRows | None = None  # the pairs gathered so far as distributions over grades
     calls: int = 0
 
 
@@ -203,10 +206,15 @@ async def _judge_trial(planned: Planned, j: _Judging) -> float | None:
     )
     j.calls += verdicts.calls
     mode = _pooled_config(j.config, j.backend, j.run.listwise).mode
-    for token, docs in pool_qrels(pool, verdicts, mode).items():
+    qrels = pool_qrels(pool, verdicts, mode)
+    for token, docs in qrels.items():
         j.known.setdefault(token, {}).update(docs)
+    j.known_rows = merge_rows(j.known_rows, grade_rows(pool, verdicts, qrels, mode))
     qrels_path, runs = write_pool_files(where, inputs, j.known)
     ev = evaluate_files(qrels_path, runs[planned.name], [j.objective], j.level)
+    if tested_figure(j.options.test_figure, j.known_rows, [j.objective]).used == "expected":
+        # TPE is told the figure the comparison will test
+        ev = expected_evaluation(ev, inputs.systems[0], inputs, j.known_rows, j.level)
     value = ev.all.get(j.objective.trec_name) if ev is not None else None
     return float(value) if isinstance(value, int | float) else None
 
@@ -344,6 +352,18 @@ def summarize_experiment(
             )
         )
     best, best_value = _best(report, objective)
+    conv = report.conventions
+    confidence = float(conv.get("confidence") or 0.95)
+    data = comparison.data
+    pairwise = pairwise_differences(
+        [p.name for p in planned],
+        data.evaluations,  # the tested figure, as the report's comparisons read it
+        next(m for m in data.measures if m.trec_name == objective),
+        {data.inputs.tokens[q] for q in report.not_in_all_systems},
+        seed=int(conv.get("seed") or 0),
+        resamples=int(conv.get("resamples") or 10_000),
+        confidence=confidence,
+    )
     nominal = sum(queries * min(p.config.depth, depth or p.config.depth) for p in planned)
     pairs = report.pool.judged + report.pool.unjudged
     strategy = "trials" if exp.trials is not None else "grid" if exp.grid else "configs"
@@ -368,6 +388,8 @@ def summarize_experiment(
         calls_this_run=calls_this_run,
         calls_per_pair=round(calls / pairs, 6) if pairs else None,
         depth=depth,
+        pairwise=pairwise,
+        tie_group=tie_group(best, pairwise, round(1.0 - confidence, 10)),
     )
 
 

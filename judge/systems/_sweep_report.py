@@ -178,13 +178,44 @@ def _best_sentence(r: SystemsReport, e: ExperimentSummary) -> str:
     )
 
 
+def _p(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}" if x >= 0.0001 else f"{x:.1e}"
+
+
+def tie_sentence(r: SystemsReport, e: ExperimentSummary) -> str | None:
+    """The best's tie group: the configurations its test cannot tell from the best."""
+    if e.tie_group is None or not e.pairwise:
+        return None
+    alpha = round(1.0 - float(r.conventions.get("confidence") or 0.95), 10)
+    others = [n for n in e.tie_group if n != e.best]
+    figure = r.conventions.get("tested_figure") or "thresholded"
+    group = ", ".join(e.tie_group)
+    return (
+        f"Tie group of the best ({figure} {e.objective}, Holm over all {len(e.pairwise)} pairs of "
+        f"configurations, p < {alpha:g} separates): {group}"
+        + (
+            f" — {len(others)} configuration(s) the test cannot tell from {e.best}."
+            if others
+            else f" — every other configuration is significantly below {e.best}."
+        )
+    )
+
+
+def pairwise_rows(e: ExperimentSummary) -> tuple[list[str], list[list[str]]]:
+    """Every pair of configurations: a, b, n, diff (b - a), randomization p, Holm p."""
+    header = ["a", "b", "n", "diff (b − a)", "randomization p", "p (Holm, all pairs)"]
+    rows = [[p.a, p.b, str(p.n), f"{p.diff:+.4f}", _p(p.p_value), _p(p.p_holm)] for p in e.pairwise]
+    return header, rows
+
+
 def experiment_head(r: SystemsReport) -> list[str]:
     """The answer first: the best with its interval and its test against the baseline,
     then the pairs and calls (markdown paragraphs)."""
     e = r.experiment
     if e is None:
         return []
-    return [_best_sentence(r, e), "", _calls_sentence(e), ""]
+    ties = tie_sentence(r, e)
+    return [_best_sentence(r, e), "", *([ties, ""] if ties else []), _calls_sentence(e), ""]
 
 
 def experiment_markdown(r: SystemsReport) -> list[str]:
@@ -207,6 +238,9 @@ def experiment_markdown(r: SystemsReport) -> list[str]:
         "(unjudged ones count as not relevant).",
         "",
     ]
+    if e.pairwise:
+        head, body = pairwise_rows(e)
+        lines += [f"### Every pair of configurations ({e.objective})", "", *_md_table(head, body), ""]
     found = heatmap_grid(e)
     if found is not None:
         xs, ys, grid = found
@@ -242,6 +276,7 @@ def experiment_html(r: SystemsReport) -> list[str]:
     best = escape(_best_sentence(r, e)).replace("**", "")
     parts = [
         f'<p class="summary" id="best"><b>{best}</b></p>',
+        *([f'<p id="tie-group">{escape(ties)}</p>'] if (ties := tie_sentence(r, e)) else []),
         f"<p>{escape(_calls_sentence(e))}</p>",
         '<h2 id="experiment">Experiment</h2>',
         f"<p>Query set <code>{escape(e.query_set)}</code> ({e.queries} queries); "
@@ -251,6 +286,12 @@ def experiment_html(r: SystemsReport) -> list[str]:
         '<p class="muted">judged@k: the share of a configuration\'s top k passages with a verdict or a '
         "human label (unjudged ones count as not relevant).</p>",
     ]
+    if e.pairwise:
+        pair_head, pair_rows = pairwise_rows(e)
+        parts.append(f'<h3 id="pairwise-all">Every pair of configurations ({escape(e.objective)})</h3>')
+        parts.append(
+            _html_table([escape(h) for h in pair_head], [[escape(c) for c in row] for row in pair_rows])
+        )
     found = heatmap_grid(e)
     if found is not None:
         xs, ys, grid = found

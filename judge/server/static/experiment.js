@@ -22,8 +22,28 @@ function answerCard(report) {
       el("div", { id: "best" }, el("span", { class: "muted" }, `Best on ${e.objective}: `), el("strong", {}, best),
         ` ${fmt(e.best_value)}`, ci ? el("span", { class: "muted", id: "best-ci" }, ` (${Math.round((report.conventions.confidence || 0.95) * 100)}% interval ${fmt(ci[0])} – ${fmt(ci[1])})`) : null),
       el("div", { id: "best-test" }, e.best_vs_baseline || "", test ? el("span", { class: "muted" }, ` · ${testWords(test)}`) : null),
+      e.tie_group && e.pairwise && e.pairwise.length ? el("div", { id: "tie-group", "data-members": e.tie_group.join(" ") },
+        el("span", { class: "muted" }, `Tie group of the best (Holm over all ${e.pairwise.length} pairs): `), e.tie_group.join(", "),
+        el("span", { class: "muted" }, e.tie_group.length > 1 ? ` · ${e.tie_group.length - 1} configuration(s) its test cannot tell from ${best}` : ` · every other configuration is significantly below ${best}`)) : null,
       el("div", { class: "muted" }, `${e.configurations.length} configurations (${e.strategy}) · baseline ${baseline} · ${e.queries} queries · ${e.pairs} pairs judged of ${e.nominal_pairs} nominal · ${e.calls} judge calls`),
+      el("div", { class: "muted", id: "tested-figure", "data-figure": report.conventions.tested_figure || "thresholded" },
+        `Tested figure: ${report.conventions.tested_figure || "thresholded"}` + (report.conventions.tested_figure_reason ? ` (${report.conventions.tested_figure_reason})` : "")),
     ]);
+}
+
+// Every pair of configurations on the objective (the tested figure): diff b − a, the
+// randomization p and its Holm adjustment over all pairs; folded when long.
+function pairwiseTable(report) {
+  const e = report.experiment;
+  if (!e.pairwise || !e.pairwise.length) return null;
+  const head = el("tr", {}, ["a", "b", "n", "diff (b − a)", "p", "p (Holm, all pairs)"].map((h) => el("th", {}, h)));
+  const rows = e.pairwise.map((p) => el("tr", { class: p.p_holm !== null && p.p_holm < ALPHA ? "sig" : "" },
+    el("td", {}, p.a), el("td", {}, p.b), el("td", { class: "num" }, String(p.n)),
+    el("td", { class: "num " + (p.diff > 0 ? "pos" : p.diff < 0 ? "neg" : "") }, signed(p.diff)),
+    el("td", { class: "num" }, pval(p.p_value)), el("td", { class: "num" }, pval(p.p_holm))));
+  return el("details", { id: "pairwise", open: e.pairwise.length <= 15 ? "" : null },
+    el("summary", {}, `Every pair of configurations on ${e.objective} (${e.pairwise.length})`),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
 }
 
 function configsTable(report, pick) {
@@ -197,7 +217,7 @@ async function experimentPage(jobId) {
     order.addEventListener("change", drawPair);
     body.replaceChildren(...[
       answerCard(report),
-      el("h2", {}, "Configurations"), configsTable(report, pick),
+      el("h2", {}, "Configurations"), configsTable(report, pick), pairwiseTable(report),
       heatMap(report, pick),
       el("h2", {}, "Two configurations, query by query"),
       el("div", { class: "filters" }, el("label", {}, "A ", selA), el("label", {}, "B ", selB), el("label", {}, "order ", order), pairMsg),
