@@ -390,9 +390,9 @@ def test_a_module_importing_a_name_from_its_own_package_is_a_circle() -> None:
     assert [len(g) for g in module_cycles(package + plain, modules)] == [2]
 
 
-# A module a reader can hold in mind: none in judge/ over 900 lines, none of the service over
-# 700 (issue 44: the service's engine was split by kind of job before experiments were added).
-MAX_MODULE_LINES = 900
+# A module a reader can hold in mind: none in judge/ over 800 lines, none of the service over
+# 700 (the service's engine is split by kind of job, so a new kind adds a module, not lines).
+MAX_MODULE_LINES = 800
 MAX_SERVER_MODULE_LINES = 700
 
 
