@@ -220,11 +220,8 @@ class BatchRun:
         }
         records = recover_output(self.out)
         labels_echo: dict[str, Any] = {}
-        if self.opts.adapt and self.opts.labels is not None:
-            records, labels_echo = _adapt(self.out, records, self.opts)
         if self.opts.labels is not None:
-            records, applied = _apply_labels(self.out, records, self.opts)
-            labels_echo |= applied
+            records, labels_echo = _labelled(self.out, records, self.opts)
         summary = {
             "output": str(self.out),
             **summarize_records(records, self.opts.k, measures=self.opts.measures),
@@ -262,54 +259,38 @@ def _examples_echo(opts: BatchOptions) -> dict[str, Any]:
     return {"examples": bank.describe()}
 
 
-def _apply_labels(
+def _labelled(
     out: Path, records: list[dict[str, Any]], opts: BatchOptions
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Apply ``opts.labels`` to the output's records, rewrite the file atomically when
-    anything changed, and return the records with the summary's ``labels`` echo."""
-    assert opts.labels is not None
-    outcome = apply_labels(
-        records,
-        opts.labels,
-        k=opts.k,
-        measures=opts.measures,
-        level=opts.labels_level,
-        yes_grade=opts.labels_yes_grade,
-    )
+    """The output's records decided by ``opts.labels``: with ``--adapt`` first by the rule
+    the labels teach, where it helps, then every labelled passage by its label. The file is
+    rewritten atomically when anything changed; the summary's ``labels`` block (and
+    ``adaptation``) come with the records."""
+    labels = opts.labels
+    assert labels is not None
+    settings: dict[str, Any] = {
+        "k": opts.k,
+        "measures": opts.measures,
+        "level": opts.labels_level,
+        "yes_grade": opts.labels_yes_grade,
+    }
+    echo: dict[str, Any] = {}
+    decided = records
+    if opts.adapt:
+        decided, echo["adaptation"] = adapt_records(decided, labels, features=opts.adapt_features, **settings)
+    outcome = apply_labels(decided, labels, **settings)
     if outcome.records != records:
         atomic_write_lines(out, outcome.records)
-    echo = {
-        "labels": {
-            "source": opts.labels.source,
-            "labels": len(opts.labels),
-            "applied": outcome.applied,
-            "changed": outcome.changed,
-            "queries": outcome.queries,
-            "unmatched": outcome.unmatched,
-            "mapping": dict(outcome.mapping),
-        }
+    echo["labels"] = {
+        "source": labels.source,
+        "labels": len(labels),
+        "applied": outcome.applied,
+        "changed": outcome.changed,
+        "queries": outcome.queries,
+        "unmatched": outcome.unmatched,
+        "mapping": dict(outcome.mapping),
     }
     return outcome.records, echo
-
-
-def _adapt(
-    out: Path, records: list[dict[str, Any]], opts: BatchOptions
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``--adapt``: the records decided by the labels' rule where it helps (rewritten
-    atomically when anything changed) and the summary's ``adaptation`` block."""
-    assert opts.labels is not None
-    adapted, block = adapt_records(
-        records,
-        opts.labels,
-        k=opts.k,
-        measures=opts.measures,
-        level=opts.labels_level,
-        yes_grade=opts.labels_yes_grade,
-        features=opts.adapt_features,
-    )
-    if adapted != records:
-        atomic_write_lines(out, adapted)
-    return adapted, {"adaptation": block}
 
 
 def _determinism_echo(
