@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,35 +115,29 @@ def _run_lines(run: RunResult, records: Sequence[DatasetRecord]) -> list[dict[st
     ]
 
 
+@dataclass(eq=False)
 class _Runs:
     """The commit side of a stability run: each run's results by query, finished runs
     written to ``runs/run-<i>.jsonl`` and reported as soon as their last query commits."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        records: Sequence[DatasetRecord],
-        config: JudgeConfig,
-        options: StabilityOptions,
-        decisions: Decisions,
-        out_dir: Path | None,
-        on_run: Callable[[RunResult], None] | None,
-        on_query: Callable[[int, int, int], None] | None,
-    ) -> None:
-        self.backend = backend
-        self.records = records
-        self.config = config
-        self.options = options
-        self.out_dir = out_dir
-        self.on_run = on_run
-        self.on_query = on_query
-        self.results: list[list[JudgeResult | None]] = [[None] * len(records) for _ in range(options.runs)]
-        self.done = [0] * options.runs
-        self.started: dict[int, float] = {}
-        self.finished: dict[int, RunResult] = {}
-        self.decisions = decisions
-        self.bound: dict[int, JudgeConfig] = {}
-        self.lock = asyncio.Lock()
+    backend: Backend
+    records: Sequence[DatasetRecord]
+    config: JudgeConfig
+    options: StabilityOptions
+    decisions: Decisions
+    out_dir: Path | None
+    on_run: Callable[[RunResult], None] | None
+    on_query: Callable[[int, int, int], None] | None
+    results: list[list[JudgeResult | None]] = field(init=False)
+    done: list[int] = field(init=False)
+    started: dict[int, float] = field(init=False, default_factory=dict)
+    finished: dict[int, RunResult] = field(init=False, default_factory=dict)
+    bound: dict[int, JudgeConfig] = field(init=False, default_factory=dict)
+    lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.results = [[None] * len(self.records) for _ in range(self.options.runs)]
+        self.done = [0] * self.options.runs
 
     def plan(self, run_indices: Sequence[int]) -> Iterator[QueryWork]:
         """Every query of each run in ``run_indices``, run after run (FIFO: earlier runs
