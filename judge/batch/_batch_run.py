@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from judge.batch._driver import BatchDriver, QueryWork, cache_keys
 from judge.batch._executor import LocalExecutor
 from judge.batch._label_apply import apply_labels
 from judge.batch._ppi_summary import ppi_block
-from judge.batch._progress import Snapshot, make_progress
+from judge.batch._progress import ProgressReporter, Snapshot, make_progress
 from judge.batch._records import summarize_records
 from judge.io import RejectsReporter
 from judge.judging import (
@@ -85,55 +86,49 @@ def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> 
     }
 
 
+@dataclass(eq=False)
 class BatchRun:
     """One batch run of either kind: the driver over the run's executor, progress, the
     rejects reporter and the summary writer. Progress: ``total`` queries (lines) less
     ``dropped()`` (rejected lines), done = committed + ``skipped()`` (already done)."""
 
-    def __init__(
-        self,
-        kind: RunKind,
-        out: Path,
-        backend: Backend,
-        config: JudgeConfig,
-        store: VerdictStore | None,
-        opts: BatchOptions,
-        *,
-        listwise: bool,
-        reporter: RejectsReporter,
-        total: int,
-        skipped: Callable[[], int] = lambda: 0,
-        dropped: Callable[[], int] = lambda: 0,
-    ) -> None:
-        self.kind = kind
-        self.out = out
-        self.backend = backend
-        self.config = config
-        self.store = store
-        self.opts = opts
-        self.reporter = reporter
-        self.total = total
-        self.done = 0
-        self._skipped = skipped
-        self._dropped = dropped
-        self.scored = 0
-        self.passages_done = 0  # passages of the queries finished this run (the rates)
+    kind: RunKind
+    out: Path
+    backend: Backend
+    config: JudgeConfig
+    store: VerdictStore | None
+    opts: BatchOptions
+    _: KW_ONLY
+    listwise: InitVar[bool]
+    reporter: RejectsReporter
+    total: int
+    skipped: Callable[[], int] = lambda: 0
+    dropped: Callable[[], int] = lambda: 0
+    done: int = field(init=False, default=0)
+    scored: int = field(init=False, default=0)
+    passages_done: int = field(init=False, default=0)  # passages of the queries finished this run (the rates)
+    progress: ProgressReporter = field(init=False)
+    accounting: Any = field(init=False)
+    driver: BatchDriver = field(init=False)
+
+    def __post_init__(self, listwise: bool) -> None:
+        opts, backend, config = self.opts, self.backend, self.config
         self.progress = make_progress(
             opts.progress, interval_s=opts.progress_interval_s, command=opts.command
         )
         executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
         # Whose call counters the summary and progress read: an executor that judges
         # elsewhere (Ray workers, each with its own backend) sums them itself (``stats``).
-        self.accounting: Any = executor if hasattr(executor, "stats") else backend
+        self.accounting = executor if hasattr(executor, "stats") else backend
         keys = None
-        if store is not None:
+        if self.store is not None:
             keys = cache_keys(backend, config, listwise=listwise, listwise_template=opts.listwise_template)
         # Queries in flight: enough to keep every passage slot busy, few enough to keep
         # memory flat and finish queries roughly in input order.
         self.driver = BatchDriver(
             executor,
             config,
-            store=store,
+            store=self.store,
             keys=keys,
             listwise=listwise,
             listwise_template=opts.listwise_template,
@@ -152,8 +147,8 @@ class BatchRun:
     def snapshot(self) -> Snapshot:
         stats = self.driver.stats
         return Snapshot(
-            queries_done=self.done + self._skipped(),
-            queries_total=self.total - self._dropped(),
+            queries_done=self.done + self.skipped(),
+            queries_total=self.total - self.dropped(),
             queries_this_run=self.scored,
             passages_this_run=self.passages_done,
             retries=_stat(self.accounting, "retries"),
