@@ -110,16 +110,19 @@ class JudgeConfig:
         params.pop("max_reasks")
         return params
 
-    def chat_request(self, messages: Sequence[Message], **fields: Any) -> ChatRequest:
-        """A call of ``messages`` under this config's generation settings (temperature,
-        top_p, seed, max_tokens); ``fields`` set the request's other fields (or override those)."""
-        settings: dict[str, Any] = {
+    def generation(self) -> dict[str, Any]:
+        """The settings that shape a generated reply: temperature, top_p, seed, max_tokens."""
+        return {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "seed": self.seed,
             "max_tokens": self.max_tokens,
         }
-        return ChatRequest(messages=tuple(messages), **(settings | fields))
+
+    def chat_request(self, messages: Sequence[Message], **fields: Any) -> ChatRequest:
+        """A call of ``messages`` under this config's :meth:`generation` settings; ``fields``
+        set the request's other fields (or override those)."""
+        return ChatRequest(messages=tuple(messages), **(self.generation() | fields))
 
     @property
     def decision_threshold(self) -> float:

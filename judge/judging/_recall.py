@@ -136,14 +136,9 @@ async def extract_claims(
             f"template {tpl.id} is a {tpl.mode} template, not a claims template", field="template"
         )
     # Only the generation settings change the claims (not the relevance mode or template).
+    generation = config.generation() | {"max_tokens": max(config.max_tokens, CLAIMS_MAX_TOKENS)}
     config = JudgeConfig(
-        language=config.language,
-        max_reasks=config.max_reasks,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=config.seed,
-        max_tokens=max(config.max_tokens, CLAIMS_MAX_TOKENS),
-        template=tpl.id,
+        language=config.language, max_reasks=config.max_reasks, template=tpl.id, **generation
     )
     key = kind_key(
         "claims",
