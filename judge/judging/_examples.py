@@ -48,7 +48,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from judge.backends import ConfigError
 from judge.judging._config import JudgeConfig
@@ -62,7 +62,7 @@ from judge.judging._templates import (
 )
 
 ExampleSource = Literal["same", "nearest"]
-EXAMPLE_SOURCES: tuple[ExampleSource, ...] = ("same", "nearest")
+EXAMPLE_SOURCES: tuple[ExampleSource, ...] = get_args(ExampleSource)
 #: The most examples a passage may be shown (``--examples`` is checked against it).
 MAX_EXAMPLES = 16
 #: Estimated tokens the examples of one passage may take together.
