@@ -418,7 +418,7 @@ def adapt_variant(
     args: argparse.Namespace,
     level: int,
 ) -> int:
-    """The order of the configurations with ``--adapt`` (issue 43): for each of ``--draws``
+    """The order of the configurations with ``--adapt``: for each of ``--draws``
     seeds (from ``--seed``), ``--adapt N`` pooled pairs per query the labels grade (balanced,
     as ``--examples`` draws them) are the team's labels; the control fills them into the
     zero-shot pool (``--qrels FILE``), the adapted run also lets them teach the decision rule

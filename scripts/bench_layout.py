@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Two prompt layouts side by side on the embedded judge's probability pass, in one run
-(issue 36, item 8).
+(the template's rules before the query and passage, in a prefix every prompt shares, or after).
 
     nice -n 10 python scripts/bench_layout.py --pairs 12 --json out/bench_layout.json
 

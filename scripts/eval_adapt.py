@@ -1,6 +1,5 @@
 #!/usr/bin/env python
-"""Do a team's labels make the judge agree better? ``--adapt`` measured on held-out passages
-(issue 43).
+"""Do a team's labels make the judge agree better? ``--adapt`` measured on held-out passages.
 
 The slices (``slices``): per set, ``--queries`` queries with enough labels of both kinds,
 each with a fixed, seeded list of passages (relevant and not interleaved, so its first 12

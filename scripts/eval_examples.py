@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does a judge agree better with people when it is shown their labels? (issue 35, part 1)
+"""Does a judge agree better with people when it is shown their labels?
 
 Cohen's kappa of a judge (default: the embedded model, probability mode, ``binary.en.v2`` /
 ``binary.zh.v2`` at their calibrated thresholds: the binary defaults when docs/agreement.md's

@@ -77,7 +77,8 @@ DATA = REPO.parent / "shared" / "data"
 DEFAULT_OUT = REPO / "runs" / "eval_judge"
 DEFAULT_BACKEND = "local:qwen2.5-coder-1.5b-q4km"
 # The plain baseline, the previous default and the shipped defaults (Chinese template on the
-# Chinese datasets, English template on DL19: binary.en.v4 since issue 36, item 8), as in
+# Chinese datasets, English template on DL19: binary.en.v4 since the rules moved into a shared
+# prefix), as in
 # docs/agreement.md.
 DEFAULT_CONFIGS = (
     "baseline_plain.zh.v1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judge.backends import ConfigurationError
-from judge.backends._local import REBUILD_WITHOUT_AMX, refuse_crashing_kernels
+from judge.backends._llama_build import REBUILD_WITHOUT_AMX, refuse_crashing_kernels
 
 
 def test_amx_build_is_refused_with_the_rebuild_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -465,7 +465,7 @@ def test_a_template_file_is_shipped_to_the_workers_as_its_bytes(tmp_path: Path) 
     every cache key and verdict) are the driver's. A built-in template id ships nothing."""
     from dataclasses import replace as dc_replace
 
-    from judge.batch._ray import _with_local_template, local_template_path, read_template_file
+    from judge.batch._ray_actors import _with_local_template, local_template_path, read_template_file
     from judge.judging import load_template
 
     source = ROOT / "prompts" / "binary.en.v2.toml"

@@ -1,7 +1,7 @@
 """The engine flag group (``--engine``, ``--ray-address``, ``--workers``, ``--worker-cpus``)
 is one group for ``judge serve`` and ``judge compare-systems``: added by one call, checked
 where the run spec is made of it, and what Ray workers build their backend from decided by
-one function (issue 37: the two commands had grown the group twice)."""
+one function (the two commands had each grown their own copy of the group)."""
 
 from __future__ import annotations
 

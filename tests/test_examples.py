@@ -1,4 +1,4 @@
-"""Worked examples from a team's labels (issue 35, part 1): ``--examples N`` and
+"""Worked examples from a team's labels: ``--examples N`` and
 ``--examples-from same|nearest`` on ``judge score``, ``compare-systems``, the Python API
 and the service; the ``${examples}`` slot of every shipped verdict template.
 
@@ -53,7 +53,7 @@ ZERO_SHOT = {
     "graded.zh.v1": "21bac91459ece7a62666b3dc13983ff85efdb7cd650a022def081cca887af007",
     "graded.zh.v2": "b8de4a5bfc1f3e79024401829924f570fab70a4abca3f7fef6bf268bc3d73e55",
 }
-# Written after the slot existed (issue 36, item 8: the rules in a prefix every prompt shares).
+# Written after the slot existed (their rules moved into a prefix every prompt shares).
 AFTER_SLOT = {"binary.en.v4", "binary.zh.v5"}
 
 

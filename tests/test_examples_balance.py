@@ -1,5 +1,5 @@
 """Worked examples balanced under the token budget, and twins never shown as each other's
-example (issue 42, item 4).
+example.
 
 Long "yes" labels used to spend the whole budget first: three long relevant and three short
 non-relevant labelled passages with ``--examples 4`` showed every prompt 2 yes and 0 no. Now

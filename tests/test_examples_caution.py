@@ -1,5 +1,5 @@
 """``judge`` warns at run time when ``--examples`` is used where the docs measured it to hurt
-(issue 43, last item): docs/agreement.md measured the embedded judge on English (TREC DL
+: docs/agreement.md measured the embedded judge on English (TREC DL
 2019) with worked examples below its zero-shot agreement (κ 0.35 -> 0.20 / 0.23 / 0.17 with
 2 / 4 / 8) and ordering nine configurations worse (τ 0.72 -> -0.22); on Chinese (RGB)
 agreement held but a comparison's order fell (τ 0.78 -> 0.67). The warning goes to stderr

@@ -1,4 +1,4 @@
-"""``--examples-from`` without ``--examples`` (issue 42, smaller items): it used to be ignored
+"""``--examples-from`` without ``--examples``: it used to be ignored
 without a word (a run with no examples at all). Now it is refused before any call, naming
 the flag: exit 2 on the command line (``judge score``, ``compare-systems``, a search nightly's
 ``search.examples_from``), :class:`ConfigError` with ``field="examples_from"`` in the Python

@@ -1,4 +1,4 @@
-"""The one reader of TREC qrels lines (``judge.io.read_qrels_lines``, issue 35): ``read_qrels``,
+"""The one reader of TREC qrels lines (``judge.io.read_qrels_lines``): ``read_qrels``,
 the sample labels (``--sample-labels``, an optional fifth column: the inclusion probability)
 and the label store's qrels files all read through it, with the same errors (file, line,
 field)."""

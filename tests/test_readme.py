@@ -203,9 +203,9 @@ def test_default_backend_example_runs_with_the_embedded_judge(
 
 
 def test_first_command_times_match_the_benchmarks_table() -> None:
-    """The README's first-command time per CPU kind is the benchmarks table's (issue 42, item
-    8): AVX-512, AVX2 only and AVX-512 with AMX (an AMX Xeon, built without its AMX kernels),
-    and the 14 minutes measured under load on that Xeon, in both places."""
+    """The README's first-command time per CPU kind is the benchmarks table's: AVX-512, AVX2
+    only and AVX-512 with AMX (an AMX Xeon, built without its AMX kernels), and the 14
+    minutes measured under load on that Xeon, in both places."""
     readme = " ".join(README.read_text(encoding="utf-8").split())
     bench = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     section = bench[bench.index("## The embedded judge: install and first command by CPU kind") :]

@@ -1,4 +1,4 @@
-"""The sample mode on the command line (issue 42): several draws over one output record union
+"""The sample mode on the command line: several draws over one output record union
 probabilities; the documented round trip (sample, label, ``export --sample``,
 ``--sample-labels``) holds for ids with a space and ``%``; an inclusion probability below the
 floor and ``--sample-level`` without ``--sample-labels`` are exit 2."""

@@ -151,7 +151,7 @@ def test_compare_systems_still_counts_the_repeats_once(tmp_path: Path) -> None:
     assert "2 passage(s) repeated within one ranking were counted once" in inputs.warnings
 
 
-# Issue 42, item 7: six passages as plain strings, two repeating the first (one exactly, one
+# Six passages as plain strings, two repeating the first (one exactly, one
 # with markup) and one nearly repeating the third. The reader drops the exact repeat (its
 # derived docno repeats), but redundancy@k measures what the retriever returned.
 SIX = [

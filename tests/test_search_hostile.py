@@ -1,4 +1,4 @@
-"""The search side of an adversarial run (issue 37): a hostile HTTP engine on 127.0.0.1,
+"""The search side of an adversarial run: a hostile HTTP engine on 127.0.0.1,
 Python callables that raise, hang or never stop, broken inputs and outputs, concurrent
 writers. Each failure mode ends in exit 2 (or 3) with a message naming the file and the
 field, never a traceback, and no secret in stdout, stderr or any file written."""

@@ -1,4 +1,4 @@
-"""A service scoring job with ``"adapt": true`` (issue 43): like ``judge score --labels store
+"""A service scoring job with ``"adapt": true``: like ``judge score --labels store
 --adapt``, the label store's labels of the job's queries (snapshotted when it starts) teach
 the decision rule; the summary carries the ``adaptation`` block; refused options are a 422.
 In process, on the fake of ``tests/_review.py`` whose P(yes) is written in each passage."""

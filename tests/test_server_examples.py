@@ -1,4 +1,4 @@
-"""A service scoring job with ``examples`` (issue 35): like ``judge score --labels store
+"""A service scoring job with ``examples``: like ``judge score --labels store
 --examples N``, a passage the label store labels when the job starts takes its label without
 a call, so it is never its own example; the job page shows it as decided by people, and
 agreement and calibration leave it out. A job without ``examples`` is unchanged. In process,
@@ -255,11 +255,12 @@ def test_a_label_given_after_the_job_started_changes_nothing_it_decided(tmp_path
 
 
 def test_a_job_balances_long_yes_labels_and_never_shows_a_twin(tmp_path: Path) -> None:
-    """Issue 42, item 4 through the service: three long relevant and three short non-relevant
-    labels, ``examples: 4``. Each side spends its share of the 1,200-token budget first: one
-    long yes (2,200 characters, 572 tokens with its query and wrapping) and the two shortest
-    no (200 characters, 72 each), where the old rule showed 2 yes and 0 no. A passage equal to
-    a labelled one up to a trailing space is not shown it (the next yes instead)."""
+    """Worked examples balanced under the token budget, through the service: three long
+    relevant and three short non-relevant labels, ``examples: 4``. Each side spends its share
+    of the 1,200-token budget first: one long yes (2,200 characters, 572 tokens with its query
+    and wrapping) and the two shortest no (200 characters, 72 each), where the old rule showed
+    2 yes and 0 no. A passage equal to a labelled one up to a trailing space is not shown it
+    (the next yes instead)."""
     yes = [f"Y{i} " + "w" * 2197 for i in range(3)]
     no = [f"N{i} " + "n" * 197 for i in range(3)]
     texts = [*yes, *no, "U0 unlabelled", yes[0] + " "]

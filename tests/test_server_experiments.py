@@ -1,4 +1,4 @@
-"""Experiments as service jobs (issue 44, item 1): ``judge serve --search-config NAME=FILE``,
+"""Experiments as service jobs: ``judge serve --search-config NAME=FILE``,
 ``GET /v1/search-configs``, ``POST /v1/experiments`` and its refusals, and the same report as
 ``judge experiment`` on the same inputs, across a kill -9 of the server in the middle.
 
@@ -194,7 +194,7 @@ def test_a_service_experiment_gives_the_cli_report(
         texts += [client.get(f"/v1/experiments/{job_id}").text, client.get("/v1/experiments").text]
         best, baseline = report["experiment"]["best"], report["experiment"]["configurations"][0]["name"]
         texts.append(client.get(f"/v1/experiments/{job_id}/pair", params={"a": baseline, "b": best}).text)
-    # Issue 42, item 9: no response names a server path (the job's folder, the registered
+    # No response names a server path (the job's folder, the registered
     # configuration's folder or its index); files are named relative to the job or by name.
     for text in texts:
         for where in {str(tmp_path), str(tmp_path.resolve()), str(data.root), str(data.root.resolve())}:

@@ -1,4 +1,4 @@
-"""The review queue's sample mode over HTTP (issue 35): ``POST /v1/jobs/{id}/sample`` draws
+"""The review queue's sample mode over HTTP: ``POST /v1/jobs/{id}/sample`` draws
 a finished job's pairs with known inclusion probabilities (the draw of ``judge labels
 sample``), records them in the label store, ``GET`` lists them for the review screen; a label
 given on a drawn pair carries its probability into ``GET /v1/labels?format=sample`` and a

@@ -1,4 +1,4 @@
-"""The sample mode with several jobs over HTTP (issue 42): each job's sample file is its own
+"""The sample mode with several jobs over HTTP: each job's sample file is its own
 (``GET /v1/labels?format=sample&job=ID``) and is accepted by that job; an inclusion
 probability below the floor is a 422 naming line and field; integer options given as JSON
 strings, and ``sample_level`` without ``sample_labels``, are refused naming the field; and no

@@ -1,4 +1,4 @@
-"""The service and the label store under hostile input (issue 37), each against the way it
+"""The service and the label store under hostile input, each against the way it
 was broken: integers past SQLite's int64 in a request (a 500 before), an old label store
 holding bytes that are not UTF-8 (migration 3 raised: ``judge labels list`` and ``judge
 serve`` failed), ``"label": true`` taken as 1 by the review route, a missing

@@ -32,6 +32,7 @@ import json
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -313,9 +314,28 @@ def _schema_model(schema: Any) -> type[BaseModel] | None:
     return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
 
 
-def _messages(system_prompt: str | None, prompt: str) -> tuple[Message, ...]:
-    user = Message("user", str(prompt))
-    return (Message("system", system_prompt), user) if system_prompt else (user,)
+@dataclass(frozen=True)
+class _Generation:
+    """What every request of the adapter carries besides its prompt: the sampling settings,
+    the length limit and the system prompt."""
+
+    temperature: float
+    top_p: float | None
+    seed: int | None
+    max_tokens: int | None
+    system_prompt: str | None
+
+    def request(self, prompt: str, model: type[BaseModel] | None) -> ChatRequest:
+        """The request for ``prompt``, its reply constrained to ``model``'s JSON schema if given."""
+        user = Message("user", str(prompt))
+        return ChatRequest(
+            messages=(Message("system", self.system_prompt), user) if self.system_prompt else (user,),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+            json_schema=model.model_json_schema() if model is not None else None,
+        )
 
 
 def _adapter_class() -> type[Any]:
@@ -328,22 +348,9 @@ def _adapter_class() -> type[Any]:
     class JudgeBackendLLM(base):  # type: ignore[misc,valid-type]
         """A judge backend in deepeval's ``model=`` slot."""
 
-        def __init__(
-            self,
-            backend: Backend,
-            *,
-            temperature: float = 0.0,
-            top_p: float | None = None,
-            seed: int | None = None,
-            max_tokens: int | None = None,
-            system_prompt: str | None = None,
-        ) -> None:
+        def __init__(self, backend: Backend, settings: _Generation) -> None:
             self.backend = backend
-            self.temperature = temperature
-            self.top_p = top_p
-            self.seed = seed
-            self.max_tokens = max_tokens
-            self.system_prompt = system_prompt
+            self.settings = settings
             self.usage = Usage()
             self.calls = 0
             self.last_completion: Completion | None = None
@@ -370,19 +377,8 @@ def _adapter_class() -> type[Any]:
         def supports_log_probs(self) -> bool:
             return False
 
-        def _request(self, prompt: str, schema: Any) -> ChatRequest:
-            model = _schema_model(schema)
-            return ChatRequest(
-                messages=_messages(self.system_prompt, prompt),
-                temperature=self.temperature,
-                top_p=self.top_p,
-                seed=self.seed,
-                max_tokens=self.max_tokens,
-                json_schema=model.model_json_schema() if model is not None else None,
-            )
-
         async def a_generate(self, prompt: str, schema: Any = None, **kwargs: Any) -> Any:
-            request = self._request(prompt, schema)
+            request = self.settings.request(prompt, _schema_model(schema))
             try:
                 completion = await self.backend.complete(request)
             except TypeError as exc:  # deepeval would swallow it and re-call without schema
@@ -428,12 +424,5 @@ def as_deepeval_model(
     if isinstance(backend, DeepEvalBackend):
         return backend.llm
     cls = _adapter_class()
-    adapter: DeepEvalBaseLLM = cls(
-        backend,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        max_tokens=max_tokens,
-        system_prompt=system_prompt,
-    )
+    adapter: DeepEvalBaseLLM = cls(backend, _Generation(temperature, top_p, seed, max_tokens, system_prompt))
     return adapter

@@ -163,28 +163,32 @@ class ScriptedBackend:
             token_probs = None
             if request.candidates is not None:
                 token_probs = self._probs_for_text(step, request.candidates)
-            return Completion(
-                text=step,
-                usage=self._usage_for(request, step),
-                model=self.model,
-                latency_s=latency,
-                token_probs=token_probs,
-                finish_reason="stop",
-            )
+            return self._completion(request, step, latency, token_probs, "stop")
         if isinstance(step, Mapping):
             probs = {str(k): float(v) for k, v in step.items()}
             candidates = request.candidates if request.candidates is not None else tuple(probs)
             token_probs = {c: probs.get(c, 0.0) for c in candidates}
             text = max(token_probs, key=lambda c: token_probs[c]) if token_probs else ""
-            return Completion(
-                text=text,
-                usage=self._usage_for(request, text),
-                model=self.model,
-                latency_s=latency,
-                token_probs=token_probs,
-                finish_reason="length",
-            )
+            return self._completion(request, text, latency, token_probs, "length")
         raise TypeError(f"{self.name}: unsupported script step {step!r}")
+
+    def _completion(
+        self,
+        request: ChatRequest,
+        text: str,
+        latency: float,
+        token_probs: dict[str, float] | None,
+        finish_reason: str,
+    ) -> Completion:
+        """The completion of a scripted text (a string step, or a probability step's best)."""
+        return Completion(
+            text=text,
+            usage=self._usage_for(request, text),
+            model=self.model,
+            latency_s=latency,
+            token_probs=token_probs,
+            finish_reason=finish_reason,
+        )
 
     def _probs_for_text(self, text: str, candidates: Sequence[str]) -> dict[str, float]:
         if self._token_probs is not None:

@@ -7,6 +7,7 @@ Every entry point that judges many passages runs through one driver
 from typing import TYPE_CHECKING, Any
 
 from judge.batch._adapt_apply import AdaptPair, FeatureFn, adapt_records, check_adapt, model_verdict_of
+from judge.batch._batch_options import BatchOptions, BatchOutcome, default_output_path, sidecar_path
 from judge.batch._driver import BatchDriver, Commit, DriverStats, KeyFn, Plan, QueryWork, cache_keys
 from judge.batch._executor import Executor, FanOutExecutor, LocalExecutor, OnVerdict, PassageJob
 from judge.batch._export import qrels_of, run_of, write_qrels, write_run
@@ -59,16 +60,12 @@ from judge.batch._run_spec import (
     run_spec_from_kwargs,
 )
 from judge.batch._runner import (
-    BatchOptions,
-    BatchOutcome,
     check_examples,
     check_labels,
-    default_output_path,
     executor_for,
     retry_unjudged,
     score_dataset,
     score_dataset_sync,
-    sidecar_path,
     strict_check,
 )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Protocol
 
 from judge.backends import Backend, PermanentError
@@ -145,6 +145,7 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return next((e for e in leaves if isinstance(e, PermanentError)), leaves[0])
 
 
+@dataclass(eq=False)
 class BatchDriver:
     """Runs plans through one executor: see the module docstring.
 
@@ -159,31 +160,22 @@ class BatchDriver:
     each) follow one another and an embedded model's prefix cache serves them.
     """
 
-    def __init__(
-        self,
-        executor: Executor,
-        config: JudgeConfig,
-        *,
-        store: VerdictStore | None = None,
-        keys: KeyFn | None = None,
-        listwise: bool = False,
-        listwise_template: str | None = None,
-        max_queries: int = 32,
-        on_commit: Callable[[QueryWork, list[PassageVerdict]], None] | None = None,
-        examples: ExampleBank | None = None,
-    ) -> None:
-        if store is not None and keys is None:
+    executor: Executor
+    config: JudgeConfig
+    _: KW_ONLY
+    store: VerdictStore | None = None
+    keys: KeyFn | None = None
+    listwise: bool = False
+    listwise_template: str | None = None
+    max_queries: int = 32
+    on_commit: Callable[[QueryWork, list[PassageVerdict]], None] | None = None
+    examples: ExampleBank | None = None
+    stats: DriverStats = field(init=False, default_factory=DriverStats)
+
+    def __post_init__(self) -> None:
+        if self.store is not None and self.keys is None:
             raise ValueError("a store needs its key function (cache_keys)")
-        self.executor = executor
-        self.config = config
-        self.store = store
-        self.keys = keys
-        self.listwise = listwise
-        self.listwise_template = listwise_template
-        self.max_queries = max(1, max_queries)
-        self.on_commit = on_commit
-        self.examples = examples
-        self.stats = DriverStats()
+        self.max_queries = max(1, self.max_queries)
 
     async def run(
         self,

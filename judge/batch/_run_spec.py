@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from judge.backends import (
     DEFAULT_CONCURRENCY,
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 Engine = Literal["local", "ray"]
-ENGINES: tuple[Engine, ...] = ("local", "ray")
+ENGINES: tuple[Engine, ...] = get_args(Engine)
 
 #: Judging actors of the Ray engine when nobody says otherwise.
 DEFAULT_WORKERS = 2

@@ -1,8 +1,8 @@
 """Batch scoring of a JSONL dataset: concurrent, rate-limited, cached, resumable.
 
 Both entry points run through the one batch driver (:mod:`judge.batch._driver`: plan ->
-execute -> commit) with the same machinery (:class:`_Run`): a bounded stream of queries
-in flight, the rejects reporter, progress, and one summary writer.
+execute -> commit) with the same machinery (:class:`~judge.batch._batch_run.BatchRun`): a
+bounded stream of queries in flight, the rejects reporter, progress, and one summary writer.
 
 :func:`score_dataset`:
 
@@ -36,23 +36,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack
 
-from judge.backends import DEFAULT_CONCURRENCY, Backend, BackendStats, backend_fingerprint
-from judge.batch._adapt_apply import FeatureFn, adapt_records, check_adapt
-from judge.batch._driver import BatchDriver, QueryWork, cache_keys
-from judge.batch._executor import Executor, LocalExecutor
+from judge.backends import Backend, backend_fingerprint
+from judge.batch._adapt_apply import check_adapt
+from judge.batch._batch_options import BatchOptions, BatchOutcome, sidecar_path
+from judge.batch._batch_run import BatchRun
+from judge.batch._driver import QueryWork
+from judge.batch._executor import Executor
 from judge.batch._extra_fields import extras_record
-from judge.batch._label_apply import apply_labels, labels_decide
+from judge.batch._label_apply import labels_decide
 from judge.batch._plans import InputPlan, RetryItem, RetryPlan
-from judge.batch._ppi_summary import SampleLabelOptions, dataset_pairs, ppi_block, record_pairs
-from judge.batch._progress import ProgressMode, Snapshot, make_progress
-from judge.batch._records import DEFAULT_QRELS_LEVEL, build_record, finish_record, summarize_records
+from judge.batch._ppi_summary import dataset_pairs, record_pairs
+from judge.batch._records import build_record, finish_record
 from judge.batch._run_spec import RunSpec
 from judge.io import (
     DEFAULT_MAX_PASSAGE_CHARS,
@@ -65,29 +65,15 @@ from judge.io import (
     lock_output,
 )
 from judge.judging import (
-    DEFAULT_BORDERLINE_MARGIN,
-    LANGUAGE_RULE,
-    ExampleBank,
-    ExtraOptions,
     JudgeConfig,
     PassageVerdict,
     VerdictStore,
-    bind_language,
-    borderline_verdicts,
     check_examples_config,
     examples_caution,
     resolve_config,
-    summarize,
 )
 from judge.metrics import ScaleError
-from judge.store import (
-    LabelSet,
-    OutputWriter,
-    atomic_write_lines,
-    atomic_write_text,
-    recover_output,
-    scan_output,
-)
+from judge.store import OutputWriter, recover_output, scan_output
 
 
 def executor_for(spec: RunSpec, backend: Backend, ship: Any = None) -> Executor | None:
@@ -101,124 +87,6 @@ def executor_for(spec: RunSpec, backend: Backend, ship: Any = None) -> Executor 
     from judge.batch._ray import RayExecutor  # Ray's module loads only for a Ray run
 
     return RayExecutor(ship if ship is not None else backend, spec.for_backend(backend))
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    """Settings of a batch run that are not about how one passage is judged.
-
-    ``window``: passage tasks in flight (default ``2 * concurrency`` so that passages
-    sleeping in a retry backoff do not starve the provider); ``concurrency`` is echoed in
-    the summary, the provider-call bound itself lives in the backend wrapper.
-    ``listwise``: judge each query's passages in one call (a listwise template: the
-    default for the mode and language, or ``listwise_template``); generation only, so
-    probability mode does not apply. ``executor``: who judges the passages the store does
-    not have (default a :class:`~judge.batch._executor.LocalExecutor` over ``backend``
-    with ``window``); the caller owns it (closes it). ``examples``: the run's labelled
-    passages (:class:`~judge.judging.ExampleBank`, built by the caller from its labels and
-    its passages' texts, with its ``--examples`` setting): each passage's prompt shows the
-    worked examples it chooses; the summary's ``examples`` describes them. ``adapt`` (with
-    ``labels``): the labels teach a decision rule (:func:`judge.batch.adapt_records`) that
-    decides the passages where it beats the judge alone on held-out queries; the summary's
-    ``adaptation`` says what it learned and whether it was applied (``judge score --adapt``).
-    """
-
-    k: tuple[int, ...] = (5, 10)
-    concurrency: int = DEFAULT_CONCURRENCY  # the call policy's default (CallPolicy)
-    window: int | None = None
-    field_map: Mapping[str, str] = field(default_factory=dict)
-    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
-    strict: bool = False
-    progress: ProgressMode = "auto"
-    progress_interval_s: float = 5.0
-    command: str = "judge score"  # the label of the progress lines: the command that runs
-    rejects_path: Path | None = None
-    summary_path: Path | None = None
-    fsync: bool = True
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    listwise: bool = False
-    listwise_template: str | None = None
-    executor: Executor | None = None
-    measures: tuple[str, ...] = ()
-    extras: ExtraOptions | None = None
-    # verdicts this close to the P(yes) threshold are counted as "borderline" in the summary
-    borderline_margin: float = DEFAULT_BORDERLINE_MARGIN
-    # a graded ground truth meets the yes/no verdicts (agreement) at grade >= qrels_level
-    qrels_level: int = DEFAULT_QRELS_LEVEL
-    # human labels that override verdicts in the output and summary (judge.batch.apply_labels);
-    # labels_level / labels_yes_grade: the stated mapping when their scale differs from the mode's
-    labels: LabelSet | None = None
-    labels_level: int | None = None
-    labels_yes_grade: int | None = None
-    # a random sample of human labels: the summary's prediction-powered figures (``ppi``)
-    sample_labels: SampleLabelOptions | None = None
-    examples: ExampleBank | None = None
-    # ``--adapt``: decide the passages by the rule the labels teach (judge.batch.adapt_records)
-    # when it beats the judge alone on held-out queries; ``adapt_features``: extra columns
-    adapt: bool = False
-    adapt_features: FeatureFn | None = None
-
-    def passage_window(self) -> int:
-        return max(1, self.window if self.window is not None else 2 * self.concurrency)
-
-
-@dataclass
-class BatchOutcome:
-    """What a batch run did. ``summary`` is exactly what was saved to ``summary_path``."""
-
-    output_path: Path
-    summary_path: Path
-    rejects_path: Path | None
-    summary: dict[str, Any]
-    scored_now: int
-    skipped_done: int
-    rejected: int
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".gz", ".jsonl", ".json"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
-
-
-def default_output_path(input_path: str | Path) -> Path:
-    """``INPUT.judged.jsonl`` beside the input (``data/x.jsonl.gz`` -> ``data/x.judged.jsonl``)."""
-    p = Path(input_path)
-    return p.with_name(_stem(p) + ".judged.jsonl")
-
-
-def sidecar_path(output_path: str | Path, kind: str, ext: str) -> Path:
-    """``out.jsonl`` -> ``out.<kind>.<ext>`` (summary.json, rejects.jsonl)."""
-    p = Path(output_path)
-    return p.with_name(f"{_stem(p)}.{kind}.{ext}")
-
-
-def _backend_name(backend: Backend) -> str:
-    return backend.name
-
-
-def _stat(backend: Backend, name: str) -> int:
-    stats = getattr(backend, "stats", None)
-    return int(getattr(stats, name, 0) or 0) if stats is not None else 0
-
-
-def _placement(executor: Any) -> dict[str, Any]:
-    """``{"ray": ...}``: which node judged what, for an executor that knows (Ray's)."""
-    placement = getattr(executor, "placement", None)
-    return {"ray": placement()} if callable(placement) else {}
-
-
-def _backend_stats(backend: Backend) -> dict[str, Any]:
-    stats = getattr(backend, "stats", None)
-    return stats.as_dict() if isinstance(stats, BackendStats) else {}
-
-
-async def _ticker(fn: Callable[[], None], interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        fn()
 
 
 def strict_check(
@@ -281,211 +149,8 @@ def _check_modes(modes: set[str], config: JudgeConfig, output_path: Path) -> Non
         )
 
 
-def _cache_stats(store: VerdictStore | None) -> dict[str, Any] | None:
-    stats = getattr(store, "stats", None)
-    if stats is None:
-        return None
-    return {k: getattr(stats, k) for k in ("hits", "misses", "puts") if hasattr(stats, k)}
-
-
-def _config_echo(config: JudgeConfig, backend_name: str, opts: BatchOptions) -> dict[str, Any]:
-    return {
-        "backend": backend_name,
-        "judge": config.cache_params()
-        | {
-            "max_reasks": config.max_reasks,
-            "template_id": config.template_id() if config.language != "auto" or config.template else None,
-            "template_ids": config.template_ids(),
-        }
-        | ({"language_rule": LANGUAGE_RULE} if config.language == "auto" else {}),
-        "k": list(opts.k),
-        "concurrency": opts.concurrency,
-        "judging": "listwise" if opts.listwise else "pointwise",
-        "max_passage_chars": opts.max_passage_chars,
-        **dict(opts.settings),
-    }
-
-
-RunKind = Literal["score", "retry-unjudged"]
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-class _Run:
-    """One batch run of either kind: the driver over the run's executor, progress, the
-    rejects reporter and the summary writer. Progress: ``total`` queries (lines) less
-    ``dropped()`` (rejected lines), done = committed + ``skipped()`` (already done)."""
-
-    def __init__(
-        self,
-        kind: RunKind,
-        out: Path,
-        backend: Backend,
-        config: JudgeConfig,
-        store: VerdictStore | None,
-        opts: BatchOptions,
-        *,
-        listwise: bool,
-        reporter: RejectsReporter,
-        total: int,
-        skipped: Callable[[], int] = lambda: 0,
-        dropped: Callable[[], int] = lambda: 0,
-    ) -> None:
-        self.kind = kind
-        self.out = out
-        self.backend = backend
-        self.config = config
-        self.store = store
-        self.opts = opts
-        self.reporter = reporter
-        self.total = total
-        self.done = 0
-        self._skipped = skipped
-        self._dropped = dropped
-        self.scored = 0
-        self.passages_done = 0  # passages of the queries finished this run (the rates)
-        self.progress = make_progress(
-            opts.progress, interval_s=opts.progress_interval_s, command=opts.command
-        )
-        executor = opts.executor or LocalExecutor(backend, window=opts.passage_window())
-        # Whose call counters the summary and progress read: an executor that judges
-        # elsewhere (Ray workers, each with its own backend) sums them itself (``stats``).
-        self.accounting: Any = executor if hasattr(executor, "stats") else backend
-        keys = None
-        if store is not None:
-            keys = cache_keys(backend, config, listwise=listwise, listwise_template=opts.listwise_template)
-        # Queries in flight: enough to keep every passage slot busy, few enough to keep
-        # memory flat and finish queries roughly in input order.
-        self.driver = BatchDriver(
-            executor,
-            config,
-            store=store,
-            keys=keys,
-            listwise=listwise,
-            listwise_template=opts.listwise_template,
-            max_queries=opts.passage_window() + 1,
-            on_commit=self._committed,
-            examples=opts.examples,
-        )
-
-    def _committed(self, work: QueryWork, verdicts: list[PassageVerdict]) -> None:
-        self.done += 1
-        if work.jobs or work.known is not None:  # a query whose passages all took labels too
-            self.scored += 1
-            self.passages_done += len(work.jobs)
-        self.progress.update(self.snapshot())
-
-    def snapshot(self) -> Snapshot:
-        stats = self.driver.stats
-        return Snapshot(
-            queries_done=self.done + self._skipped(),
-            queries_total=self.total - self._dropped(),
-            queries_this_run=self.scored,
-            passages_this_run=self.passages_done,
-            retries=_stat(self.accounting, "retries"),
-            rate_limited=_stat(self.accounting, "rate_limited"),
-            unjudged=stats.unjudged,
-            rejected=self.reporter.rejected,
-            elapsed_s=stats.elapsed_s,
-        )
-
-    def config_of(self, work: QueryWork) -> JudgeConfig:
-        """The query's own config (``language="auto"`` bound as the driver bound it)."""
-        return bind_language(self.config, work.query, language=work.language)
-
-    def result(self, work: QueryWork, verdicts: list[PassageVerdict]) -> Any:
-        return summarize(
-            work.query,
-            verdicts,
-            self.config_of(work),
-            self.backend.name,
-            k=tuple(self.opts.k),
-            measures=self.opts.measures,
-        )
-
-    async def drive(
-        self,
-        plan: Iterable[QueryWork],
-        commit: Callable[[QueryWork, list[PassageVerdict]], Awaitable[None]],
-        *,
-        ordered: bool = False,
-    ) -> None:
-        """Run ``plan`` through the driver between ``progress.start`` and ``progress.stop``,
-        ticking every 0.5 s."""
-        self.progress.start(self.total, 0)
-        tick = asyncio.ensure_future(_ticker(lambda: self.progress.update(self.snapshot()), 0.5))
-        try:
-            await self.driver.run(plan, commit, ordered=ordered)
-        finally:
-            tick.cancel()
-            self.progress.stop(self.snapshot())
-
-    def finish(self, summary_path: Path, *, skipped: int, retried: int, inp: Path | None) -> BatchOutcome:
-        """Write the summary (metrics from the whole output file, this run's counters) and
-        return the outcome."""
-        stats = self.driver.stats
-        wall = stats.elapsed_s
-        this_run = {
-            "kind": self.kind,
-            "wall_time_s": round(wall, 3),
-            "queries_scored": self.scored,
-            "queries_skipped_already_done": skipped,
-            "passages": stats.passages,
-            "passages_per_s": round(stats.passages / wall, 3) if wall > 0 else None,
-            "passages_retried": retried,
-            "passages_cached": stats.cached,
-            "passages_asked": stats.asked,
-            "still_unjudged": stats.unjudged,
-            "rejected_lines": self.reporter.rejected,
-            "truncation_warnings": self.reporter.warned,
-            "duplicates_dropped": self.reporter.dropped,
-            "executor": self.driver.executor.name,
-            **_placement(self.driver.executor),
-            "backend": _backend_stats(self.accounting),
-            "cache": _cache_stats(self.store),
-        }
-        records = recover_output(self.out)
-        labels_echo: dict[str, Any] = {}
-        if self.opts.adapt and self.opts.labels is not None:
-            records, labels_echo = _adapt(self.out, records, self.opts)
-        if self.opts.labels is not None:
-            records, applied = _apply_labels(self.out, records, self.opts)
-            labels_echo |= applied
-        summary = {
-            "output": str(self.out),
-            **summarize_records(records, self.opts.k, measures=self.opts.measures),
-            "input": str(inp) if inp is not None else None,
-            "this_run": this_run,
-            "config": _config_echo(self.config, self.backend.name, self.opts),
-            **_determinism_echo(records, self.config, self.backend, self.opts),
-            **{k: v for k, v in labels_echo.items() if k != "adaptation"},
-            **_examples_echo(self.opts),
-            **({"adaptation": labels_echo["adaptation"]} if "adaptation" in labels_echo else {}),
-        }
-        if self.opts.sample_labels is not None:
-            summary["ppi"] = ppi_block(records, self.opts.sample_labels, self.opts.k)
-        atomic_write_text(summary_path, json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
-        return BatchOutcome(
-            output_path=self.out,
-            summary_path=summary_path,
-            rejects_path=(
-                self.reporter.path
-                if self.reporter.rejected or self.reporter.warned or self.reporter.dropped
-                else None
-            ),
-            summary=summary,
-            scored_now=self.scored,
-            skipped_done=skipped,
-            rejected=self.reporter.rejected,
-        )
-
-
-def _examples_echo(opts: BatchOptions) -> dict[str, Any]:
-    """The summary's ``examples`` (absent for a run without them)."""
-    bank = opts.examples
-    if bank is None or not bank.spec.active:
-        return {}
-    return {"examples": bank.describe()}
 
 
 def check_examples(opts: BatchOptions, config: JudgeConfig) -> None:
@@ -509,87 +174,12 @@ def check_labels(opts: BatchOptions, config: JudgeConfig) -> None:
         raise InputError(exc.message, field=flag) from None
 
 
-def _apply_labels(
-    out: Path, records: list[dict[str, Any]], opts: BatchOptions
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Apply ``opts.labels`` to the output's records, rewrite the file atomically when
-    anything changed, and return the records with the summary's ``labels`` echo."""
-    assert opts.labels is not None
-    outcome = apply_labels(
-        records,
-        opts.labels,
-        k=opts.k,
-        measures=opts.measures,
-        level=opts.labels_level,
-        yes_grade=opts.labels_yes_grade,
-    )
-    if outcome.records != records:
-        atomic_write_lines(out, outcome.records)
-    echo = {
-        "labels": {
-            "source": opts.labels.source,
-            "labels": len(opts.labels),
-            "applied": outcome.applied,
-            "changed": outcome.changed,
-            "queries": outcome.queries,
-            "unmatched": outcome.unmatched,
-            "mapping": dict(outcome.mapping),
-        }
-    }
-    return outcome.records, echo
-
-
-def _adapt(
-    out: Path, records: list[dict[str, Any]], opts: BatchOptions
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``--adapt``: the records decided by the labels' rule where it helps (rewritten
-    atomically when anything changed) and the summary's ``adaptation`` block."""
-    assert opts.labels is not None
-    adapted, block = adapt_records(
-        records,
-        opts.labels,
-        k=opts.k,
-        measures=opts.measures,
-        level=opts.labels_level,
-        yes_grade=opts.labels_yes_grade,
-        features=opts.adapt_features,
-    )
-    if adapted != records:
-        atomic_write_lines(out, adapted)
-    return adapted, {"adaptation": block}
-
-
 def _check_sample(inp: Path, opts: BatchOptions) -> None:
     """Every pair of ``opts.sample_labels`` is a pair of the input's valid lines, else
     InputError naming the sample file's line."""
     assert opts.sample_labels is not None
     pairs = dataset_pairs(inp, field_map=opts.field_map, max_passage_chars=opts.max_passage_chars)
     opts.sample_labels.labels.check_pairs(pairs)
-
-
-def _determinism_echo(
-    records: Sequence[Mapping[str, Any]], config: JudgeConfig, backend: Backend, opts: BatchOptions
-) -> dict[str, Any]:
-    """``backend_fingerprint`` and the ``borderline`` count (probability-mode verdicts within
-    ``opts.borderline_margin`` of the threshold: the ones another machine may flip)."""
-    borderline = 0
-    if config.probability:
-        # Each query against its own threshold (``auto``: its language's template's).
-        by_threshold: dict[float, list[Mapping[str, Any]]] = {}
-        for record in records:
-            threshold = (record.get("conventions") or {}).get("p_yes_threshold")
-            if threshold is None:
-                threshold = bind_language(config, "", language="zh").decision_threshold
-            by_threshold.setdefault(float(threshold), []).append(record)
-        borderline = sum(
-            len(borderline_verdicts(group, t, opts.borderline_margin, config.grade_threshold))
-            for t, group in by_threshold.items()
-        )
-    return {
-        "backend_fingerprint": backend_fingerprint(backend),
-        "borderline": borderline,
-        "borderline_margin": opts.borderline_margin,
-    }
 
 
 def _paths(out: Path, opts: BatchOptions, rejects_kind: str) -> tuple[Path, Path]:
@@ -658,7 +248,7 @@ async def score_dataset(
             max_passage_chars=opts.max_passage_chars,
             reporter=reporter,
         )
-        run = _Run(
+        run = BatchRun(
             "score",
             out,
             backend,
@@ -747,7 +337,7 @@ async def retry_unjudged(
     tmp = out.with_name(out.name + ".retry.tmp")
     try:
         plan = RetryPlan(out, reporter=reporter)
-        run = _Run(
+        run = BatchRun(
             "retry-unjudged",
             out,
             backend,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
-from judge.backends import ConfigError
+from judge.backends import ChatRequest, ConfigError, Message
 from judge.io import CJK_SHARE, language_of
 from judge.judging._models import Mode, PassageVerdict
 from judge.judging._templates import PromptTemplate, TemplateError, default_template_id, load_template
@@ -109,6 +109,20 @@ class JudgeConfig:
         params = asdict(self)
         params.pop("max_reasks")
         return params
+
+    def generation(self) -> dict[str, Any]:
+        """The settings that shape a generated reply: temperature, top_p, seed, max_tokens."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+        }
+
+    def chat_request(self, messages: Sequence[Message], **fields: Any) -> ChatRequest:
+        """A call of ``messages`` under this config's :meth:`generation` settings; ``fields``
+        set the request's other fields (or override those)."""
+        return ChatRequest(messages=tuple(messages), **(self.generation() | fields))
 
     @property
     def decision_threshold(self) -> float:

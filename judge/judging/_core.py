@@ -220,18 +220,8 @@ class _Asker:
         self.meta = meta
 
     def request(self, messages: Sequence[Message], **overrides: Any) -> ChatRequest:
-        cfg = self.config
-        fields: dict[str, Any] = {
-            "messages": tuple(messages),
-            "temperature": cfg.temperature,
-            "top_p": cfg.top_p,
-            "seed": cfg.seed,
-            "max_tokens": cfg.max_tokens,
-            "json_schema": self.template.json_schema,
-            "meta": self.meta,
-        }
-        fields.update(overrides)
-        return ChatRequest(**fields)
+        fields: dict[str, Any] = {"json_schema": self.template.json_schema, "meta": self.meta}
+        return self.config.chat_request(messages, **(fields | overrides))
 
     async def exchange(
         self,
@@ -617,15 +607,8 @@ async def generate_summary(
         unjudged=str(len(verdicts) - len(judged)),
         verdicts=verdict_lines(verdicts, config.mode) or "（无）",
     )
-    request = ChatRequest(
-        messages=messages,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=config.seed,
-        max_tokens=config.max_tokens,
-    )
     try:
-        completion = await backend.complete(request)
+        completion = await backend.complete(config.chat_request(messages))
     except PAIR_ERRORS:
         return fallback_reason(verdicts), Usage(), 0.0, 1
     text = completion.text.strip()

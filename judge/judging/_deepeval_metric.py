@@ -55,20 +55,20 @@ class JudgeMetric(BaseMetric):  # type: ignore[misc,no-untyped-call]  # deepeval
     the sync wrapper of ``a_measure`` and how a finished measurement is recorded on the
     metric (score, breakdown, reason, error, cost, tokens, logs, success)."""
 
-    def _setup(
+    def __init__(
         self,
-        backend: Any,
-        config: JudgeConfig,
+        backend: Any = None,
         *,
-        threshold: float,
-        k: Sequence[int],
-        include_reason: bool,
-        async_mode: bool,
-        strict_mode: bool,
-        store: VerdictStore | None,
-        policy: CallPolicy | None,
+        threshold: float = 0.5,
+        k: Sequence[int] = (5, 10),
+        config: JudgeConfig | None = None,
+        include_reason: bool = True,
+        async_mode: bool = True,
+        strict_mode: bool = False,
+        store: VerdictStore | None = None,
+        policy: CallPolicy | None = None,
     ) -> None:
-        self.config = config
+        self.config = config if config is not None else JudgeConfig()
         self.backend = make_backend(backend, policy=policy)
         self.threshold = 1.0 if strict_mode else float(threshold)
         self.k = check_k(k)
@@ -149,9 +149,9 @@ class RelevancyJudge(JudgeMetric):  # type: ignore[misc,no-untyped-call]  # deep
         policy: CallPolicy | None = None,
     ) -> None:
         base = config if config is not None else JudgeConfig()
-        self._setup(
+        super().__init__(
             backend,
-            replace(base, mode=mode) if mode is not None and mode != base.mode else base,
+            config=replace(base, mode=mode) if mode is not None and mode != base.mode else base,
             threshold=threshold,
             k=k,
             include_reason=include_reason,

@@ -15,14 +15,12 @@ from __future__ import annotations
 import judge._env  # noqa: F401  # must precede deepeval: telemetry off, read-only file system
 
 # isort: split
-from collections.abc import Sequence
 from typing import Any
 
 from deepeval.errors import MissingTestCaseParamsError
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
-from judge.backends import CallPolicy
-from judge.judging._config import JudgeConfig, Passage, VerdictStore
+from judge.judging._config import Passage
 from judge.judging._deepeval_metric import JudgeMetric
 from judge.judging._dimension_models import ContextualRecall
 from judge.judging._recall import contextual_recall
@@ -42,31 +40,7 @@ class ContextualRecallJudge(JudgeMetric):  # type: ignore[misc,no-untyped-call] 
         SingleTurnParams.EXPECTED_OUTPUT,
     ]
 
-    def __init__(
-        self,
-        backend: Any = None,
-        *,
-        threshold: float = 0.5,
-        k: Sequence[int] = (5, 10),
-        config: JudgeConfig | None = None,
-        include_reason: bool = True,
-        async_mode: bool = True,
-        strict_mode: bool = False,
-        store: VerdictStore | None = None,
-        policy: CallPolicy | None = None,
-    ) -> None:
-        self._setup(
-            backend,
-            config if config is not None else JudgeConfig(),
-            threshold=threshold,
-            k=k,
-            include_reason=include_reason,
-            async_mode=async_mode,
-            strict_mode=strict_mode,
-            store=store,
-            policy=policy,
-        )
-        self.result: ContextualRecall | None = None
+    result: ContextualRecall | None = None  # the last measurement's
 
     @property
     def __name__(self) -> str:  # type: ignore[override]  # deepeval uses a property here

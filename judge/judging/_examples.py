@@ -21,7 +21,8 @@ embedded BM25 of :mod:`judge.search` and handed down as data). The rule:
   a side that holds labels but fits none of them in its share shows its shortest one cut
   to the share (ending in "…", when at least :data:`MIN_SHORTENED_TOKENS` of its text are
   left); what the sides left unspent then fills the places still open, the side showing
-  fewer first. So long "yes" labels never push every "no" out (issue 42, item 4);
+  fewer first. So long "yes" labels never push every "no" out (they used to: three long "yes"
+  labels spent the whole budget);
 * shown in a fixed order, yes and no alternating (yes first), so every passage of a query
   sees the same block and an embedded model's prefix cache serves them all;
 * a block that shows one side only ends with a note (``prompts/examples_note.toml``, in the
@@ -47,7 +48,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from judge.backends import ConfigError
 from judge.judging._config import JudgeConfig
@@ -61,7 +62,7 @@ from judge.judging._templates import (
 )
 
 ExampleSource = Literal["same", "nearest"]
-EXAMPLE_SOURCES: tuple[ExampleSource, ...] = ("same", "nearest")
+EXAMPLE_SOURCES: tuple[ExampleSource, ...] = get_args(ExampleSource)
 #: The most examples a passage may be shown (``--examples`` is checked against it).
 MAX_EXAMPLES = 16
 #: Estimated tokens the examples of one passage may take together.

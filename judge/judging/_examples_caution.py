@@ -1,4 +1,4 @@
-"""Where worked examples were measured to hurt (issue 43): :func:`examples_caution`, the
+"""Where worked examples were measured to hurt: :func:`examples_caution`, the
 warning a run with ``--examples`` gets where ``docs/agreement.md`` measured them to lower
 agreement with people, naming the measurement.
 

@@ -43,7 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from judge.backends import PAIR_ERRORS, Backend, ChatRequest, Message, Usage
+from judge.backends import PAIR_ERRORS, Backend, Message, Usage
 from judge.io import InputError
 from judge.judging._aux_ask import ask_verdict, aux_config, kind_key, render, usage_of
 from judge.judging._config import JudgeConfig, Passage, VerdictStore, bind_language
@@ -136,14 +136,9 @@ async def extract_claims(
             f"template {tpl.id} is a {tpl.mode} template, not a claims template", field="template"
         )
     # Only the generation settings change the claims (not the relevance mode or template).
+    generation = config.generation() | {"max_tokens": max(config.max_tokens, CLAIMS_MAX_TOKENS)}
     config = JudgeConfig(
-        language=config.language,
-        max_reasks=config.max_reasks,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=config.seed,
-        max_tokens=max(config.max_tokens, CLAIMS_MAX_TOKENS),
-        template=tpl.id,
+        language=config.language, max_reasks=config.max_reasks, template=tpl.id, **generation
     )
     key = kind_key(
         "claims",
@@ -165,14 +160,7 @@ async def extract_claims(
     usage, cost, calls, error, raw = Usage(), 0.0, 0, "", None
     started = time.perf_counter()
     for _ in range(config.max_reasks + 1):
-        request = ChatRequest(
-            messages=tuple(conversation),
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.seed,
-            max_tokens=config.max_tokens,
-            json_schema=tpl.json_schema,
-        )
+        request = config.chat_request(conversation, json_schema=tpl.json_schema)
         try:
             completion = await backend.complete(request)
         except PAIR_ERRORS as exc:

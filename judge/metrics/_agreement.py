@@ -43,20 +43,8 @@ KappaWeights = Literal["none", "linear", "quadratic"]
 AlphaLevel = Literal["nominal", "ordinal", "interval", "ratio"]
 TauVariant = Literal["b", "c"]
 
-__all__ = [
-    "AgreementUndefinedError",
-    "AlphaLevel",
-    "KappaWeights",
-    "TauVariant",
-    "binary_kappa",
-    "cohen_kappa",
-    "confusion_matrix",
-    "exact_agreement",
-    "kendall_tau",
-    "krippendorff_alpha",
-    "roc_auc",
-    "spearman_rho",
-]
+# Its public names are listed once, by the package (``_AGREEMENT_NAMES`` in judge/metrics/__init__.py,
+# which loads this module on first use).
 
 
 class AgreementUndefinedError(ValueError):

@@ -48,7 +48,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 __all__ = [
     "ANSWER_METRICS",
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 Normalization = Literal["squad", "ultrarag"]
-NORMALIZATIONS: tuple[Normalization, ...] = ("squad", "ultrarag")
+NORMALIZATIONS: tuple[Normalization, ...] = get_args(Normalization)
 ANSWER_METRICS: tuple[str, ...] = ("em", "acc", "coverem", "f1", "rouge-1", "rouge-2", "rouge-l")
 
 CJK_RANGES: tuple[tuple[int, int], ...] = (

@@ -160,21 +160,23 @@ def rndcg(m: Measure, q: RankedQuery) -> float:
     i = 0
 
     def step_ideal() -> None:
-        nonlocal at_level, cur, ideal_gain
+        """The ideal ranking one rank on; where its gain changes (an R-level boundary), the
+        nDCG so far counts."""
+        nonlocal at_level, cur, ideal_gain, old_ideal, total, changes
         at_level += 1
         while cur >= 0 and at_level > levels[cur][2]:
             at_level = 1
             cur -= 1
             ideal_gain = levels[cur][1] if cur >= 0 else 0.0
-
-    while i < n_ret and ideal_gain > 0.0:
-        results_gain = lookup.get(int(grades[i]), 0.0)
-        step_ideal()
         if old_ideal != ideal_gain:
             if ideal_dcg > 0.0:
                 total += results_dcg / ideal_dcg
                 changes += 1
             old_ideal = ideal_gain
+
+    while i < n_ret and ideal_gain > 0.0:
+        results_gain = lookup.get(int(grades[i]), 0.0)
+        step_ideal()
         if results_gain != 0:
             results_dcg += results_gain / math.log2(i + 2)
         if ideal_gain > 0.0:
@@ -188,11 +190,6 @@ def rndcg(m: Measure, q: RankedQuery) -> float:
             changes += 1
     while ideal_gain > 0.0:
         step_ideal()
-        if old_ideal != ideal_gain:
-            if ideal_dcg > 0.0:
-                total += results_dcg / ideal_dcg
-                changes += 1
-            old_ideal = ideal_gain
         if ideal_gain > 0.0:
             ideal_dcg += ideal_gain / math.log2(i + 2)
         i += 1

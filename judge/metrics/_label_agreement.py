@@ -55,20 +55,8 @@ import numpy as np
 
 from judge.metrics._agreement import AgreementUndefinedError, cohen_kappa, confusion_matrix, roc_auc
 
-__all__ = [
-    "BIASED_SAMPLE_NOTE",
-    "MIN_CALIBRATION_LABELS",
-    "AgreementFigures",
-    "AgreementItem",
-    "AgreementReport",
-    "CalibrationError",
-    "CalibrationResult",
-    "ReviewerPair",
-    "agreement_figures",
-    "calibrate_threshold",
-    "label_agreement",
-    "reviewer_agreement",
-]
+# Its public names are listed once, by the package (``_REVIEW_NAMES`` in judge/metrics/__init__.py,
+# which loads this module on first use).
 
 MIN_CALIBRATION_LABELS = 30
 

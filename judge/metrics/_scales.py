@@ -119,23 +119,23 @@ def resolve_mapping(
     if source == target:
         return ScaleMapping(source, target)
     if source == "graded":
-        if level is None:
-            raise ScaleError(
-                f"{source_name} are graded (0-{MAX_GRADE}) but {target_name} is binary: "
-                f"state which grade counts as relevant ({level_field}=L: grade >= L is relevant)",
-                field=level_field,
-            )
-        if not 1 <= level <= MAX_GRADE:
-            raise ScaleError(f"{level_field} must be in 1..{MAX_GRADE}, not {level}", field=level_field)
-        return ScaleMapping(source, target, level=level)
-    if yes_grade is None:
-        raise ScaleError(
-            f"{source_name} are binary (0/1) but {target_name} is graded (0-{MAX_GRADE}): "
-            f"state the grade a 'yes' stands for ({yes_grade_field}=G)",
-            field=yes_grade_field,
+        missing = (
+            f"{source_name} are graded (0-{MAX_GRADE}) but {target_name} is binary: "
+            f"state which grade counts as relevant ({level_field}=L: grade >= L is relevant)"
         )
-    if not 1 <= yes_grade <= MAX_GRADE:
-        raise ScaleError(
-            f"{yes_grade_field} must be in 1..{MAX_GRADE}, not {yes_grade}", field=yes_grade_field
-        )
-    return ScaleMapping(source, target, yes_grade=yes_grade)
+        return ScaleMapping(source, target, level=_stated(level, level_field, missing))
+    missing = (
+        f"{source_name} are binary (0/1) but {target_name} is graded (0-{MAX_GRADE}): "
+        f"state the grade a 'yes' stands for ({yes_grade_field}=G)"
+    )
+    return ScaleMapping(source, target, yes_grade=_stated(yes_grade, yes_grade_field, missing))
+
+
+def _stated(value: int | None, field: str, missing: str) -> int:
+    """The grade a mapping needs (``level`` or ``yes_grade``): a :class:`ScaleError` saying
+    ``missing`` when it is not stated, or naming ``field`` when it is outside 1..MAX_GRADE."""
+    if value is None:
+        raise ScaleError(missing, field=field)
+    if not 1 <= value <= MAX_GRADE:
+        raise ScaleError(f"{field} must be in 1..{MAX_GRADE}, not {value}", field=field)
+    return value

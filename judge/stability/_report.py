@@ -295,33 +295,43 @@ def _adaptation(d: dict[str, Any]) -> list[str]:
 
 def _least_stable(d: dict[str, Any], metric: str) -> list[str]:
     """The least stable queries' and passages' tables of the Markdown report."""
-    out: list[str] = []
-    if d["unstable_queries"]:
-        out += [
-            f"| id | query | {metric_name(metric)} per run | range | score per run |",
-            "|---|---|---|---|---|",
+    queries = [
+        [_cell(q["id"]), _cell(q["query"][:60]), _vals(q["values"]), f"{q['range']:.3f}", _vals(q["score"])]
+        for q in d["unstable_queries"]
+    ]
+    passages = [
+        [
+            _cell(p["query_id"]),
+            str(p["index"] + 1),
+            _cell(str(p["passage_id"] or "—")),
+            _vals(p["labels"]),
+            _vals(p["p_yes"]),
+            _cell(p["text"][:80]),
         ]
-        for q in d["unstable_queries"]:
-            out.append(
-                f"| {_cell(q['id'])} | {_cell(q['query'][:60])} | {_vals(q['values'])} | "
-                f"{q['range']:.3f} | {_vals(q['score'])} |"
-            )
-    else:
-        out.append("Every query has the same figures in every run.")
-    out += ["", "## Least stable passages", ""]
-    if d["unstable_passages"]:
-        out += [
-            "| query | rank | passage id | label per run | p_yes per run | text |",
-            "|---|---|---|---|---|---|",
-        ]
-        for p in d["unstable_passages"]:
-            out.append(
-                f"| {_cell(p['query_id'])} | {p['index'] + 1} | {_cell(str(p['passage_id'] or '—'))} | "
-                f"{_vals(p['labels'])} | {_vals(p['p_yes'])} | {_cell(p['text'][:80])} |"
-            )
-    else:
-        out.append("Every passage got the same label in every run.")
-    return out
+        for p in d["unstable_passages"]
+    ]
+    return [
+        *_table(
+            ["id", "query", f"{metric_name(metric)} per run", "range", "score per run"],
+            queries,
+            "Every query has the same figures in every run.",
+        ),
+        *["", "## Least stable passages", ""],
+        *_table(
+            ["query", "rank", "passage id", "label per run", "p_yes per run", "text"],
+            passages,
+            "Every passage got the same label in every run.",
+        ),
+    ]
+
+
+def _table(columns: list[str], rows: list[list[str]], empty: str) -> list[str]:
+    """A Markdown table of ``rows`` under ``columns``, or the sentence ``empty`` without rows."""
+    if not rows:
+        return [empty]
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + [
+        "| " + " | ".join(row) + " |" for row in rows
+    ]
 
 
 def _borderline_and_appendix(d: dict[str, Any], metric: str) -> list[str]:
