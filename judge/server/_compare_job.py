@@ -25,9 +25,8 @@ from judge.server._comparisons import (
     validate_compare,
 )
 from judge.server._job_files import Validation
-from judge.server._job_kind import JobFiles, Runtime, job_spec
+from judge.server._job_kind import PooledJobFiles, Runtime, job_spec
 from judge.systems import (
-    ReportFolder,
     explain_pairs,
     run_comparison,
 )
@@ -81,17 +80,12 @@ async def run_compare(
     return summary
 
 
-class CompareJob:
+class CompareJob(PooledJobFiles):
     """``judge compare-systems`` in the job's directory (a restart re-runs it: the pool's
     output and the verdict cache make that a resume). ``phase=retry`` asks the pool's
     unjudged pairs again and rewrites the report."""
 
     name = "compare"
-    pooled = True
-
-    def files(self, job_dir: Path) -> JobFiles:
-        folder = ReportFolder(job_dir)
-        return JobFiles(folder.pool_judged, folder.pool_input)
 
     def validate(
         self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None
