@@ -16,13 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import open_backend, run_spec_of
-from judge.cli._pooled_flags import (
-    add_pooled_flags,
-    open_pooled_backend,
-    pooled_options,
-    pooled_run,
-    run_pooled,
-)
+from judge.cli._pooled_flags import add_pooled_flags, open_pool, pooled_options, run_pooled
 from judge.io import InputError
 from judge.metrics import EXACT_LIMIT
 
@@ -110,13 +104,9 @@ def _search_options(args: argparse.Namespace) -> Any:
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
     from judge.systems import (
-        ADAPT_ORDER_NOTE,
         EXPERIMENT_COMMAND,
         ExperimentOptions,
-        PoolRun,
         ReportFolder,
-        check_pool_adapt,
-        check_pool_examples,
         run_experiment,
     )
 
@@ -133,12 +123,7 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     experiment.check()  # a bad --grid or --trials is exit 2 before anything opens
     options = pooled_options(args)
     spec = run_spec_of(args, mode=args.mode or ReportFolder(out).judged_mode())
-    check_pool_examples(PoolRun(spec=spec), options, spec.config)  # exit 2 before a backend opens
-    check_pool_adapt(PoolRun(spec=spec), options, spec.config)
-    if spec.adapt and not args.quiet:
-        print(f"judge: warning: {ADAPT_ORDER_NOTE}", file=sys.stderr)
-    backend = open_pooled_backend(args, spec)
-    run = pooled_run(args, spec, backend, command=EXPERIMENT_COMMAND)
+    backend, run = open_pool(args, spec, options, command=EXPERIMENT_COMMAND)
     comparison = run_pooled(
         args,
         backend,

@@ -243,6 +243,29 @@ def pooled_run(
     )
 
 
+def open_pool(
+    args: argparse.Namespace,
+    spec: RunSpec,
+    options: SystemsOptions,
+    *,
+    command: str,
+    listwise: bool = False,
+    **extra: Any,
+) -> tuple[ResilientBackend, PoolRun]:
+    """The backend and the pool run of a pooled command, once the pool is known to honour
+    ``--examples`` and ``--adapt`` (exit 2 before a backend opens; ``--adapt``'s ordering note
+    on stderr unless ``--quiet``). ``extra``: the command's own :func:`pooled_run` fields."""
+    from judge.systems import ADAPT_ORDER_NOTE, PoolRun, check_pool_adapt, check_pool_examples
+
+    planned = PoolRun(spec=spec, listwise=listwise)
+    check_pool_examples(planned, options, spec.config)
+    check_pool_adapt(planned, options, spec.config)
+    if spec.adapt and not args.quiet:
+        print(f"judge: warning: {ADAPT_ORDER_NOTE}", file=sys.stderr)
+    backend = open_pooled_backend(args, spec)
+    return backend, pooled_run(args, spec, backend, command=command, listwise=listwise, **extra)
+
+
 def run_pooled(
     args: argparse.Namespace,
     backend: ResilientBackend,

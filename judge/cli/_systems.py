@@ -14,13 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.cli._flags import add_dataset_flags, add_engine_flags, ray_ship, run_spec_of
-from judge.cli._pooled_flags import (
-    add_pooled_flags,
-    open_pooled_backend,
-    pooled_options,
-    pooled_run,
-    run_pooled,
-)
+from judge.cli._pooled_flags import add_pooled_flags, open_pool, pooled_options, run_pooled
 from judge.metrics import EXACT_LIMIT
 
 
@@ -71,11 +65,7 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     from judge.cli._label_commands import label_set_of
     from judge.io import DEFAULT_MAX_PASSAGE_CHARS, parse_field_map
     from judge.systems import (
-        ADAPT_ORDER_NOTE,
-        PoolRun,
         ReportFolder,
-        check_pool_adapt,
-        check_pool_examples,
         parse_system_args,
         read_human_labels,
         run_comparison,
@@ -98,16 +88,10 @@ def run_compare_systems_cli(args: argparse.Namespace) -> int:
     config = spec.config
     # Human labels and the judge on one scale, or exit 2 before a backend is opened.
     read_human_labels(options, config, systems_query_texts(systems, options))
-    planned = PoolRun(spec=spec, listwise=bool(args.listwise or args.listwise_template))
-    check_pool_examples(planned, options, config)
-    check_pool_adapt(planned, options, config)
-    if spec.adapt and not args.quiet:
-        print(f"judge: warning: {ADAPT_ORDER_NOTE}", file=sys.stderr)
-    backend = open_pooled_backend(args, spec)
-    run = pooled_run(
+    backend, run = open_pool(
         args,
         spec,
-        backend,
+        options,
         command="judge compare-systems",
         listwise=bool(args.listwise or args.listwise_template),
         listwise_template=args.listwise_template,

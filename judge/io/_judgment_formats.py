@@ -358,17 +358,24 @@ def _stated(description: object) -> str | None:
     return None
 
 
+def _entries(data: Mapping[str, Any], key: str, where: str) -> Iterator[tuple[str, dict[str, Any], int]]:
+    """The objects of the JSON list ``data[key]`` (the entries of an SRW or RRE file), each as
+    ``(field, entry, line)``: its field name (``key[i]``) and its line (1 when unknown).
+    ``data[key]`` not a list, or an entry not an object: an InputError naming that field."""
+    entries = _need(data.get(key), list, path=where, line=1, field=key)
+    for i, entry in enumerate(entries):
+        at = f"{key}[{i}]"
+        checked = _need(entry, dict, path=where, line=1, field=at)
+        yield at, checked, _line(checked, 1)
+
+
 def _read_srw(p: Path) -> JudgmentFile:
     where = str(p)
     data = _need(_load_json(p), dict, path=where, line=1, field="$")
     if data.get("type", SRW_TYPE) != SRW_TYPE:
         raise InputError(f"must be {SRW_TYPE!r}, got {data.get('type')!r}", path=where, line=1, field="type")
-    entries = _need(data.get("judgmentRatings"), list, path=where, line=1, field="judgmentRatings")
     out: list[Judgment] = []
-    for i, entry in enumerate(entries):
-        at = f"judgmentRatings[{i}]"
-        entry = _need(entry, dict, path=where, line=1, field=at)
-        line = _line(entry, 1)
+    for at, entry, line in _entries(data, "judgmentRatings", where):
         query = _text(entry.get("query"), path=where, line=line, field=f"{at}.query", what="query")
         ratings = _need(entry.get("ratings"), list, path=where, line=line, field=f"{at}.ratings")
         for j, item in enumerate(ratings):
@@ -384,12 +391,8 @@ def _read_srw(p: Path) -> JudgmentFile:
 def _read_rre(p: Path) -> JudgmentFile:
     where = str(p)
     data = _need(_load_json(p), dict, path=where, line=1, field="$")
-    queries = _need(data.get("queries"), list, path=where, line=1, field="queries")
     out: list[Judgment] = []
-    for i, entry in enumerate(queries):
-        at = f"queries[{i}]"
-        entry = _need(entry, dict, path=where, line=1, field=at)
-        line = _line(entry, 1)
+    for at, entry, line in _entries(data, "queries", where):
         holders = _need(entry.get("placeholders"), dict, path=where, line=line, field=f"{at}.placeholders")
         query = _text(
             holders.get("$query"), path=where, line=line, field=f"{at}.placeholders.$query", what="query"

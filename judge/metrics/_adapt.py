@@ -55,19 +55,8 @@ import numpy.typing as npt
 
 from judge.metrics._agreement import AgreementUndefinedError, cohen_kappa, roc_auc
 
-__all__ = [
-    "ADAPT_METHOD",
-    "MIN_ADAPT_LABELS",
-    "MIN_ADAPT_QUERIES",
-    "MIN_QUERY_PASSAGES",
-    "RELEVANCE_FEEDBACK",
-    "Adaptation",
-    "adaptation_features",
-    "centre_by_query",
-    "fit_adaptation",
-    "fit_logistic",
-    "relevance_feedback",
-]
+# Its public names are listed once, by the package (``_ADAPT_NAMES`` in judge/metrics/__init__.py,
+# which loads this module on first use).
 
 ADAPT_METHOD = "logistic.v2"
 """The method's id, recorded on every adapted verdict and in the summary (v2: one rule over

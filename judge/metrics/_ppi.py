@@ -291,6 +291,22 @@ def calibrated_effects(
     return math.fsum(defined) / n_q, effects
 
 
+def estimate_dict(
+    estimate: float | None,
+    low: float | None,
+    high: float | None,
+    judge: float | None,
+    digits: int,
+) -> dict[str, object]:
+    """An estimate, its interval and the judge's own figure as a JSON mapping, each rounded
+    to ``digits`` (None stays None): the shared head of every corrected figure's dict."""
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {"estimate": r(estimate), "low": r(low), "high": r(high), "judge": r(judge)}
+
+
 @dataclass(frozen=True)
 class PpiFigure:
     """One measure's prediction-powered figure: ``estimate`` and its interval (None when
@@ -306,14 +322,8 @@ class PpiFigure:
     coverage_ok: bool
 
     def as_dict(self, digits: int = 6) -> dict[str, object]:
-        def r(x: float | None) -> float | None:
-            return None if x is None else round(x, digits)
-
         return {
-            "estimate": r(self.estimate),
-            "low": r(self.low),
-            "high": r(self.high),
-            "judge": r(self.judge),
+            **estimate_dict(self.estimate, self.low, self.high, self.judge, digits),
             "labels": self.labels,
             "coverage_ok": self.coverage_ok,
         }

@@ -45,7 +45,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from judge.metrics._ppi import rectified_mean
+from judge.metrics._ppi import estimate_dict, rectified_mean
 
 __all__ = ["DifferingPairs", "PairedDifference", "differing_pairs", "paired_difference"]
 
@@ -83,14 +83,8 @@ class PairedDifference:
     population: int
 
     def as_dict(self, digits: int = 6) -> dict[str, object]:
-        def r(x: float | None) -> float | None:
-            return None if x is None else round(x, digits)
-
         return {
-            "estimate": r(self.estimate),
-            "low": r(self.low),
-            "high": r(self.high),
-            "judge": r(self.judge),
+            **estimate_dict(self.estimate, self.low, self.high, self.judge, digits),
             "labels": self.labels,
             "differing_pairs": self.population,
         }

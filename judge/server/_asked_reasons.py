@@ -16,9 +16,10 @@ from judge.batch import (
     RunSpec,
     comparison_review_queue,
 )
-from judge.judging import JudgeConfig, PassageVerdict, VerdictStore
+from judge.judging import JudgeConfig, PassageVerdict
 from judge.server._comparisons import _Collect, _pool_run, _read_inputs, iter_pool_records, system_rankings
 from judge.server._job_files import complete_lines
+from judge.server._job_kind import Runtime
 from judge.store import atomic_write_text, trec_token
 from judge.systems import (
     REASONS_DIR,
@@ -128,28 +129,26 @@ async def explain_one(
     job_dir: Path,
     qid: str,
     docno: str,
-    backend: Backend,
+    rt: Runtime,
     spec: RunSpec,
-    store: VerdictStore | None,
     options: Mapping[str, Any],
     *,
-    concurrency: int,
     settings: Mapping[str, Any],
-    executor: Any = None,
 ) -> PassageVerdict | None:
-    """Ask one pooled pair's reason (``reasons/asked/``, the explaining config's cache key):
-    the explained verdict (``cached`` when it came from the cache), or None when the job gets
+    """Ask one pooled pair's reason (``reasons/asked/``, the explaining config's cache key)
+    through the server's backend, cache and engine (``rt``) with the job's ``spec``: the
+    explained verdict (``cached`` when it came from the cache), or None when the job gets
     no reasons on request. A verdict without its reason leaves nothing behind, so the next
     ask calls the judge again; an error that dooms every request propagates."""
-    explaining = explaining_config(backend, spec, options)
+    explaining = explaining_config(rt.backend, spec, options)
     if explaining is None:
         return None
     name, base = _asked_paths(job_dir, qid, docno)
-    run = _pool_run(options, spec, concurrency=concurrency, settings=settings, executor=executor)
+    run = _pool_run(options, spec, concurrency=rt.concurrency, settings=settings, executor=rt.executor)
     lines = await asyncio.to_thread(pool_lines, job_dir, {qid: [docno]}, options)
     got: PoolVerdicts | None = None
     try:
-        got = await explain_pairs(job_dir, name, lines, backend, explaining, store=store, run=run)
+        got = await explain_pairs(job_dir, name, lines, rt.backend, explaining, store=rt.store, run=run)
     finally:
         verdict = None if got is None else got.verdicts.get(qid, {}).get(docno)
         if verdict is None or not verdict.judged or not verdict.reason:

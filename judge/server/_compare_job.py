@@ -9,11 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from judge.backends import Backend
 from judge.batch import (
     RunSpec,
 )
-from judge.judging import VerdictStore
 from judge.server._asked_reasons import explaining_config, pool_lines, queue_head_pairs
 from judge.server._comparisons import (
     _pool_run,
@@ -25,9 +23,8 @@ from judge.server._comparisons import (
     validate_compare,
 )
 from judge.server._job_files import Validation
-from judge.server._job_kind import JobFiles, Runtime, job_spec
+from judge.server._job_kind import PooledJobFiles, Runtime, job_spec
 from judge.systems import (
-    ReportFolder,
     explain_pairs,
     run_comparison,
 )
@@ -35,29 +32,28 @@ from judge.systems import (
 
 async def run_compare(
     job_dir: Path,
-    backend: Backend,
+    rt: Runtime,
     spec: RunSpec,
-    store: VerdictStore | None,
     options: Mapping[str, Any],
     *,
-    concurrency: int,
     settings: Mapping[str, Any],
     retry: bool = False,
-    executor: Any = None,
-    labels: Any = None,
 ) -> dict[str, Any]:
-    """Run (or resume) ``judge compare-systems`` in the job's directory with the job's
-    :class:`~judge.batch.RunSpec` (``concurrency``: the calls in flight the server's backend
-    enforces); the job's summary: the report's pool and means, the winner on the primary
-    measure, the pool's verdicts.
+    """Run (or resume) ``judge compare-systems`` in the job's directory through the server's
+    backend, cache and engine (``rt``) with the job's :class:`~judge.batch.RunSpec`; the
+    job's summary: the report's pool and means, the winner on the primary measure, the
+    pool's verdicts.
 
     Verdicts and P(yes) first, as the CLI judges a pool: a reason only for the pairs the
     report shows (:func:`judge.systems.run_comparison`) and, here, for the review queue's
-    first :data:`QUEUE_REASONS` items (``labels``: the runtime's label-store reader, which
+    first :data:`QUEUE_REASONS` items (``rt.labels``: the label-store reader, which
     takes the labelled pairs out of the queue); any other pair's reason is asked when the
     review page opens it (:func:`explain_one`). ``explain: true`` in the body asks every
     reason with its verdict instead."""
-    run = _pool_run(options, spec, concurrency=concurrency, settings=settings, executor=executor, retry=retry)
+    backend, store = rt.backend, rt.store
+    run = _pool_run(
+        options, spec, concurrency=rt.concurrency, settings=settings, executor=rt.executor, retry=retry
+    )
     comparison = await run_comparison(
         _systems_of(job_dir, options),
         job_dir,
@@ -71,7 +67,7 @@ async def run_compare(
     summary = await asyncio.to_thread(compare_summary, job_dir, comparison.report)
     explaining = explaining_config(backend, spec, options)
     if explaining is not None:
-        pairs = await asyncio.to_thread(queue_head_pairs, job_dir, options, labels)
+        pairs = await asyncio.to_thread(queue_head_pairs, job_dir, options, rt.labels)
         calls = 0
         if pairs:
             lines = await asyncio.to_thread(pool_lines, job_dir, pairs, options)
@@ -81,17 +77,12 @@ async def run_compare(
     return summary
 
 
-class CompareJob:
+class CompareJob(PooledJobFiles):
     """``judge compare-systems`` in the job's directory (a restart re-runs it: the pool's
     output and the verdict cache make that a resume). ``phase=retry`` asks the pool's
     unjudged pairs again and rewrites the report."""
 
     name = "compare"
-    pooled = True
-
-    def files(self, job_dir: Path) -> JobFiles:
-        folder = ReportFolder(job_dir)
-        return JobFiles(folder.pool_judged, folder.pool_input)
 
     def validate(
         self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None
@@ -102,15 +93,11 @@ class CompareJob:
         opts = job["options"]
         return await run_compare(
             job_dir,
-            rt.backend,
+            rt,
             job_spec(opts, rt.spec),
-            rt.store,
             opts,
-            concurrency=rt.concurrency,
             settings={**rt.settings, "job": job["id"]},
             retry=job["phase"] == "retry",
-            executor=rt.executor,
-            labels=rt.labels,
         )
 
     def rejects(self, job_dir: Path) -> list[dict[str, Any]]:

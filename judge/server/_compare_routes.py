@@ -29,6 +29,17 @@ REPORT_CSP = (
 )
 MEDIA_TYPES = {"json": "application/json", "md": "text/markdown; charset=utf-8"}
 
+
+def report_response(text: str, format: str) -> Response:
+    """A finished job's report as served: ``json`` and ``md`` with their media types, ``html``
+    under :data:`REPORT_CSP` (no network load) and ``nosniff``."""
+    if format in MEDIA_TYPES:
+        return Response(text, media_type=MEDIA_TYPES[format])
+    return HTMLResponse(
+        text, headers={"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"}
+    )
+
+
 router = APIRouter(route_class=_bounds.ParsedBodyRoute, tags=["compare"])
 
 
@@ -134,12 +145,7 @@ async def compare_report(
     text = await asyncio.to_thread(_comparisons.report_text, job_dir, format)
     if text is None:
         return json_error(409, f"job is {job['status']}; the report is written when it is done")
-    text = state.manager.public(job_id, text)
-    if format in MEDIA_TYPES:
-        return Response(text, media_type=MEDIA_TYPES[format])
-    return HTMLResponse(
-        text, headers={"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"}
-    )
+    return report_response(state.manager.public(job_id, text), format)
 
 
 @router.get("/v1/jobs/{job_id}/differences")
@@ -156,4 +162,4 @@ async def compare_differences(job_id: str, state: State) -> Any:
     return state.manager.public(job_id, data)
 
 
-__all__ = ["REPORT_CSP", "compare_options", "router"]
+__all__ = ["REPORT_CSP", "compare_options", "report_response", "router"]

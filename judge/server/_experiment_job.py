@@ -23,7 +23,7 @@ from judge.io import InputError, read_sample_labels
 from judge.search import SearchFailed, read_queries
 from judge.server._comparisons import _pool_run, human_labels, systems_options
 from judge.server._job_files import SAMPLE_LABELS, Validation
-from judge.server._job_kind import JobFiles, Runtime, job_spec
+from judge.server._job_kind import PooledJobFiles, Runtime, job_spec
 from judge.server._search_configs import RegisteredConfig, check_knobs, check_points
 from judge.store import trec_token
 from judge.systems import ExperimentOptions, ReportFolder, parse_grid, run_experiment
@@ -141,15 +141,10 @@ def validate_experiment(
     return Validation(queries=len(queries), passages=0, rejects=[])
 
 
-class ExperimentJob:
+class ExperimentJob(PooledJobFiles):
     """``judge experiment`` over a registered configuration in the job's directory."""
 
     name = "experiment"
-    pooled = True
-
-    def files(self, job_dir: Path) -> JobFiles:
-        folder = ReportFolder(job_dir)
-        return JobFiles(folder.pool_judged, folder.pool_input)
 
     def validate(
         self, job_dir: Path, options: Mapping[str, Any], rt: Runtime, *, stop_after: int | None

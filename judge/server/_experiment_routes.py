@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from judge.io import EXCHANGE_SCALES, InputError
 from judge.server import _bounds, _job_files
 from judge.server._app_state import AppState, Intake, NotFound, State, idempotency_hash, json_error
-from judge.server._compare_routes import MEDIA_TYPES, REPORT_CSP
+from judge.server._compare_routes import report_response
 from judge.server._comparisons import HUMAN_QRELS, systems_options
 from judge.server._db import sha256_hex
 from judge.server._experiment_job import write_queries
@@ -261,12 +261,7 @@ async def experiment_report(
     text = await asyncio.to_thread(job_kind(job["kind"]).report, job_dir, format)
     if text is None or job["status"] != "done":
         return json_error(409, f"experiment is {job['status']}; the report is written when it is done")
-    text = state.manager.public(job_id, text)
-    if format in MEDIA_TYPES:
-        return Response(text, media_type=MEDIA_TYPES[format])
-    return HTMLResponse(
-        text, headers={"Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"}
-    )
+    return report_response(state.manager.public(job_id, text), format)
 
 
 @router.get("/v1/experiments/{job_id}/pair")

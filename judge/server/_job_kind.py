@@ -23,6 +23,7 @@ from judge.server._bounds import JobBounds
 from judge.server._job_files import Validation
 from judge.server._schemas import ADAPT_OPTION_KEYS, EXAMPLE_OPTION_KEYS, JUDGE_OPTION_KEYS
 from judge.server._search_configs import RegisteredConfig
+from judge.systems import ReportFolder
 
 
 @dataclass
@@ -76,6 +77,17 @@ class JobFiles:
 
     records: Path
     dataset: Path
+
+
+class PooledJobFiles:
+    """What a pooled kind (a comparison, an experiment) shares: ``pooled`` set, and its records
+    and dataset in the job directory's :class:`~judge.systems.ReportFolder` pool files."""
+
+    pooled = True
+
+    def files(self, job_dir: Path) -> JobFiles:
+        folder = ReportFolder(job_dir)
+        return JobFiles(folder.pool_judged, folder.pool_input)
 
 
 class JobKind(Protocol):

@@ -10,6 +10,7 @@ retries, 429s, tokens and cost come from the shared backend's call-policy counte
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
@@ -19,32 +20,29 @@ from prometheus_client.registry import Collector
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+@dataclass(eq=False)  # hashable: the registry keys its collectors
 class _ScrapeTime(Collector):
-    def __init__(
-        self,
-        jobs: Callable[[], dict[str, int]],
-        backend_stats: Callable[[], Any],
-        jobs_by_kind: Callable[[], dict[tuple[str, str], int]] | None = None,
-    ) -> None:
-        self._jobs = jobs
-        self._stats = backend_stats
-        self._by_kind = jobs_by_kind
+    """The figures read at scrape time: jobs by status (and by kind), the backend's call stats."""
+
+    jobs: Callable[[], dict[str, int]]
+    backend_stats: Callable[[], Any]
+    jobs_by_kind: Callable[[], dict[tuple[str, str], int]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("judge_jobs", "Jobs in the database by status", labels=["status"])
-        for status, n in self._jobs().items():
+        for status, n in self.jobs().items():
             jobs.add_metric([status], n)
         yield jobs
-        if self._by_kind is not None:
+        if self.jobs_by_kind is not None:
             by_kind = GaugeMetricFamily(
                 "judge_jobs_by_kind",
                 "Jobs in the database by kind (score, compare) and status",
                 labels=["kind", "status"],
             )
-            for (kind, status), n in sorted(self._by_kind().items()):
+            for (kind, status), n in sorted(self.jobs_by_kind().items()):
                 by_kind.add_metric([kind, status], n)
             yield by_kind
-        stats = self._stats()
+        stats = self.backend_stats()
         if stats is None:
             return
 

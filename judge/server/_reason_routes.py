@@ -130,13 +130,10 @@ async def ask_reason(job_id: str, body: ReasonIn, request: Request, state: State
                 job_dir,
                 qid,
                 docno,
-                rt.backend,
+                rt,
                 spec,
-                rt.store,
                 job["options"],
-                concurrency=rt.concurrency,
                 settings={**rt.settings, "job": job_id},
-                executor=rt.executor,
             )
         except PermanentError as exc:  # refused for good: as every route answers it
             status = upstream_status(exc)

@@ -146,23 +146,17 @@ async def run_score(
     config: JudgeConfig,
     store: VerdictStore | None,
     options: BatchOptions,
+    *,
+    retry: bool = False,
 ) -> dict[str, Any]:
-    """Score (or resume scoring) a job's input into its output; the summary ``judge score`` writes."""
-    outcome = await score_dataset(
-        job_dir / INPUT_NAME, job_dir / OUTPUT_NAME, backend, config, store=store, options=options
-    )
-    return outcome.summary
-
-
-async def run_retry_unjudged(
-    job_dir: Path,
-    backend: Backend,
-    config: JudgeConfig,
-    store: VerdictStore | None,
-    options: BatchOptions,
-) -> dict[str, Any]:
-    """Re-ask the unjudged passages of a job's output (atomic rewrite); the new summary."""
-    outcome = await retry_unjudged(job_dir / OUTPUT_NAME, backend, config, store=store, options=options)
+    """Score (or resume scoring) a job's input into its output, or with ``retry`` re-ask the
+    unjudged passages of its output (atomic rewrite); the summary ``judge score`` writes."""
+    if retry:
+        outcome = await retry_unjudged(job_dir / OUTPUT_NAME, backend, config, store=store, options=options)
+    else:
+        outcome = await score_dataset(
+            job_dir / INPUT_NAME, job_dir / OUTPUT_NAME, backend, config, store=store, options=options
+        )
     return outcome.summary
 
 
@@ -263,9 +257,7 @@ class ScoreJob:
             if spec.adapt
             else None,
         )
-        if job["phase"] == "retry":
-            return await run_retry_unjudged(job_dir, rt.backend, config, rt.store, batch)
-        return await run_score(job_dir, rt.backend, config, rt.store, batch)
+        return await run_score(job_dir, rt.backend, config, rt.store, batch, retry=job["phase"] == "retry")
 
     def rejects(self, job_dir: Path) -> list[dict[str, Any]]:
         return score_rejects(job_dir)

@@ -36,6 +36,7 @@ from judge.systems._render_common import (
     palette,
     passage_entry,
     per_query_table,
+    systems_table,
     thresholded_table,
 )
 from judge.systems._render_html import difference_chart, means_chart, render_html
@@ -109,17 +110,7 @@ def render_markdown(data: ReportData) -> str:
         "## Systems",
         "",
     ]
-    header = ["system", "queries", *measure_names, "map_isolated"]
-    rows = [
-        [
-            name,
-            str(s.queries),
-            *(_f(s.measures.get(m)) for m in measure_names),
-            _f(s.measures.get("map_isolated")),
-        ]
-        for name, s in r.systems.items()
-    ]
-    lines += _md_table(header, rows)
+    lines += _md_table(*systems_table(r, measure_names))
     lines += [
         "",
         "Pooled measures score every system against the same judged pool (judge trec on pool.qrels). "

@@ -343,6 +343,20 @@ def figure_sentence(r: SystemsReport) -> str:
     return f"Tested figure: {what}; {conv.get('tested_figure_reason', '')}.{beside}"
 
 
+def systems_table(r: SystemsReport, names: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """The Systems table: each system's queries, its pooled means and ``map_isolated``."""
+    rows = [
+        [
+            name,
+            str(s.queries),
+            *(_f(s.measures.get(m)) for m in names),
+            _f(s.measures.get("map_isolated")),
+        ]
+        for name, s in r.systems.items()
+    ]
+    return ["system", "queries", *names, "map_isolated"], rows
+
+
 def thresholded_table(r: SystemsReport, names: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     """The thresholded means beside the tested ones (empty when the thresholded are tested)."""
     rows = [

@@ -41,6 +41,7 @@ from judge.systems._render_common import (
     p_yes_text,
     palette,
     per_query_table,
+    systems_table,
     thresholded_table,
 )
 from judge.systems._scoring import Paired, system_verdicts
@@ -323,17 +324,9 @@ def render_html(data: ReportData) -> str:
         f'<p class="muted">{escape(_scale_sentence(r))}</p>'
         f'<p id="tested-figure">{escape(figure_sentence(r))}</p>'
     )
-    rows = [
-        [
-            escape(name),
-            str(s.queries),
-            *(_f(s.measures.get(m)) for m in measure_names),
-            _f(s.measures.get("map_isolated")),
-        ]
-        for name, s in r.systems.items()
-    ]
+    columns, rows = systems_table(r, measure_names)
     parts.append('<h2 id="systems">Systems</h2>')
-    parts.append(_html_table(["system", "queries", *measure_names, "map_isolated"], rows))
+    parts.append(_html_table(columns, [[escape(row[0]), *row[1:]] for row in rows]))  # a name is text
     parts.append(
         '<p class="muted">Pooled measures score every system against the same judged pool. '
         "<code>map_isolated</code> judges each list alone (AP's denominator: the relevant passages "

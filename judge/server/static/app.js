@@ -33,6 +33,17 @@ const pct = (a, b) => (b ? Math.round((100 * a) / b) : 100);
 
 function statusBadge(s) { return el("span", { class: "status " + s, "data-status": s }, s); }
 
+// A job's buttons: Cancel while it is queued or running; Retry unjudged (where the kind has
+// it, `retry`) once it is done with unjudged passages. `base`: the job's API path.
+function jobActions(job, base, retry = true) {
+  const actions = [];
+  if (job.status === "queued" || job.status === "running")
+    actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
+  if (retry && job.status === "done" && job.unjudged > 0)
+    actions.push(el("button", { onclick: () => api(`${base}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
+  return actions;
+}
+
 function progressBar(done, total) {
   return el("div", { class: "bar", title: `${done}/${total}` }, el("span", { style: `width:${pct(done, total)}%` }));
 }
@@ -234,11 +245,7 @@ async function jobPage(jobId) {
 
   const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
   function drawHead(job) {
-    const actions = [];
-    if (job.status === "queued" || job.status === "running")
-      actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
-    if (job.status === "done" && job.unjudged > 0)
-      actions.push(el("button", { onclick: () => api(`${base}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
+    const actions = jobActions(job, base);
     head.replaceChildren(...[
       el("div", { class: "filters" }, statusBadge(job.status), progressBar(job.queries_done, job.queries_total),
         el("span", { id: "progress-text" }, `${job.queries_done}/${job.queries_total} queries · ${job.passages_done} passages · ${job.unjudged} unjudged · ${job.rejected} rejected`),

@@ -1,5 +1,5 @@
 // judge results viewer: the comparison page of a compare job ("/compare/<id>"). Plain
-// JavaScript, no build step; uses el/api/fmt/statusBadge/progressBar of app.js (loaded after
+// JavaScript, no build step; uses el/api/fmt/statusBadge/jobActions/progressBar of app.js (loaded after
 // this file, called only once both are loaded).
 "use strict";
 
@@ -153,11 +153,7 @@ async function comparePage(jobId) {
   const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
 
   function drawHead(job) {
-    const actions = [];
-    if (job.status === "queued" || job.status === "running")
-      actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
-    if (job.status === "done" && job.unjudged > 0)
-      actions.push(el("button", { onclick: () => api(`${base}/retry-unjudged`, { method: "POST" }).then(() => location.reload()) }, "Retry unjudged"));
+    const actions = jobActions(job, base);
     const systems = job.options.systems || [];
     const links = job.status === "done" ? [
       el("a", { href: `${base}/report?format=html`, id: "report-html" }, "report.html"), " · ",

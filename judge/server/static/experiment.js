@@ -1,5 +1,5 @@
 // judge results viewer: the experiment page of an experiment job ("/experiments/<id>"). Plain
-// JavaScript, no build step; uses el/api/fmt/statusBadge/progressBar of app.js and
+// JavaScript, no build step; uses el/api/fmt/statusBadge/jobActions/progressBar of app.js and
 // pval/signed/verdictBadge/PALETTE of compare.js (called only once all are loaded).
 // The answer first (the best configuration, its interval and its test against the baseline),
 // then the configurations' table, the heat map of a two-knob grid, and two configurations side
@@ -152,9 +152,7 @@ async function experimentPage(jobId) {
   const base = `/v1/experiments/${encodeURIComponent(jobId)}`;
 
   function drawHead(job) {
-    const actions = [];
-    if (job.status === "queued" || job.status === "running")
-      actions.push(el("button", { onclick: () => api(`${base}/cancel`, { method: "POST" }) }, "Cancel"));
+    const actions = jobActions(job, base, false);
     const links = job.status === "done" ? [
       el("a", { href: `${base}/report?format=html`, id: "report-html" }, "report.html"), " · ",
       el("a", { href: `${base}/report?format=md` }, "report.md"), " · ", el("a", { href: `${base}/report` }, "report.json"), " · ",
