@@ -387,6 +387,10 @@ class _Run:
             unjudged=stats.unjudged,
             rejected=self.reporter.rejected,
             elapsed_s=stats.elapsed_s,
+            passages_asked=stats.asked,
+            passages_answered=stats.answered,
+            queries_started=stats.begun,
+            queries_in_flight=stats.begun - stats.queries,
         )
 
     def config_of(self, work: QueryWork) -> JudgeConfig:
