@@ -270,7 +270,7 @@ async def test_the_lines_count_the_passages_the_judge_answered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every passage asked and answered is counted (the pace's count); a second run from the
-    verdict cache asks nothing and counts none."""
+    verdict cache asks nothing and says the cache judged them."""
     from judge.store import SQLiteVerdictStore
 
     inp = tmp_path / "d.jsonl"
@@ -289,4 +289,4 @@ async def test_the_lines_count_the_passages_the_judge_answered(
             await store.aclose()
         lasts.append(err.getvalue().splitlines()[-1])
     assert lasts[0].startswith("judge score: 3/3 queries (100%), 9 passages judged, ")
-    assert lasts[1].startswith("judge score: 3/3 queries (100%), 0 passages judged, ")
+    assert lasts[1].startswith("judge score: 3/3 queries (100%), 9 passages judged (9 from the cache), ")

@@ -28,8 +28,9 @@ class Snapshot:
     ``passages_this_run`` counts the passages of the queries this run has finished (a
     passage still being judged is not done), so the rates are measured ones.
     ``passages_asked``/``passages_answered``: passages this run handed to the judge (cache
-    misses) and those it has answered; ``queries_started``: queries this run has begun
-    (committed or not), ``queries_in_flight`` of them not committed yet."""
+    misses) and those it has answered; ``passages_cached``: passages the verdict cache
+    answered; ``queries_started``: queries this run has begun (committed or not),
+    ``queries_in_flight`` of them not committed yet."""
 
     queries_done: int
     queries_total: int
@@ -44,6 +45,7 @@ class Snapshot:
     passages_answered: int = 0
     queries_started: int = 0
     queries_in_flight: int = 0
+    passages_cached: int = 0
 
     @property
     def measured(self) -> bool:
@@ -57,6 +59,16 @@ class Snapshot:
     @property
     def pps(self) -> float:
         return self.passages_this_run / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def passages_judged(self) -> int:
+        """Passages with a verdict this run: answered by the judge or by the cache."""
+        return self.passages_answered + self.passages_cached
+
+    def judged_text(self) -> str:
+        """``"8 passages judged"``, with ``" (84 from the cache)"`` when the cache answered any."""
+        cached = f" ({self.passages_cached} from the cache)" if self.passages_cached else ""
+        return f"{self.passages_judged} passages judged{cached}"
 
     @property
     def finished(self) -> bool:
@@ -173,7 +185,7 @@ def format_line(snap: Snapshot, command: str = "judge score", pace: PassagePace 
     eta = pace.eta_s(snap) if pace is not None else (0.0 if snap.finished else None)
     return (
         f"{command}: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
-        f"{snap.passages_answered} passages judged, "
+        f"{snap.judged_text()}, "
         f"{format_rates(snap, pace)}, ETA {format_duration(eta)}, "
         f"retries {snap.retries}, rate-limited {snap.rate_limited}, unjudged {snap.unjudged}, "
         f"rejected {snap.rejected}"
@@ -230,11 +242,11 @@ class PlainProgress:
         self.pace.observe(snap)
         now = time.monotonic()
         since = now - self._last
-        moved = (snap.queries_done, snap.passages_answered) != self._last_moved
+        moved = (snap.queries_done, snap.passages_judged) != self._last_moved
         first_eta = not self._eta_shown and self.pace.eta_s(snap) is not None
         if (moved and since >= self.interval_s) or since >= self.heartbeat_s or first_eta:
             self._last = now
-            self._last_moved = (snap.queries_done, snap.passages_answered)
+            self._last_moved = (snap.queries_done, snap.passages_judged)
             self._eta_shown = self._eta_shown or first_eta
             print(format_line(snap, self.command, self.pace), file=self.stream, flush=True)
 
@@ -284,7 +296,7 @@ class BarProgress:
         self._progress.update(
             self._task,
             completed=snap.queries_done,
-            rates=f"{snap.passages_answered} passages judged, {format_rates(snap, self.pace)}",
+            rates=f"{snap.judged_text()}, {format_rates(snap, self.pace)}",
             eta=format_duration(self.pace.eta_s(snap)),
             retries=snap.retries,
             rl=snap.rate_limited,

@@ -389,6 +389,7 @@ class _Run:
             elapsed_s=stats.elapsed_s,
             passages_asked=stats.asked,
             passages_answered=stats.answered,
+            passages_cached=stats.cached,
             queries_started=stats.begun,
             queries_in_flight=stats.begun - stats.queries,
         )
