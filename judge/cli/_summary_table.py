@@ -32,8 +32,9 @@ def _agreement(summary: Mapping[str, Any]) -> str | None:
         return None
     relevant = ((summary.get("conventions") or {}).get("ground_truth") or {}).get("relevant", "relevant")
     fn, tp, fp, tn = (int(agree.get(k, 0)) for k in ("fn", "tp", "fp", "tn"))
+    accuracy = float(agree["accuracy"])
     return (
-        f"agreement with the ground truth ({relevant} is relevant): accuracy {float(agree['accuracy']):.3f},\n"
+        f"agreement with the ground truth ({relevant} is relevant): accuracy {accuracy:.3f},\n"
         f"  the judge said no to {fn} of {fn + tp} relevant passages and yes to {fp} of {fp + tn} others"
     )
 
@@ -43,16 +44,14 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     notes = []
     labels = summary.get("labels")
     if labels:
-        notes.append(
-            f"human labels: {labels.get('applied', 0)} applied ({labels.get('changed', 0)} changed a verdict), "
-            f"{labels.get('unmatched', 0)} unmatched"
-        )
+        applied, changed, unmatched = (labels.get(k, 0) for k in ("applied", "changed", "unmatched"))
+        notes.append(f"human labels: {applied} applied ({changed} changed a verdict), {unmatched} unmatched")
     adaptation = summary.get("adaptation")
     if adaptation:
         state = "applied" if adaptation.get("applied") else "not applied"
         notes.append(f"--adapt: {state}: {adaptation.get('reason', '')}".rstrip(": "))
     if summary.get("ppi"):
-        notes.append("prediction-powered figures with intervals: the summary's \"ppi\"")
+        notes.append('prediction-powered figures with intervals: the summary\'s "ppi"')
     unjudged = int(summary.get("unjudged") or 0)
     if unjudged:
         notes.append(f"{unjudged} passages unjudged: judge score --retry-unjudged {summary.get('output')}")
