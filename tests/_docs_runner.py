@@ -192,6 +192,7 @@ class FileSession:
     outputs: dict[int, str] = field(default_factory=dict)
     _bash: _Process | None = None
     _python: _Process | None = None
+    shell_at_start: tuple[dict[str, str], str] | None = None  # the bash's env and cwd, first block
 
     def __post_init__(self) -> None:
         self.repo = checkout_copy(self.base / "repo")
@@ -213,6 +214,8 @@ class FileSession:
             if self._bash is None:
                 self._bash = _Process(["bash", "--noprofile", "--norc"], self.repo, self.env)
                 self._bash.run(f"set -e\nprintf '\\n{_SENTINEL} 0\\n'\n", 30)
+                if self.shell_at_start is None:
+                    self.shell_at_start = self.shell_state()
             # Sourced with stdin from /dev/null, so no command of the block can read the next one.
             command = f". {script} </dev/null\nprintf '\\n{_SENTINEL} %s\\n' \"$?\"\n"
             status, out = self._bash.run(command, BLOCK_TIMEOUT_S)
@@ -235,6 +238,20 @@ class FileSession:
             self.failed = f"{block.id} failed (status {status})"
             raise AssertionError(f"{self.failed}; its output:\n{out}")
         return out
+
+    def shell_state(self) -> tuple[dict[str, str], str] | None:
+        """The bash process's exported variables (less ``_``, the last command's argument)
+        and working directory, or None when no bash runs (not started, or restarted after a
+        failing block)."""
+        if self._bash is None:
+            return None
+        status, out = self._bash.run(f"env -0; printf '\\0'; pwd\nprintf '\\n{_SENTINEL} %s\\n' \"$?\"\n", 30)
+        if status != 0:
+            return None
+        *pairs, cwd = out.rstrip("\n").split("\0")
+        env = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+        env.pop("_", None)
+        return env, cwd.strip()
 
     def close(self) -> None:
         for process in (self._bash, self._python):

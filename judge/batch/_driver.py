@@ -97,14 +97,17 @@ Plan = Iterable[QueryWork] | AsyncIterable[QueryWork]
 
 @dataclass
 class DriverStats:
-    """What a driver run did (this run only): queries committed, passages planned
-    (``cached`` of them from the store, ``asked`` handed to the executor), verdicts left
-    unjudged."""
+    """What a driver run did (this run only): queries committed (``begun``: begun, committed
+    or not), passages planned (``cached`` of them from the store, ``asked`` handed to the
+    executor, ``answered`` of those back from it, judged or not: the progress's measured
+    pace), verdicts left unjudged."""
 
     queries: int = 0
+    begun: int = 0
     passages: int = 0
     cached: int = 0
     asked: int = 0
+    answered: int = 0
     unjudged: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -274,6 +277,7 @@ class BatchDriver:
         misses: list[PassageJob] = []
         keys: dict[int, str] = {}
         stats = self.stats
+        stats.begun += 1
         config = self.config_of(work)
         bound = config if config is not self.config else None
         for job in self._with_examples(work.jobs):
@@ -289,6 +293,7 @@ class BatchDriver:
             misses.append(job)
 
         async def on_verdict(job: PassageJob, verdict: PassageVerdict) -> None:
+            stats.answered += 1
             if not verdict.judged:
                 stats.unjudged += 1
             elif self.store is not None:

@@ -3,6 +3,12 @@
 ``make_progress("auto")`` picks the rich bar when stderr is a TTY and periodic plain lines
 on stderr when it is not; ``"quiet"`` reports nothing. Every reporter has the same small
 interface: ``start(total, done)``, ``update(snapshot)``, ``stop(snapshot)``.
+
+The ETA is measured per passage (:class:`PassagePace`): the seconds per passage answered
+since the judge's first answer, times the passages still to ask. It appears once a few
+passages are answered, not after the first query (whose time also holds the judge's start:
+loading a model, opening connections), which made the first ETA of the embedded judge three
+times too long.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ ProgressMode = Literal["auto", "bar", "plain", "quiet"]
 class Snapshot:
     """Counters at one moment. ``queries_done`` includes queries finished by earlier runs;
     ``passages_this_run`` counts the passages of the queries this run has finished (a
-    passage still being judged is not done), so the rates are measured ones."""
+    passage still being judged is not done), so the rates are measured ones.
+    ``passages_asked``/``passages_answered``: passages this run handed to the judge (cache
+    misses) and those it has answered; ``passages_cached``: passages the verdict cache
+    answered; ``queries_started``: queries this run has begun (committed or not),
+    ``queries_in_flight`` of them not committed yet."""
 
     queries_done: int
     queries_total: int
@@ -31,6 +41,11 @@ class Snapshot:
     unjudged: int
     rejected: int
     elapsed_s: float
+    passages_asked: int = 0
+    passages_answered: int = 0
+    queries_started: int = 0
+    queries_in_flight: int = 0
+    passages_cached: int = 0
 
     @property
     def measured(self) -> bool:
@@ -46,11 +61,81 @@ class Snapshot:
         return self.passages_this_run / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @property
-    def eta_s(self) -> float | None:
-        remaining = max(0, self.queries_total - self.queries_done)
-        if remaining == 0:
+    def passages_judged(self) -> int:
+        """Passages with a verdict this run: answered by the judge or by the cache."""
+        return self.passages_answered + self.passages_cached
+
+    def judged_text(self) -> str:
+        """``"8 passages judged"``, with ``" (84 from the cache)"`` when the cache answered any."""
+        cached = f" ({self.passages_cached} from the cache)" if self.passages_cached else ""
+        return f"{self.passages_judged} passages judged{cached}"
+
+    @property
+    def finished(self) -> bool:
+        return self.queries_done >= self.queries_total
+
+    @property
+    def passages_to_answer(self) -> float | None:
+        """Passages still to be answered by the judge: those asked and not answered, plus
+        the queries not begun yet at the passages asked per query begun so far (cache hits
+        come at that share too). None before a query has begun."""
+        if self.finished:
             return 0.0
-        return remaining / self.qps if self.qps > 0 else None
+        if self.queries_started <= 0:
+            return None
+        not_begun = max(0, self.queries_total - self.queries_done - self.queries_in_flight)
+        per_query = self.passages_asked / self.queries_started
+        return max(0, self.passages_asked - self.passages_answered) + not_begun * per_query
+
+
+class PassagePace:
+    """Seconds per passage, measured on the judge's answers as progress snapshots show them
+    (their ``elapsed_s`` is the clock, so a test feeds snapshots and no time passes).
+
+    The first snapshot with an answer starts the clock; answers seen within ``batch_s`` of
+    it belong to the first batch (an embedded model answers 4 passages at once, after its
+    reasons are decoded together) and are not counted. The pace is the time from then to
+    the latest new answer, over the answers after the first batch; it is known once
+    ``min_passages`` of them are in. The time before the first answer (loading a model,
+    opening connections, the first batch itself) never enters it.
+    """
+
+    def __init__(self, *, min_passages: int = 3, batch_s: float = 1.0) -> None:
+        self.min_passages = max(1, min_passages)
+        self.batch_s = batch_s
+        self._t0: float | None = None
+        self._n0 = 0
+        self._t_last = 0.0
+        self._n_last = 0
+
+    def observe(self, snap: Snapshot) -> None:
+        n, t = snap.passages_answered, snap.elapsed_s
+        if n <= 0:
+            return
+        if self._t0 is None:
+            self._t0, self._n0, self._t_last, self._n_last = t, n, t, n
+            return
+        if t - self._t0 <= self.batch_s:
+            self._n0 = max(self._n0, n)
+        if n > self._n_last:
+            self._t_last, self._n_last = t, n
+
+    @property
+    def seconds_per_passage(self) -> float | None:
+        counted = self._n_last - self._n0
+        if self._t0 is None or counted < self.min_passages or self._t_last <= self._t0:
+            return None
+        return (self._t_last - self._t0) / counted
+
+    def eta_s(self, snap: Snapshot) -> float | None:
+        """Seconds until the run ends: 0 when every query is done, None while the pace or
+        the passages left are unknown."""
+        if snap.finished:
+            return 0.0
+        pace, left = self.seconds_per_passage, snap.passages_to_answer
+        if pace is None or left is None:
+            return None
+        return left * pace
 
 
 def format_duration(seconds: float | None) -> str:
@@ -76,21 +161,32 @@ def format_rate(value: float) -> str:
     return text
 
 
-def format_rates(snap: Snapshot) -> str:
-    """``"0.021 queries/s, 0.13 passages/s"``, or ``"rate not measured yet"`` before the first
-    query of this run has finished (a rate from passages merely started would be invented)."""
-    if not snap.measured:
-        return "rate not measured yet"
-    return f"{format_rate(snap.qps)} queries/s, {format_rate(snap.pps)} passages/s"
+def format_rates(snap: Snapshot, pace: PassagePace | None = None) -> str:
+    """``"0.021 queries/s, 0.13 passages/s"``: queries per second once a query of this run has
+    finished, passages per second from ``pace`` once it is measured (else from the finished
+    queries' passages); ``"rate not measured yet"`` before either (a rate from passages
+    merely started would be invented)."""
+    parts = []
+    if snap.measured:
+        parts.append(f"{format_rate(snap.qps)} queries/s")
+    per_passage = pace.seconds_per_passage if pace is not None else None
+    if per_passage is not None:
+        parts.append(f"{format_rate(1.0 / per_passage)} passages/s")
+    elif snap.measured:
+        parts.append(f"{format_rate(snap.pps)} passages/s")
+    return ", ".join(parts) if parts else "rate not measured yet"
 
 
-def format_line(snap: Snapshot, command: str = "judge score") -> str:
+def format_line(snap: Snapshot, command: str = "judge score", pace: PassagePace | None = None) -> str:
     """The plain progress line, labelled with the command that runs (``judge score``,
-    ``judge compare-systems``, ...)."""
+    ``judge compare-systems``, ...); rates and ETA measured by ``pace`` (None: no ETA until
+    the end)."""
     pct = 100.0 * snap.queries_done / snap.queries_total if snap.queries_total else 100.0
+    eta = pace.eta_s(snap) if pace is not None else (0.0 if snap.finished else None)
     return (
         f"{command}: {snap.queries_done}/{snap.queries_total} queries ({pct:.0f}%), "
-        f"{format_rates(snap)}, ETA {format_duration(snap.eta_s)}, "
+        f"{snap.judged_text()}, "
+        f"{format_rates(snap, pace)}, ETA {format_duration(eta)}, "
         f"retries {snap.retries}, rate-limited {snap.rate_limited}, unjudged {snap.unjudged}, "
         f"rejected {snap.rejected}"
     )
@@ -117,7 +213,8 @@ class QuietProgress:
 
 class PlainProgress:
     """Plain lines on ``stream``: at most one every ``interval_s`` seconds when a query has
-    finished since the last line, at least one every ``heartbeat_s`` seconds, one at the end.
+    finished or a passage was answered since the last line, one as soon as the first ETA is
+    known, at least one every ``heartbeat_s`` seconds, one at the end.
     """
 
     def __init__(
@@ -131,8 +228,10 @@ class PlainProgress:
         self.command = command
         self.interval_s = interval_s
         self.heartbeat_s = max(heartbeat_s, interval_s)
+        self.pace = PassagePace()
         self._last = 0.0
-        self._last_done = -1
+        self._last_moved: tuple[int, int] = (-1, -1)
+        self._eta_shown = False
 
     def start(self, total: int, done: int) -> None:
         self._last = time.monotonic()
@@ -140,16 +239,20 @@ class PlainProgress:
             print(f"{self.command}: resuming, {done}/{total} queries already in the output", file=self.stream)
 
     def update(self, snap: Snapshot) -> None:
+        self.pace.observe(snap)
         now = time.monotonic()
         since = now - self._last
-        moved = snap.queries_done != self._last_done
-        if (moved and since >= self.interval_s) or since >= self.heartbeat_s:
+        moved = (snap.queries_done, snap.passages_judged) != self._last_moved
+        first_eta = not self._eta_shown and self.pace.eta_s(snap) is not None
+        if (moved and since >= self.interval_s) or since >= self.heartbeat_s or first_eta:
             self._last = now
-            self._last_done = snap.queries_done
-            print(format_line(snap, self.command), file=self.stream, flush=True)
+            self._last_moved = (snap.queries_done, snap.passages_judged)
+            self._eta_shown = self._eta_shown or first_eta
+            print(format_line(snap, self.command, self.pace), file=self.stream, flush=True)
 
     def stop(self, snap: Snapshot) -> None:
-        print(format_line(snap, self.command), file=self.stream, flush=True)
+        self.pace.observe(snap)
+        print(format_line(snap, self.command, self.pace), file=self.stream, flush=True)
 
 
 class BarProgress:
@@ -164,8 +267,9 @@ class BarProgress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
+
+        self.pace = PassagePace()
 
         self._progress = Progress(
             TextColumn(f"[bold]{escape(command)}"),
@@ -173,15 +277,14 @@ class BarProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[rates]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             TextColumn("retries {task.fields[retries]} (429: {task.fields[rl]})"),
             TextColumn("unjudged {task.fields[unjudged]}"),
             console=Console(stderr=True),
             transient=False,
         )
         self._task = self._progress.add_task(
-            "score", total=None, rates="rate not measured yet", retries=0, rl=0, unjudged=0
+            "score", total=None, rates="rate not measured yet", eta="?", retries=0, rl=0, unjudged=0
         )
 
     def start(self, total: int, done: int) -> None:
@@ -189,10 +292,12 @@ class BarProgress:
         self._progress.start()
 
     def update(self, snap: Snapshot) -> None:
+        self.pace.observe(snap)
         self._progress.update(
             self._task,
             completed=snap.queries_done,
-            rates=format_rates(snap),
+            rates=f"{snap.judged_text()}, {format_rates(snap, self.pace)}",
+            eta=format_duration(self.pace.eta_s(snap)),
             retries=snap.retries,
             rl=snap.rate_limited,
             unjudged=snap.unjudged,

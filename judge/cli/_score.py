@@ -125,6 +125,12 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="use the P(yes) threshold of a named calibration (judge calibrate) for this template",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary JSON on stdout even on a terminal (a terminal gets a short table "
+        "and the summary file's path; a pipe or a file always gets the JSON)",
+    )
     p.add_argument("--progress-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=run_score)
 
@@ -238,7 +244,15 @@ def _exports(args: argparse.Namespace, outcome: Any) -> None:
 
 
 def _report(args: argparse.Namespace, outcome: Any) -> None:
+    """The summary on stdout: the JSON when stdout is not a terminal (a pipe, a file: what
+    scripts read) or with ``--json``, else a short table with where the JSON was written; on
+    stderr (unless ``--quiet``) one closing line when stdout is not the terminal's."""
     summary = outcome.summary
+    if sys.stdout.isatty() and not args.json:
+        from judge.cli._summary_table import summary_table
+
+        print(summary_table(summary, outcome.output_path, outcome.summary_path))
+        return
     print(json.dumps(summary, ensure_ascii=False, indent=2))
     refused = (summary.get("adaptation") or {}).get("warning")
     if refused:  # the rule inverted the judge and was not applied: said even with --quiet
