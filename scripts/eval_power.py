@@ -355,6 +355,8 @@ def variants(
                 ad_p[k] = float(v["p_adapted"])
             elif v.get("p_yes") is not None:
                 ad_p[k] = float(v["p_yes"])
+            elif v.get("verdict") in ("yes", "no"):
+                ad_p[k] = float(v["verdict"] == "yes")
         out["adapted"] = pooled_scores(runs, qids, _gains(ad_thr), normalise=True)
         out["adapted_p"] = pooled_scores(runs, qids, _gains(ad_p), normalise=True)
     on_pool = {k: grades.get(k, 0.0) for k in pool}
@@ -383,9 +385,12 @@ def measure(scores: Matrix, ref: Matrix, names: list[str]) -> dict[str, Any]:
 
 
 def bootstrap(
-    scores: dict[str, Matrix], ref: Matrix, resamples: int, seed: int
-) -> dict[str, dict[str, list[float | None]]]:
-    """Percentile 95% intervals of the counts and tau, queries resampled with replacement."""
+    scores: dict[str, Matrix], ref: Matrix, resamples: int, seed: int, baseline: str = "verdicts"
+) -> dict[str, dict[str, Any]]:
+    """Percentile 95% intervals of the counts and tau, queries resampled with replacement;
+    and, paired on the same resamples, the variant's ``separated_agree`` minus the
+    ``baseline``'s: its interval and the shares of resamples where the variant separates
+    more / fewer of the labels' pairs the same way (``vs_baseline``)."""
     rng = np.random.default_rng(seed)
     q = ref.shape[1]
     keys = ("reference", "separated", "agree", "separated_agree", "wrong", "tau", "share")
@@ -405,7 +410,7 @@ def bootstrap(
             draws[v]["share"].append(
                 c["separated_agree"] / c["reference"] if c["reference"] else float("nan")
             )
-    out: dict[str, dict[str, list[float | None]]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for v, d in draws.items():
         out[v] = {}
         for k, vals in d.items():
@@ -414,6 +419,17 @@ def bootstrap(
             out[v][k] = (
                 [float(np.percentile(a, 2.5)), float(np.percentile(a, 97.5))] if a.size else [None, None]
             )
+        if baseline in draws:
+            gain = np.array(d["separated_agree"]) - np.array(draws[baseline]["separated_agree"])
+            out[v]["vs_baseline"] = {
+                "baseline": baseline,
+                "separated_agree_difference": [
+                    float(np.percentile(gain, 2.5)),
+                    float(np.percentile(gain, 97.5)),
+                ],
+                "more": float(np.mean(gain > 0)),
+                "fewer": float(np.mean(gain < 0)),
+            }
     return out
 
 
