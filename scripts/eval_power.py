@@ -479,24 +479,32 @@ def _interval(intervals: dict[str, list[float | None]], key: str, digits: int) -
 def table(result: dict[str, Any]) -> str:
     """Markdown rows of one set: variant, pairs separated, the labels' separated pairs in the
     same order, those separated the same way, wrong way, tau, the best and the tie group
-    (intervals in brackets)."""
+    (intervals in brackets), and the same-way count against the thresholded verdicts' on the
+    same resamples (the difference's interval; the shares of resamples with more / fewer)."""
     rows = []
     for v, m in result["variants"].items():
         i = result.get("intervals", {}).get(v, {})
         tau = "—" if m["tau"] is None else f"{m['tau']:.3f}"
+        vs = i.get("vs_baseline")
+        versus = (
+            f"{vs['separated_agree_difference'][0]:+.0f} to {vs['separated_agree_difference'][1]:+.0f}; "
+            f"{vs['more']:.0%} / {vs['fewer']:.0%}"
+            if vs and v != vs["baseline"]
+            else "—"
+        )
         rows.append(
             f"| {v} | {m['separated']}{_interval(i, 'separated', 0)} | {m['agree']} / {m['reference']} "
             f"| **{m['separated_agree']}**{_interval(i, 'separated_agree', 0)} "
             f"| {m['wrong']}{_interval(i, 'wrong', 0)} | {tau}{_interval(i, 'tau', 2)} "
-            f"| {m['best']} | {'yes' if m['best_in_tie_group'] else 'no'} |"
+            f"| {m['best']} | {'yes' if m['best_in_tie_group'] else 'no'} | {versus} |"
         )
     return "\n".join(rows)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--experiment", type=Path, required=True, help="a finished experiment folder")
-    ap.add_argument("--qrels", type=Path, required=True, help="the corpus's labels")
+    ap.add_argument("--experiment", type=Path, help="a finished experiment folder")
+    ap.add_argument("--qrels", type=Path, help="the corpus's labels")
     ap.add_argument("--level", type=float, default=1, help="labels: grade >= L is relevant (DL 2019: 2)")
     ap.add_argument("--labels-per-query", type=int, default=4)
     ap.add_argument("--label-seed", type=int, default=0)
@@ -506,7 +514,13 @@ def main() -> int:
     ap.add_argument("--bootstrap", type=int, default=1000, help="resamples of the queries (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--render", type=Path, default=None, help="print the table of a finished --out JSON")
     args = ap.parse_args()
+    if args.render:
+        print(table(json.loads(args.render.read_text(encoding="utf-8"))))
+        return 0
+    if args.experiment is None or args.qrels is None:
+        ap.error("--experiment and --qrels are required")
     result = run(args)
     text = json.dumps(result, ensure_ascii=False, indent=2) + "\n"
     if args.out:
