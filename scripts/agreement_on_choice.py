@@ -116,6 +116,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", choices=("dl19", "zh"), required=True)
     ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument(
+        "--offset", type=int, default=0, help="dl19: skip the first N judged queries (20: the held-out set)"
+    )
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--grid", action="append", default=None)
     ap.add_argument("--backend", default="local", help="a backend spec, or 'qrels' (the corpus's labels)")
@@ -139,7 +142,7 @@ def main() -> int:
     args = ap.parse_args()
     grid = args.grid or ["k1=0.4,1.2,2.5", "b=0.3,0.9"]
     if args.corpus == "dl19":
-        paths = prepare_dl19(args.work, limit=args.queries)
+        paths = prepare_dl19(args.work, limit=args.queries, offset=args.offset)
         ensure_index(paths, "en")
     else:
         paths = prepare_zh(args.work, limit=args.queries)

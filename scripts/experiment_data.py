@@ -24,8 +24,9 @@ def _write_lines(path: Path, rows: list[dict[str, object]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def prepare_dl19(work: Path, *, limit: int | None = None) -> dict[str, Path]:
-    """docs.jsonl, queries.jsonl (the judged queries, first ``limit``), qrels.txt, index/."""
+def prepare_dl19(work: Path, *, limit: int | None = None, offset: int = 0) -> dict[str, Path]:
+    """docs.jsonl, queries.jsonl (the judged queries in the qrels' order, ``limit`` of them
+    from the ``offset``-th: 0 is the docs' query set, 20 the held-out one), qrels.txt, index/."""
     src = DATA / "trec_dl19"
     work.mkdir(parents=True, exist_ok=True)
     docs = work / "docs.jsonl"
@@ -46,9 +47,9 @@ def prepare_dl19(work: Path, *, limit: int | None = None) -> dict[str, Path]:
         if qid in judged:
             queries.append({"id": qid, "query": text.strip()})
     queries.sort(key=lambda q: list(judged).index(str(q["id"])))
-    if limit is not None:
-        queries = queries[:limit]
-    qpath = work / f"queries{'' if limit is None else f'-{limit}'}.jsonl"
+    queries = queries[offset:] if limit is None else queries[offset : offset + limit]
+    start = f"-from{offset}" if offset else ""
+    qpath = work / f"queries{start}{'' if limit is None else f'-{limit}'}.jsonl"
     _write_lines(qpath, queries)
     return {"docs": docs, "queries": qpath, "qrels": src / "2019qrels-pass.txt", "index": work / "index"}
 
